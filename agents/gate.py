@@ -1,0 +1,220 @@
+"""The approval gate: the only road from a tool call to its side effect.
+
+It sits inside the tool's execution path, not in any view: whatever asked for
+the call, a tool that needs approval runs only after the gate has verified an
+Ed25519-signed decision bound to exactly this run, checkpoint, call, tool and
+argument hash, consumed it, and written the ledger row.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from agents.canonical import canonical_json, sha256_hex
+from agents.tools import Effect, Tool, ToolContext, ToolError
+
+APPROVING_VERDICTS = ("approve", "edit")
+
+
+class DecisionRefused(Exception):
+    """The decision does not authorise this call; the tool did not run."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class EffectUnknown(Exception):
+    """A previous attempt may or may not have performed this effect: a human must say."""
+
+
+@dataclass(frozen=True)
+class SignedDecision:
+    decision_id: str
+    verdict: str
+    arguments: dict[str, Any]  # the arguments to run: the edited ones for an edit
+    payload: dict[str, Any]
+    signature: str  # base64
+    key_id: str
+
+
+@dataclass(frozen=True)
+class CallBinding:
+    run_id: str
+    checkpoint_id: str | None
+    tool_call_id: str
+    tool: str
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"{self.run_id}:{self.tool_call_id}"
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    key: str
+    status: str  # pending | confirmed | unknown
+    result: Any
+
+
+class Keyring(Protocol):
+    def public_key(self, key_id: str) -> Ed25519PublicKey | None: ...
+
+
+class Ledger(Protocol):
+    def atomic(self) -> AbstractContextManager[Any]: ...
+
+    def entry(self, key: str) -> LedgerEntry | None: ...
+
+    def consume(self, decision_id: str) -> bool:
+        """Mark the decision consumed; False when it already was (compare-and-set)."""
+        ...
+
+    def record(
+        self,
+        key: str,
+        *,
+        binding: CallBinding,
+        status: str,
+        decision_id: str | None,
+        result: Any = None,
+    ) -> None: ...
+
+    def confirm(self, key: str, *, result: Any) -> None: ...
+
+    def mark_unknown(self, key: str) -> None: ...
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class ApprovalGate:
+    def __init__(
+        self,
+        *,
+        keyring: Keyring,
+        ledger: Ledger,
+        reviewer_allowed: Callable[[str, str], bool],
+        now: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self.keyring = keyring
+        self.ledger = ledger
+        self.reviewer_allowed = reviewer_allowed
+        self.now = now
+
+    def verify(self, decision: SignedDecision, binding: CallBinding) -> None:
+        """Raise DecisionRefused unless `decision` authorises exactly this call."""
+        payload = decision.payload
+        public_key = self.keyring.public_key(decision.key_id)
+        if public_key is None:
+            raise DecisionRefused(f"unknown signing key {decision.key_id!r}")
+        if payload.get("key_id") != decision.key_id:
+            raise DecisionRefused("key id does not match the signed payload")
+        try:
+            signature = base64.b64decode(decision.signature, validate=True)
+            public_key.verify(signature, canonical_json(payload))
+        except (InvalidSignature, binascii.Error, ValueError):
+            raise DecisionRefused("signature does not verify") from None
+        expected = {
+            "decision_id": decision.decision_id,
+            "run_id": binding.run_id,
+            "checkpoint_id": binding.checkpoint_id,
+            "tool_call_id": binding.tool_call_id,
+            "tool": binding.tool,
+            "verdict": decision.verdict,
+            "arguments_sha256": sha256_hex(decision.arguments),
+        }
+        for name, value in expected.items():
+            if payload.get(name) != value:
+                raise DecisionRefused(f"decision is not bound to this call ({name} differs)")
+        if decision.verdict not in APPROVING_VERDICTS:
+            raise DecisionRefused(f"verdict {decision.verdict!r} does not approve")
+        try:
+            not_after = datetime.fromisoformat(payload["not_after"])
+        except (KeyError, TypeError, ValueError):
+            raise DecisionRefused("decision has no valid not_after") from None
+        if self.now() >= not_after:
+            raise DecisionRefused("decision has expired")
+        if not self.reviewer_allowed(str(payload.get("reviewer")), binding.run_id):
+            raise DecisionRefused("reviewer is no longer allowed to approve this run")
+
+    def execute(
+        self,
+        *,
+        tool: Tool,
+        binding: CallBinding,
+        arguments: dict[str, Any],
+        decision: SignedDecision | None,
+        ctx: ToolContext,
+    ) -> Any:
+        """Run the tool at most once for this call; return its (possibly recorded) result."""
+        key = binding.idempotency_key
+        entry = self.ledger.entry(key)
+        if entry is not None and entry.status == "confirmed":
+            return entry.result  # finished before: never run twice, reuse the result
+        if entry is not None and not (
+            entry.status == "pending" and tool.effect == Effect.IDEMPOTENT_EXTERNAL
+        ):
+            if entry.status == "pending":
+                self.ledger.mark_unknown(key)
+            raise EffectUnknown(f"{tool.name} may already have run for {binding.tool_call_id}")
+
+        if decision is None and tool.needs_approval(arguments):
+            raise DecisionRefused("this call needs an approved decision and has none")
+        if decision is not None:
+            self.verify(decision, binding)
+            arguments = decision.arguments
+
+        if tool.effect == Effect.READ and decision is None:
+            return _run(tool, arguments, ctx)
+        if tool.effect in (Effect.READ, Effect.DATABASE):
+            # The effect, the consumption and the ledger row commit together.
+            with self.ledger.atomic():
+                self._consume(decision)
+                try:
+                    with self.ledger.atomic():  # a savepoint: a ToolError undoes the effect only
+                        result = tool.run(arguments, ctx)
+                except ToolError as exc:
+                    result = {"error": str(exc)}
+                self.ledger.record(
+                    key,
+                    binding=binding,
+                    status="confirmed",
+                    decision_id=decision and decision.decision_id,
+                    result=result,
+                )
+            return result
+
+        if entry is None:
+            with self.ledger.atomic():
+                self._consume(decision)
+                self.ledger.record(
+                    key,
+                    binding=binding,
+                    status="pending",
+                    decision_id=decision and decision.decision_id,
+                )
+        result = _run(tool, arguments, ctx)
+        self.ledger.confirm(key, result=result)
+        return result
+
+    def _consume(self, decision: SignedDecision | None) -> None:
+        if decision is not None and not self.ledger.consume(decision.decision_id):
+            raise DecisionRefused("decision has already been used")
+
+
+def _run(tool: Tool, arguments: dict[str, Any], ctx: ToolContext) -> Any:
+    try:
+        return tool.run(arguments, ctx)
+    except ToolError as exc:
+        return {"error": str(exc)}

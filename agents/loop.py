@@ -1,0 +1,212 @@
+"""The turn loop: state + provider + tools → outcome.
+
+`advance` moves a run as far as it can go without a human: it calls the
+model, runs the calls that need no approval, raises approvals for the rest and
+returns `Waiting`; called again after decisions land, it runs the approved
+calls (through the gate), feeds rejections back to the model and carries on.
+Every step is committed through the host before the next one starts, so a
+crash resumes from the last committed step.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agents.gate import ApprovalGate, CallBinding, DecisionRefused, EffectUnknown, SignedDecision
+from agents.providers import ModelProvider, ProviderError, ToolCall
+from agents.registry import Agent
+from agents.state import AgentState, CallState, CallStatus, Step
+from agents.tools import ToolContext
+
+MAX_MODEL_CALLS = 50
+
+
+@dataclass(frozen=True)
+class Rejected:
+    reason: str
+
+
+# What the host knows of a call's approval: nothing yet, a rejection, or a signed approval.
+DecisionState = None | Rejected | SignedDecision
+
+
+@dataclass(frozen=True)
+class Finished:
+    output: str | None
+
+
+@dataclass(frozen=True)
+class Waiting:
+    call_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: str
+    kind: str  # transient | model | tool | approval | internal
+    call_id: str | None = None
+
+
+Outcome = Finished | Waiting | Failed
+
+
+class Host(Protocol):
+    """What the loop needs from whoever runs it (the desk implements it on the database)."""
+
+    run_id: str
+    run_input: str
+    gate: ApprovalGate
+
+    def load(self) -> AgentState | None: ...
+
+    def messages(self, count: int) -> list[dict[str, Any]]: ...
+
+    def commit_step(
+        self,
+        *,
+        checkpoint_id: str,
+        state: AgentState,
+        new_messages: list[dict[str, Any]],
+        raise_approvals: list[CallState],
+    ) -> None:
+        """Atomically: append messages, save the checkpoint, raise approvals for these calls."""
+        ...
+
+    def decision_for(self, call: CallState) -> DecisionState: ...
+
+    def tool_context(self, call: CallState) -> ToolContext: ...
+
+
+def advance(*, agent: Agent, provider: ModelProvider, host: Host) -> Outcome:
+    state = host.load()
+    if state is None:
+        state = AgentState(step=Step.MODEL, message_count=2)
+        first = [
+            {"role": "system", "content": agent.system_prompt},
+            {"role": "user", "content": host.run_input},
+        ]
+        _commit(host, state, first)
+
+    while True:
+        if state.step == Step.DONE:
+            return Finished(state.output)
+        if state.step == Step.MODEL:
+            if state.model_calls >= MAX_MODEL_CALLS:
+                return Failed(f"stopped after {MAX_MODEL_CALLS} model calls", kind="model")
+            try:
+                turn = provider.complete(host.messages(state.message_count), agent.tool_specs())
+            except ProviderError as exc:
+                return Failed(str(exc), kind="transient" if exc.transient else "model")
+            state.model_calls += 1
+            state.message_count += 1
+            if not turn.tool_calls:
+                state.step, state.output = Step.DONE, turn.content
+                _commit(host, state, [turn.as_message()])
+                continue
+            state.step = Step.TOOLS
+            state.batch = [_prepare(agent, call) for call in turn.tool_calls]
+            checkpoint_id = str(uuid.uuid4())
+            awaiting = state.open_calls(CallStatus.AWAITING)
+            for call in awaiting:
+                call.checkpoint_id = checkpoint_id
+            _commit(host, state, [turn.as_message()], awaiting, checkpoint_id=checkpoint_id)
+            continue
+
+        outcome = _settle_batch(agent, host, state)
+        if outcome is not None:
+            return outcome
+        results = [
+            {"role": "tool", "tool_call_id": call.id, "content": json.dumps(call.result)}
+            for call in state.batch
+        ]
+        state.message_count += len(results)
+        state.batch, state.step = [], Step.MODEL
+        _commit(host, state, results)
+
+
+def _settle_batch(agent: Agent, host: Host, state: AgentState) -> Outcome | None:
+    """Run what can run now; None when every call of the batch has its result."""
+    for call in state.batch:
+        if call.status == CallStatus.READY:
+            decision = None
+        elif call.status == CallStatus.AWAITING:
+            decision = host.decision_for(call)
+            if decision is None:
+                continue
+            if isinstance(decision, Rejected):
+                call.status = CallStatus.REJECTED
+                call.result = {"error": f"A reviewer rejected this call: {decision.reason}"}
+                _commit(host, state, [])
+                continue
+        else:
+            continue
+        tool = agent.tool(call.name)
+        binding = CallBinding(
+            run_id=host.run_id,
+            checkpoint_id=call.checkpoint_id,
+            tool_call_id=call.id,
+            tool=call.name,
+        )
+        try:
+            call.result = host.gate.execute(
+                tool=tool,
+                binding=binding,
+                arguments=call.arguments,
+                decision=decision,
+                ctx=host.tool_context(call),
+            )
+        except DecisionRefused as exc:
+            return Failed(f"decision refused: {exc.reason}", kind="approval", call_id=call.id)
+        except EffectUnknown as exc:
+            return Failed(str(exc), kind="tool", call_id=call.id)
+        call.status = CallStatus.DONE
+        _commit(host, state, [])
+    waiting = state.open_calls(CallStatus.AWAITING)
+    if waiting:
+        return Waiting(tuple(call.id for call in waiting))
+    return None
+
+
+def _prepare(agent: Agent, call: ToolCall) -> CallState:
+    """Check a model's tool call; garbage becomes an error result, never an approval."""
+    tool = agent.tool(call.name)
+    if tool is None:
+        return _invalid(call, None, f"unknown tool {call.name!r}")
+    try:
+        arguments = json.loads(call.arguments or "{}")
+    except json.JSONDecodeError as exc:
+        return _invalid(call, None, f"arguments are not valid JSON: {exc}")
+    errors = tool.validation_errors(arguments)
+    if errors:
+        return _invalid(call, arguments, "invalid arguments: " + "; ".join(errors))
+    status = CallStatus.AWAITING if tool.needs_approval(arguments) else CallStatus.READY
+    return CallState(id=call.id, name=call.name, arguments=arguments, status=status)
+
+
+def _invalid(call: ToolCall, arguments: Any, error: str) -> CallState:
+    return CallState(
+        id=call.id,
+        name=call.name,
+        arguments=arguments if isinstance(arguments, dict) else None,
+        status=CallStatus.INVALID,
+        result={"error": error},
+    )
+
+
+def _commit(
+    host: Host,
+    state: AgentState,
+    new_messages: list[dict[str, Any]],
+    raise_approvals: list[CallState] | None = None,
+    *,
+    checkpoint_id: str | None = None,
+) -> None:
+    host.commit_step(
+        checkpoint_id=checkpoint_id or str(uuid.uuid4()),
+        state=state,
+        new_messages=new_messages,
+        raise_approvals=raise_approvals or [],
+    )

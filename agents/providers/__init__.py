@@ -1,0 +1,40 @@
+"""Model providers behind one interface; `provider_for` builds one from a run's spec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.providers.base import AssistantTurn, ModelProvider, ProviderError, ToolCall
+from agents.providers.scripted import ScriptedProvider, script_errors
+
+__all__ = [
+    "AssistantTurn",
+    "ModelProvider",
+    "ProviderError",
+    "ToolCall",
+    "model_spec_errors",
+    "provider_for",
+]
+
+PROVIDERS = ("scripted", "openai")
+
+
+def model_spec_errors(spec: Any, tool_names: set[str]) -> list[str]:
+    if not isinstance(spec, dict):
+        return ["model: must be an object"]
+    provider = spec.get("provider")
+    if provider == "scripted":
+        return script_errors(spec.get("script"), tool_names)
+    if provider == "openai":
+        if not isinstance(spec.get("name"), str) or not spec["name"]:
+            return ["model/name: the model name is required for the openai provider"]
+        return []
+    return [f"model/provider: must be one of {', '.join(PROVIDERS)}"]
+
+
+def provider_for(spec: dict[str, Any], *, openai_options: dict[str, Any] | None = None) -> ModelProvider:
+    if spec["provider"] == "scripted":
+        return ScriptedProvider(spec["script"])
+    from agents.providers.openai import OpenAIProvider
+
+    return OpenAIProvider(model=spec["name"], **(openai_options or {}))

@@ -1,0 +1,91 @@
+"""The checkpoint snapshot: where the turn loop stands, and each pending call's state.
+
+Messages are not in the snapshot: they live in the run's append-only log and
+the snapshot records how many of them it covers (`message_count`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+class SnapshotError(ValueError):
+    pass
+
+
+class Step(StrEnum):
+    MODEL = "model"  # next: call the model
+    TOOLS = "tools"  # next: settle the open batch of tool calls
+    DONE = "done"
+
+
+class CallStatus(StrEnum):
+    READY = "ready"  # valid, needs no approval: runs at once
+    AWAITING = "awaiting_approval"
+    DONE = "done"
+    REJECTED = "rejected"
+    INVALID = "invalid"  # unknown tool or bad arguments: the model sees the error
+
+
+@dataclass
+class CallState:
+    id: str
+    name: str
+    arguments: dict[str, Any] | None
+    status: CallStatus
+    result: Any = None
+    # The checkpoint at which this call's approval was raised (decisions bind it).
+    checkpoint_id: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CallState:
+        return cls(**{**data, "status": CallStatus(data["status"])})
+
+
+@dataclass
+class AgentState:
+    step: Step = Step.MODEL
+    message_count: int = 0
+    batch: list[CallState] = field(default_factory=list)
+    model_calls: int = 0
+    output: str | None = None
+
+    def open_calls(self, status: CallStatus) -> list[CallState]:
+        return [call for call in self.batch if call.status == status]
+
+    def to_snapshot(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["schema_version"] = SCHEMA_VERSION
+        return data
+
+    @classmethod
+    def from_snapshot(cls, snapshot: dict[str, Any]) -> AgentState:
+        data = migrate(dict(snapshot))
+        data.pop("schema_version")
+        data["step"] = Step(data["step"])
+        data["batch"] = [CallState.from_dict(call) for call in data["batch"]]
+        return cls(**data)
+
+
+# MIGRATORS[n] upgrades a version-n snapshot to version n + 1.
+MIGRATORS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def migrate(snapshot: dict[str, Any]) -> dict[str, Any]:
+    version = snapshot.get("schema_version")
+    if not isinstance(version, int) or version < 1:
+        raise SnapshotError(f"snapshot has no valid schema_version: {version!r}")
+    if version > SCHEMA_VERSION:
+        raise SnapshotError(f"snapshot schema_version {version} is newer than this code ({SCHEMA_VERSION})")
+    while version < SCHEMA_VERSION:
+        if version not in MIGRATORS:
+            raise SnapshotError(f"no migrator from schema_version {version}")
+        snapshot = MIGRATORS[version](snapshot)
+        version += 1
+        snapshot["schema_version"] = version
+    return snapshot

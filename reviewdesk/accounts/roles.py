@@ -1,0 +1,18 @@
+"""Who may do what. Groups carry roles; staff are admins."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+REVIEWERS = "reviewers"
+SUBMITTERS = "submitters"
+
+
+def is_reviewer(user: AbstractBaseUser | AnonymousUser | None) -> bool:
+    if user is None or not user.is_authenticated or not user.is_active:
+        return False
+    return user.groups.filter(name=REVIEWERS).exists()
+
+
+def is_admin(user: AbstractBaseUser | AnonymousUser | None) -> bool:
+    return bool(user and user.is_authenticated and user.is_active and user.is_staff)

@@ -1,0 +1,69 @@
+"""Idempotency-Key for POSTs (IETF draft): replay, 422 on a different body, 409 in flight."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+from django.db import IntegrityError, transaction
+from rest_framework.exceptions import APIException
+from rest_framework.response import Response
+
+from reviewdesk.api.errors import problem, problem_exception_handler
+from reviewdesk.api.models import IdempotencyRecord
+from reviewdesk.errors import DeskError
+
+HEADER = "Idempotency-Key"
+
+
+def idempotent(request, handler: Callable[[], Response]) -> Response:
+    key = request.headers.get(HEADER)
+    if key is None:
+        return handler()
+    if not key or len(key) > 200:
+        return problem(
+            400, "Malformed request", f"{HEADER} must be 1 to 200 characters", code="bad_idempotency_key"
+        )
+    fingerprint = hashlib.sha256(
+        request.method.encode() + b" " + request.path.encode() + b"\n" + request.body
+    ).hexdigest()
+    try:
+        with transaction.atomic():
+            record, created = IdempotencyRecord.objects.get_or_create(
+                user=request.user, key=key, defaults={"request_sha256": fingerprint}
+            )
+    except IntegrityError:  # a concurrent first use won the insert
+        record, created = IdempotencyRecord.objects.get(user=request.user, key=key), False
+    if not created:
+        if record.request_sha256 != fingerprint:
+            return problem(
+                422,
+                "Invalid input",
+                f"this {HEADER} was used with a different request",
+                code="idempotency_key_reused",
+            )
+        if record.state == IdempotencyRecord.State.IN_FLIGHT:
+            return problem(
+                409, "Conflict", f"a request with this {HEADER} is still in progress", code="in_flight"
+            )
+        replay = Response(record.response_body, status=record.response_status)
+        replay["Idempotent-Replayed"] = "true"
+        if record.response_status >= 400:
+            replay.content_type = "application/problem+json"
+        return replay
+    try:
+        response = handler()
+    except (DeskError, APIException) as exc:
+        response = problem_exception_handler(exc, {})
+    except Exception:
+        record.delete()  # nothing was committed for it: let the client retry
+        raise
+    if response.status_code >= 500:
+        record.delete()
+    else:
+        IdempotencyRecord.objects.filter(pk=record.pk).update(
+            state=IdempotencyRecord.State.DONE,
+            response_status=response.status_code,
+            response_body=response.data,
+        )
+    return response

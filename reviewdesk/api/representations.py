@@ -1,0 +1,68 @@
+"""How runs and approvals look in the API (the contract's field names)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reviewdesk.events.builders import _iso, approval_data, decision_data
+from reviewdesk.runs.models import Run
+
+
+def run_summary(run: Run) -> dict[str, Any]:
+    return {
+        "id": str(run.id),
+        "agent": run.agent,
+        "status": run.status,
+        "input": run.input,
+        "output": run.output,
+        "error": run.error,
+        "error_kind": run.error_kind or None,
+        "submitted_by": run.submitted_by.username,
+        "reviewers": run.reviewers,
+        "approval_ttl_seconds": run.approval_ttl_seconds,
+        "metadata": run.metadata,
+        "revision": run.revision,
+        "created_at": _iso(run.created_at),
+        "updated_at": _iso(run.updated_at),
+    }
+
+
+def run_detail(run: Run) -> dict[str, Any]:
+    latest = run.checkpoints.order_by("-number").first()
+    return {
+        **run_summary(run),
+        "model": run.model,
+        "checkpoint_id": str(latest.id) if latest else None,
+        "approvals": [
+            approval_data(a) for a in run.approvals.select_related("decision", "decision__reviewer")
+        ],
+        "messages": [m.body for m in run.messages.order_by("position")],
+        "side_effects": [
+            {
+                "idempotency_key": e.idempotency_key,
+                "tool_call_id": e.tool_call_id,
+                "tool": e.tool,
+                "status": e.status,
+                "result": e.result,
+                "external_ref": e.external_ref or None,
+                "decision": str(e.decision_id) if e.decision_id else None,
+                "created_at": _iso(e.created_at),
+                "updated_at": _iso(e.updated_at),
+            }
+            for e in run.side_effects.all()
+        ],
+        "attempts": [
+            {
+                "number": a.number,
+                "status": a.status,
+                "lease_epoch": a.lease_epoch,
+                "worker": a.worker,
+                "started_at": _iso(a.started_at),
+                "ended_at": _iso(a.ended_at),
+            }
+            for a in run.attempts.all()
+        ],
+    }
+
+
+__all__ = ["approval_data", "decision_data", "run_detail", "run_summary"]

@@ -1,0 +1,19 @@
+"""Small database helpers shared by the apps."""
+
+from __future__ import annotations
+
+import zlib
+
+from django.db import connection
+
+
+def serialize_writers(name: str) -> None:
+    """Hold a transaction-scoped lock named `name` until commit.
+
+    Used where rows must be committed in id order (desk event sequence, audit
+    hash chain). On PostgreSQL this is an advisory lock; SQLite in IMMEDIATE
+    mode already serialises every writing transaction.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [zlib.crc32(name.encode())])

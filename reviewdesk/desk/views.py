@@ -1,0 +1,106 @@
+"""Server-rendered pages. Each view: check who asks, fetch, call one service, render."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods
+
+from agents.canonical import canonical_json
+from reviewdesk.accounts.roles import is_admin, is_reviewer
+from reviewdesk.approvals.selectors import approval_get_for_reviewer, approvals_pending_for, user_may_decide
+from reviewdesk.approvals.services import approval_decide
+from reviewdesk.audit.models import AuditEvent
+from reviewdesk.audit.services import audit_verify
+from reviewdesk.errors import DeskError, NotFound
+from reviewdesk.events.builders import approval_data
+from reviewdesk.events.services import latest_seq
+from reviewdesk.runs.selectors import run_get_for_user, runs_visible_to
+
+
+def _require_reviewer(request: HttpRequest) -> None:
+    if not (is_reviewer(request.user) or is_admin(request.user)):
+        raise PermissionDenied("the desk is for reviewers")
+
+
+@login_required
+def desk(request: HttpRequest) -> HttpResponse:
+    _require_reviewer(request)
+    approvals = [approval_data(a) for a in approvals_pending_for(request.user)]
+    return render(request, "desk/desk.html", {"approvals": approvals, "seq": latest_seq()})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def approval_page(request: HttpRequest, approval_id) -> HttpResponse:
+    _require_reviewer(request)
+    try:
+        approval = approval_get_for_reviewer(approval_id=approval_id, user=request.user)
+    except NotFound:
+        raise Http404("no such approval") from None
+    if request.method == "POST":
+        try:
+            approval_decide(
+                approval_id=approval.id,
+                reviewer=request.user,
+                verdict=request.POST.get("verdict", ""),
+                reason=request.POST.get("reason", "").strip(),
+                checkpoint_id=request.POST.get("checkpoint_id", ""),
+            )
+        except DeskError as exc:
+            messages.error(request, f"Not decided: {exc.detail}")
+            return redirect("approval", approval_id=approval.id)
+        messages.success(
+            request, f"{request.POST['verdict'].capitalize()}d {approval.tool} for run {approval.run_id}."
+        )
+        return redirect(request.POST.get("next") or "desk")
+    data = approval_data(approval)
+    return render(
+        request,
+        "desk/approval.html",
+        {
+            "approval": data,
+            "canonical_arguments": canonical_json(approval.arguments).decode(),
+            "may_decide": approval.status == "pending" and user_may_decide(request.user, approval.run),
+        },
+    )
+
+
+@login_required
+def run_list(request: HttpRequest) -> HttpResponse:
+    return render(request, "desk/runs.html", {"runs": runs_visible_to(request.user)[:200]})
+
+
+@login_required
+def run_page(request: HttpRequest, run_id) -> HttpResponse:
+    try:
+        run = run_get_for_user(run_id=run_id, user=request.user)
+    except NotFound:
+        raise Http404("no such run") from None
+    return render(
+        request,
+        "desk/run.html",
+        {
+            "run": run,
+            "messages_log": run.messages.order_by("position"),
+            "approvals": run.approvals.select_related("decision", "decision__reviewer"),
+            "side_effects": run.side_effects.all(),
+            "attempts": run.attempts.all(),
+        },
+    )
+
+
+@login_required
+def audit_page(request: HttpRequest) -> HttpResponse:
+    if not is_admin(request.user):
+        raise PermissionDenied("the audit trail is for admins")
+    intact, first_bad = audit_verify()
+    events = AuditEvent.objects.select_related("actor").order_by("-id")[:500]
+    return render(request, "desk/audit.html", {"events": events, "intact": intact, "first_bad": first_bad})
+
+
+def api_docs(request: HttpRequest) -> HttpResponse:
+    return render(request, "desk/api_docs.html")

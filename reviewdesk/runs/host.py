@@ -1,0 +1,205 @@
+"""What the turn loop needs, implemented on the database for one attempt of one run.
+
+Every write is fenced: it happens in a transaction that first locks the run
+row and checks that this attempt's lease epoch and the run's cancel epoch are
+still current. A worker that lost its lease (it stalled, or the run was
+cancelled) gets `LeaseLost` instead of writing.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from agents.canonical import sha256_hex
+from agents.gate import ApprovalGate, CallBinding, LedgerEntry, SignedDecision
+from agents.loop import DecisionState, Rejected
+from agents.state import AgentState, CallState
+from agents.tools import ToolContext
+from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus, Decision
+from reviewdesk.approvals.selectors import reviewer_may_decide_run
+from reviewdesk.approvals.signing import FileKeyring
+from reviewdesk.audit.services import audit_record
+from reviewdesk.demo.world import DjangoDemoWorld
+from reviewdesk.events.builders import approval_data
+from reviewdesk.events.services import event_emit
+from reviewdesk.runs.models import Attempt, Message, Run, RunStatus, SideEffect
+from reviewdesk.runs.selectors import run_audience
+from reviewdesk.runs.stores import DatabaseCheckpointStore
+
+logger = logging.getLogger(__name__)
+
+
+class LeaseLost(Exception):
+    """This attempt no longer owns the run; its write was rejected."""
+
+
+class DatabaseHost:
+    def __init__(self, *, run: Run, attempt: Attempt) -> None:
+        self.run = run
+        self.attempt = attempt
+        self.run_id = str(run.id)
+        self.run_input = run.input
+        self.checkpoints = DatabaseCheckpointStore(attempt_id=attempt.id)
+        self.ledger = DatabaseLedger(host=self)
+        self.gate = ApprovalGate(
+            keyring=FileKeyring(), ledger=self.ledger, reviewer_allowed=reviewer_may_decide_run
+        )
+
+    def fenced_run(self) -> Run:
+        """Lock the run row and check this attempt still owns it. Call inside atomic()."""
+        run = Run.objects.select_for_update().get(pk=self.run.pk)
+        if (
+            run.status != RunStatus.RUNNING
+            or run.lease_epoch != self.attempt.lease_epoch
+            or run.cancel_epoch != self.run.cancel_epoch
+        ):
+            raise LeaseLost(
+                f"attempt {self.attempt.number} of run {run.id} lost its lease "
+                f"(status {run.status}, lease epoch {run.lease_epoch} vs {self.attempt.lease_epoch})"
+            )
+        return run
+
+    # --- the loop's interface -------------------------------------------------
+    def load(self) -> AgentState | None:
+        checkpoint = self.checkpoints.latest(self.run_id)
+        return AgentState.from_snapshot(checkpoint.snapshot) if checkpoint else None
+
+    def messages(self, count: int) -> list[dict[str, Any]]:
+        rows = Message.objects.filter(run_id=self.run.pk, position__lt=count).order_by("position")
+        return [row.body for row in rows]
+
+    def commit_step(
+        self,
+        *,
+        checkpoint_id: str,
+        state: AgentState,
+        new_messages: list[dict[str, Any]],
+        raise_approvals: list[CallState],
+    ) -> None:
+        with transaction.atomic():
+            run = self.fenced_run()
+            start = state.message_count - len(new_messages)
+            Message.objects.bulk_create(
+                Message(run=run, position=start + i, role=m["role"], body=m)
+                for i, m in enumerate(new_messages)
+            )
+            checkpoint = self.checkpoints.put(self.run_id, state.to_snapshot(), checkpoint_id=checkpoint_id)
+            for call in raise_approvals:
+                self._raise_approval(run, checkpoint.id, call)
+
+    def decision_for(self, call: CallState) -> DecisionState:
+        approval = (
+            ApprovalRequest.objects.filter(run_id=self.run.pk, tool_call_id=call.id)
+            .select_related("decision")
+            .first()
+        )
+        if approval is None or approval.status == ApprovalStatus.PENDING:
+            return None
+        if approval.status in (ApprovalStatus.EXPIRED, ApprovalStatus.CANCELLED):
+            return Rejected(f"the approval request was {approval.status} before anyone decided")
+        decision = approval.decision
+        if approval.status == ApprovalStatus.REJECTED:
+            return Rejected(decision.reason or "no reason given")
+        return SignedDecision(
+            decision_id=str(decision.id),
+            verdict=decision.verdict,
+            arguments=decision.arguments,
+            payload=decision.payload,
+            signature=decision.signature,
+            key_id=decision.key_id,
+        )
+
+    def tool_context(self, call: CallState) -> ToolContext:
+        return ToolContext(
+            run_id=self.run_id,
+            tool_call_id=call.id,
+            idempotency_key=CallBinding(self.run_id, None, call.id, call.name).idempotency_key,
+            workdir=settings.DESK_RUNS_DIR / self.run_id,
+            world=DjangoDemoWorld(),
+        )
+
+    # --- helpers -----------------------------------------------------------------
+    def _raise_approval(self, run: Run, checkpoint_id: str, call: CallState) -> None:
+        approval = ApprovalRequest.objects.create(
+            run=run,
+            attempt=self.attempt,
+            checkpoint_id=checkpoint_id,
+            tool_call_id=call.id,
+            tool=call.name,
+            arguments=call.arguments,
+            arguments_sha256=sha256_hex(call.arguments),
+            reason=f"{call.name} needs a reviewer's approval under its policy",
+            assignees=list(run.reviewers),
+            expires_at=timezone.now() + timedelta(seconds=run.approval_ttl_seconds),
+        )
+        audit_record(
+            actor=None,
+            action="approval.requested",
+            subject_type="approval",
+            subject_id=approval.id,
+            data={"run": self.run_id, "tool": call.name, "arguments_sha256": approval.arguments_sha256},
+        )
+        event_emit(
+            type="approval.created",
+            data=approval_data(approval),
+            run_id=run.pk,
+            audience=run_audience(run),
+        )
+
+
+class DatabaseLedger:
+    """The side-effect ledger on SideEffect rows; every write is fenced by the host."""
+
+    def __init__(self, *, host: DatabaseHost) -> None:
+        self.host = host
+
+    @contextmanager
+    def atomic(self):
+        with transaction.atomic():
+            self.host.fenced_run()
+            yield
+
+    def entry(self, key: str) -> LedgerEntry | None:
+        row = SideEffect.objects.filter(idempotency_key=key).first()
+        return LedgerEntry(key=key, status=row.status, result=row.result) if row else None
+
+    def consume(self, decision_id: str) -> bool:
+        return (
+            Decision.objects.filter(pk=decision_id, consumed_at__isnull=True).update(
+                consumed_at=timezone.now()
+            )
+            == 1
+        )
+
+    def record(
+        self, key: str, *, binding: CallBinding, status: str, decision_id: str | None, result: Any = None
+    ) -> None:
+        SideEffect.objects.create(
+            run_id=binding.run_id,
+            idempotency_key=key,
+            tool_call_id=binding.tool_call_id,
+            tool=binding.tool,
+            status=status,
+            decision_id=decision_id,
+            result=result,
+        )
+
+    def confirm(self, key: str, *, result: Any) -> None:
+        # Not fenced: the effect has happened, and recording that is true whoever owns the run now.
+        with transaction.atomic():
+            SideEffect.objects.filter(idempotency_key=key, status="pending").update(
+                status="confirmed", result=result, updated_at=timezone.now()
+            )
+
+    def mark_unknown(self, key: str) -> None:
+        with self.atomic():
+            SideEffect.objects.filter(idempotency_key=key, status="pending").update(
+                status="unknown", updated_at=timezone.now()
+            )

@@ -1,0 +1,139 @@
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    INPUT_REQUIRED = "input_required"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+ENDED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class Run(models.Model):
+    """One submitted task. The database row is the source of truth for its status."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent = models.CharField(max_length=100)
+    input = models.TextField()
+    model = models.JSONField()
+    reviewers = models.JSONField(default=list, blank=True)  # usernames; empty: any reviewer
+    approval_ttl_seconds = models.PositiveIntegerField()
+    metadata = models.JSONField(default=dict, blank=True)
+    submitted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="runs")
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    output = models.TextField(null=True, blank=True)
+    error = models.TextField(null=True, blank=True)
+    error_kind = models.CharField(max_length=20, blank=True)
+    cancel_epoch = models.PositiveIntegerField(default=0)
+    lease_epoch = models.PositiveIntegerField(default=0)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    revision = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(status__in=RunStatus.values), name="run_status_valid"),
+        ]
+        indexes = [models.Index(fields=["status", "updated_at"])]
+
+    def __str__(self) -> str:
+        return f"run {self.id} ({self.agent}, {self.status})"
+
+
+class Attempt(models.Model):
+    """One execution of a run by a worker, holding the lease `lease_epoch`."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        RELEASED = "released"  # stopped at an interrupt or the end
+        FAILED = "failed"
+        LOST = "lost"  # lease expired under it
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    lease_epoch = models.PositiveIntegerField()
+    worker = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.RUNNING)
+    started_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["run", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "number"], name="attempt_number_unique"),
+            models.CheckConstraint(
+                condition=models.Q(status__in=["running", "released", "failed", "lost"]),
+                name="attempt_status_valid",
+            ),
+        ]
+
+
+class Message(models.Model):
+    """The run's append-only conversation log; checkpoints say how many rows they cover."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="messages")
+    position = models.PositiveIntegerField()
+    role = models.CharField(max_length=20)
+    body = models.JSONField()  # the whole chat message as sent to the model
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "position"]
+        constraints = [models.UniqueConstraint(fields=["run", "position"], name="message_position_unique")]
+
+
+class Checkpoint(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    attempt = models.ForeignKey(Attempt, on_delete=models.SET_NULL, null=True, blank=True)
+    number = models.PositiveIntegerField()  # 1, 2, … within the run, in commit order
+    schema_version = models.PositiveIntegerField()
+    message_count = models.PositiveIntegerField()
+    snapshot = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "number"]
+        constraints = [models.UniqueConstraint(fields=["run", "number"], name="checkpoint_number_unique")]
+
+
+class SideEffect(models.Model):
+    """The ledger: one row per world-changing tool call, keyed by run and call."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        CONFIRMED = "confirmed"
+        UNKNOWN = "unknown"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="side_effects")
+    idempotency_key = models.CharField(max_length=200, unique=True)
+    tool_call_id = models.CharField(max_length=200)
+    tool = models.CharField(max_length=100)
+    status = models.CharField(max_length=20, choices=Status.choices)
+    decision = models.ForeignKey("approvals.Decision", on_delete=models.PROTECT, null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    external_ref = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["run", "created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(status__in=["pending", "confirmed", "unknown"]),
+                name="side_effect_status_valid",
+            ),
+        ]

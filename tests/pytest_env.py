@@ -1,0 +1,17 @@
+"""Loaded with `-p tests.pytest_env` (see pyproject), before Django reads its settings.
+
+It points the suite at its own var/ directory, Celery queue and channel-layer
+prefix, so a test never touches a developer's data and a test worker never
+consumes a `make run` worker's tasks (or the other way round).
+"""
+
+import os
+import tempfile
+
+if "DESK_VAR_DIR" not in os.environ:
+    os.environ["DESK_VAR_DIR"] = tempfile.mkdtemp(prefix="rd-test-")
+_tag = f"t{os.getpid()}"
+os.environ.setdefault("DESK_CELERY_QUEUE", f"reviewdesk-{_tag}")
+os.environ.setdefault("DESK_CHANNEL_PREFIX", f"rd{_tag}")
+os.environ.setdefault("DESK_WS_HEARTBEAT_SECONDS", "2")
+os.environ.setdefault("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")

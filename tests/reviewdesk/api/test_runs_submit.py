@@ -1,0 +1,143 @@
+"""POST /api/v1/runs: what a client sends, what it gets back, what it never changes."""
+
+from __future__ import annotations
+
+import pytest
+
+from reviewdesk.audit.models import AuditEvent
+from reviewdesk.runs.models import Run
+from tests.conftest import SEND_EMAIL_SCRIPT
+
+pytestmark = pytest.mark.django_db
+
+VALID = {
+    "agent": "demo",
+    "input": "Tell Ada her refund is on its way.",
+    "model": {"provider": "scripted", "script": SEND_EMAIL_SCRIPT},
+}
+
+
+def submit(client, body, **headers):
+    return client.post("/api/v1/runs", body, format="json", **headers)
+
+
+def test_it_creates_a_queued_run_and_enqueues_it_after_commit(
+    personas, api_as, task_queue, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = submit(api_as(personas.carol, "submit"), VALID)
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["status"] == "queued"
+    assert body["agent"] == "demo"
+    assert response["Location"] == f"/api/v1/runs/{body['id']}"
+    run = Run.objects.get(pk=body["id"])
+    assert run.submitted_by == personas.carol
+    assert task_queue.length() == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({**VALID, "agent": "nope"}, "agent"),
+        (
+            {**VALID, "model": {"provider": "scripted", "script": [{"tool_calls": [{"name": "rm_rf"}]}]}},
+            "model",
+        ),
+        ({**VALID, "model": {"provider": "mystery"}}, "model"),
+        ({**VALID, "reviewers": ["olivia"]}, "reviewers"),
+        ({**VALID, "reviewers": ["carol"]}, "reviewers"),
+        ({**VALID, "approval_ttl_seconds": 0}, "approval_ttl_seconds"),
+        ({**VALID, "surprise": 1}, "surprise"),
+        ({"agent": "demo"}, "input"),
+    ],
+    ids=[
+        "unknown agent",
+        "unknown tool",
+        "unknown provider",
+        "non-reviewer reviewer",
+        "self review",
+        "ttl",
+        "unknown field",
+        "no input",
+    ],
+)
+def test_it_refuses_bad_input_with_422_and_changes_nothing(
+    personas, api_as, task_queue, django_capture_on_commit_callbacks, body, field
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = submit(api_as(personas.carol, "submit"), body)
+    assert response.status_code == 422
+    assert response["Content-Type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["status"] == 422 and problem["title"]
+    assert field in problem["errors"]
+    assert Run.objects.count() == 0
+    assert AuditEvent.objects.count() == 0
+    assert task_queue.length() == 0
+
+
+def test_it_refuses_malformed_json_with_400(personas, api_as, task_queue):
+    response = api_as(personas.carol, "submit").post(
+        "/api/v1/runs", data=b'{"agent": "demo",', content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert response["Content-Type"] == "application/problem+json"
+    assert Run.objects.count() == 0
+    assert task_queue.length() == 0
+
+
+def test_it_requires_a_token_or_session(personas):
+    from rest_framework.test import APIClient
+
+    response = APIClient().post("/api/v1/runs", VALID, format="json")
+    assert response.status_code == 401
+    assert response.json()["title"] == "Not authenticated"
+
+
+def test_it_refuses_a_token_without_the_submit_scope(personas, api_as):
+    response = submit(api_as(personas.carol, "review"), VALID)
+    assert response.status_code == 403
+    assert Run.objects.count() == 0
+
+
+def test_it_refuses_a_revoked_or_unknown_token(personas):
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION="Bearer rd_not-a-real-token")
+    assert submit(client, VALID).status_code == 401
+
+
+def test_an_idempotency_key_replays_the_first_response_and_creates_one_run(personas, api_as):
+    client = api_as(personas.carol, "submit")
+    first = submit(client, VALID, HTTP_IDEMPOTENCY_KEY="k-1")
+    again = submit(client, VALID, HTTP_IDEMPOTENCY_KEY="k-1")
+    assert first.status_code == again.status_code == 201
+    assert again.json()["id"] == first.json()["id"]
+    assert again["Idempotent-Replayed"] == "true"
+    assert Run.objects.count() == 1
+
+
+def test_an_idempotency_key_reused_with_another_body_is_422(personas, api_as):
+    client = api_as(personas.carol, "submit")
+    submit(client, VALID, HTTP_IDEMPOTENCY_KEY="k-2")
+    response = submit(client, {**VALID, "input": "something else"}, HTTP_IDEMPOTENCY_KEY="k-2")
+    assert response.status_code == 422
+    assert response.json()["code"] == "idempotency_key_reused"
+    assert Run.objects.count() == 1
+
+
+def test_idempotency_keys_are_scoped_to_the_client(personas, api_as):
+    submit(api_as(personas.carol, "submit"), VALID, HTTP_IDEMPOTENCY_KEY="shared")
+    response = submit(api_as(personas.alice, "submit"), VALID, HTTP_IDEMPOTENCY_KEY="shared")
+    assert response.status_code == 201
+    assert Run.objects.count() == 2
+
+
+def test_an_outsider_cannot_see_someone_elses_run(personas, api_as):
+    run_id = submit(api_as(personas.carol, "submit"), VALID).json()["id"]
+    outsider = api_as(personas.olivia, "submit")
+    assert outsider.get(f"/api/v1/runs/{run_id}").status_code == 404
+    assert outsider.get("/api/v1/runs").json()["results"] == []
+    assert api_as(personas.alice, "review").get(f"/api/v1/runs/{run_id}").status_code == 200

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import pytest
+
+from reviewdesk.approvals.models import ApprovalRequest
+from reviewdesk.runs.models import Run, RunStatus
+from reviewdesk.runs.services import run_execute, run_submit
+from tests.conftest import SEND_EMAIL_SCRIPT
+
+
+@pytest.fixture
+def interrupted_run(personas):
+    """A run by carol, advanced in-process until send_email waits for approval.
+
+    The task body runs in this process: these tests are about the services
+    and the API, and `tests/e2e` covers the same path through a real worker.
+    """
+
+    def make(script=SEND_EMAIL_SCRIPT, **fields) -> tuple[Run, ApprovalRequest]:
+        run = run_submit(
+            submitter=personas.carol,
+            agent="demo",
+            input="Tell Ada her refund is on its way.",
+            model={"provider": "scripted", "script": script},
+            **fields,
+        )
+        run_execute(run_id=run.id, worker="in-process")
+        run.refresh_from_db()
+        assert run.status == RunStatus.INPUT_REQUIRED, run.error
+        return run, run.approvals.get(status="pending")
+
+    return make

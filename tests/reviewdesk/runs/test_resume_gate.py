@@ -1,0 +1,133 @@
+"""Resuming a run: the tool verifies the stored, signed decision before it acts."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from reviewdesk.approvals.models import Decision
+from reviewdesk.approvals.services import approval_decide
+from reviewdesk.audit.models import AuditEvent
+from reviewdesk.audit.services import audit_verify
+from reviewdesk.runs.models import RunStatus, SideEffect
+from reviewdesk.runs.services import run_execute
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def outbox(mailoutbox):
+    """In-process, Django's test runner holds mail in memory (tests/e2e reads the worker's file outbox)."""
+    return mailoutbox
+
+
+@pytest.fixture
+def approved_run(interrupted_run, personas):
+    run, approval = interrupted_run()
+    decision = approval_decide(
+        approval_id=approval.id,
+        reviewer=personas.alice,
+        verdict="approve",
+        checkpoint_id=str(approval.checkpoint_id),
+    )
+    return run, approval, decision
+
+
+def test_an_approved_call_runs_once_and_the_run_succeeds(approved_run, outbox):
+    run, _, decision = approved_run
+    sent_before = len(outbox)
+    run_execute(run_id=run.id, worker="in-process")
+    run.refresh_from_db()
+    decision.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.output == "Emailed Ada."
+    assert decision.consumed_at is not None
+    effects = SideEffect.objects.filter(run=run)
+    assert [(e.tool, e.status) for e in effects] == [("send_email", "confirmed")]
+    assert len(outbox) == sent_before + 1
+    assert outbox[-1].to == ["ada@example.com"]
+
+
+def test_a_duplicate_resume_does_nothing(approved_run, outbox):
+    run, _, _ = approved_run
+    run_execute(run_id=run.id, worker="first")
+    sent = len(outbox)
+    assert run_execute(run_id=run.id, worker="duplicate") is None
+    assert len(outbox) == sent
+    assert SideEffect.objects.filter(run=run).count() == 1
+
+
+def _tamper_arguments(decision: Decision) -> None:
+    decision.arguments = {**decision.arguments, "to": "mallory@example.com"}
+
+
+def _tamper_payload(field: str, value: str):
+    def tamper(decision: Decision) -> None:
+        decision.payload = {**decision.payload, field: value}
+
+    return tamper
+
+
+def _tamper_signature(decision: Decision) -> None:
+    raw = bytearray(base64.b64decode(decision.signature))
+    raw[0] ^= 0xFF
+    decision.signature = base64.b64encode(bytes(raw)).decode()
+
+
+def _tamper_key_id(decision: Decision) -> None:
+    decision.key_id = "ed25519:0000000000000000"
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        _tamper_arguments,
+        _tamper_payload("run_id", "00000000-0000-0000-0000-000000000000"),
+        _tamper_payload("checkpoint_id", "00000000-0000-0000-0000-000000000000"),
+        _tamper_payload("arguments_sha256", "0" * 64),
+        _tamper_signature,
+        _tamper_key_id,
+    ],
+    ids=["arguments", "run", "checkpoint", "argument hash", "signature", "key id"],
+)
+def test_a_tampered_decision_is_refused_by_the_tool_and_audited(approved_run, tamper, outbox):
+    run, _, decision = approved_run
+    tamper(decision)
+    decision.save()
+    sent_before = len(outbox)
+
+    run_execute(run_id=run.id, worker="in-process")
+
+    run.refresh_from_db()
+    decision.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert run.error_kind == "approval"
+    assert run.error.startswith("decision refused")
+    assert len(outbox) == sent_before
+    assert not SideEffect.objects.filter(run=run).exists()
+    assert decision.consumed_at is None
+    refusal = AuditEvent.objects.get(action="decision.refused", subject_id=str(run.id))
+    assert refusal.data["tool_call_id"] == decision.request.tool_call_id
+    assert audit_verify() == (True, None)
+
+
+def test_a_consumed_decision_cannot_be_replayed(approved_run, outbox):
+    run, _, decision = approved_run
+    Decision.objects.filter(pk=decision.pk).update(consumed_at=decision.decided_at)
+    sent_before = len(outbox)
+    run_execute(run_id=run.id, worker="in-process")
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert "already been used" in run.error
+    assert len(outbox) == sent_before
+    assert AuditEvent.objects.filter(action="decision.refused").count() == 1
+
+
+def test_a_reviewer_removed_from_the_group_no_longer_authorises(approved_run, personas, outbox):
+    run, _, _ = approved_run
+    personas.alice.groups.clear()
+    run_execute(run_id=run.id, worker="in-process")
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert "no longer allowed" in run.error

@@ -182,7 +182,7 @@ def test_malformed_json_is_400(interrupted_run, personas, api_as, task_queue):
 
 
 def test_the_pending_list_shows_the_contract_fields(interrupted_run, personas, api_as):
-    run, approval = interrupted_run()
+    _, approval = interrupted_run()
     results = api_as(personas.alice, "review").get("/api/v1/approvals?status=pending").json()["results"]
     assert [a["id"] for a in results] == [str(approval.id)]
     item = results[0]

@@ -1,0 +1,200 @@
+"""Real processes for end-to-end tests: daphne serving the ASGI app and a Celery
+worker consuming from Redis, both on the test database. Nothing is faked but
+the model's judgement (the scripted provider)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.test import Client
+
+from reviewdesk.approvals.signing import ensure_keys
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_database_url() -> str:
+    """The URL of the database pytest-django created, for the child processes."""
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{db['NAME']}"
+    auth = quote(db["USER"] or "")
+    if db.get("PASSWORD"):
+        auth += ":" + quote(db["PASSWORD"])
+    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def wait_until(predicate, *, timeout: float, what: str, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = predicate()
+        if result:
+            return result
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@dataclass
+class Process:
+    name: str
+    command: list[str]
+    log: Path
+    env: dict[str, str]
+    popen: subprocess.Popen | None = None
+
+    def start(self) -> Process:
+        handle = self.log.open("ab")
+        self.popen = subprocess.Popen(
+            self.command,
+            cwd=REPO,
+            env=self.env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        return self
+
+    def stop(self) -> None:
+        if self.popen and self.popen.poll() is None:
+            os.killpg(self.popen.pid, 15)
+            try:
+                self.popen.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.popen.pid, 9)
+                self.popen.wait()
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+@dataclass
+class Stack:
+    url: str
+    processes: dict[str, Process] = field(default_factory=dict)
+
+    @property
+    def ws_url(self) -> str:
+        return self.url.replace("http://", "ws://") + "/ws/desk/"
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name} ---\n{p.log_text()[-4000:]}" for p in self.processes.values())
+
+
+@pytest.fixture(scope="session")
+def live_stack(django_db_setup, django_db_blocker, redis_server, tmp_path_factory):
+    ensure_keys()  # web and worker share DESK_VAR_DIR: the worker reads only the public keyring
+    logs = tmp_path_factory.mktemp("logs")
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONUNBUFFERED": "1"}
+    python = sys.executable
+    stack = Stack(url=f"http://127.0.0.1:{port}")
+    web = Process(
+        "web",
+        [python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "reviewdesk.asgi:application"],
+        logs / "web.log",
+        env,
+    )
+    worker = Process(
+        "worker",
+        [
+            python,
+            "-m",
+            "celery",
+            "-A",
+            "reviewdesk",
+            "worker",
+            "-l",
+            "INFO",
+            "-c",
+            "2",
+            "--without-gossip",
+            "--without-mingle",
+            "-n",
+            f"e2e-{port}@%h",
+        ],
+        logs / "worker.log",
+        env,
+    )
+    stack.processes = {"web": web.start(), "worker": worker.start()}
+    try:
+        wait_until(lambda: _http_ok(stack.url + "/accounts/login/"), timeout=30, what="daphne")
+        wait_until(lambda: " ready." in worker.log_text(), timeout=30, what="the celery worker")
+    except AssertionError:
+        for process in stack.processes.values():
+            process.stop()
+        raise AssertionError("the stack did not start:\n" + stack.logs()) from None
+    yield stack
+    for process in stack.processes.values():
+        process.stop()
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def http(method: str, url: str, *, token: str | None = None, body=None, headers=None) -> tuple[int, dict]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method)
+    request.add_header("Content-Type", "application/json")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    for name, value in (headers or {}).items():
+        request.add_header(name, value)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"null")
+
+
+def session_cookie(user) -> str:
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}"
+
+
+def outbox_for(run_id: str) -> list[str]:
+    """Emails the worker wrote to the file outbox for this run (Message-ID carries the run id)."""
+    path = Path(settings.EMAIL_FILE_PATH)
+    if not path.exists():
+        return []
+    return [text for f in sorted(path.iterdir()) if run_id in (text := f.read_text(errors="replace"))]
+
+
+_TIMINGS: list[str] = []
+
+
+@pytest.fixture
+def report_timing():
+    """Record a measured figure; printed at the end of the run (see the closing note)."""
+    return _TIMINGS.append
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _TIMINGS:
+        terminalreporter.section("review desk: measured end to end")
+        for line in _TIMINGS:
+            terminalreporter.write_line(line)

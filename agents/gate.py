@@ -143,6 +143,8 @@ class ApprovalGate:
             not_after = datetime.fromisoformat(payload["not_after"])
         except (KeyError, TypeError, ValueError):
             raise DecisionRefused("decision has no valid not_after") from None
+        if not_after.tzinfo is None:  # comparing it with an aware now() would raise TypeError
+            raise DecisionRefused("decision has no valid not_after (no time zone)")
         if self.now() >= not_after:
             raise DecisionRefused("decision has expired")
         if not self.reviewer_allowed(str(payload.get("reviewer")), binding.run_id):

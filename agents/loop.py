@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from agents.canonical import canonical_json
 from agents.gate import ApprovalGate, CallBinding, DecisionRefused, EffectUnknown, SignedDecision
 from agents.providers import ModelProvider, ProviderError, ToolCall
 from agents.registry import Agent
@@ -179,6 +180,10 @@ def _prepare(agent: Agent, call: ToolCall) -> CallState:
         arguments = json.loads(call.arguments or "{}")
     except json.JSONDecodeError as exc:
         return _invalid(call, None, f"arguments are not valid JSON: {exc}")
+    try:
+        canonical_json(arguments)  # approvals hash and sign exactly these bytes
+    except ValueError as exc:  # 1e400 (inf), integers beyond 2**53, lone surrogates
+        return _invalid(call, None, f"arguments are not representable as canonical JSON (RFC 8785): {exc}")
     errors = tool.validation_errors(arguments)
     if errors:
         return _invalid(call, arguments, "invalid arguments: " + "; ".join(errors))

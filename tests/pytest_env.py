@@ -5,11 +5,16 @@ prefix, so a test never touches a developer's data and a test worker never
 consumes a `make run` worker's tasks (or the other way round).
 """
 
+import atexit
 import os
+import shutil
 import tempfile
 
 if "DESK_VAR_DIR" not in os.environ:
     os.environ["DESK_VAR_DIR"] = tempfile.mkdtemp(prefix="rd-test-")
+    # Set DESK_KEEP_TEST_VAR=1 to keep logs, outbox and screenshots for a look afterwards.
+    if not os.environ.get("DESK_KEEP_TEST_VAR"):
+        atexit.register(shutil.rmtree, os.environ["DESK_VAR_DIR"], ignore_errors=True)
 _tag = f"t{os.getpid()}"
 os.environ.setdefault("DESK_CELERY_QUEUE", f"reviewdesk-{_tag}")
 os.environ.setdefault("DESK_CHANNEL_PREFIX", f"rd{_tag}")

@@ -116,7 +116,7 @@ def test_a_repeated_submit_with_the_same_key_runs_once(live_stack, personas):
     assert first[0] == again[0] == 201 and first[1]["id"] == again[1]["id"]
 
     def finished():
-        status, run = http("GET", f"{live_stack.url}/api/v1/runs/{first[1]['id']}", token=carol)
+        _, run = http("GET", f"{live_stack.url}/api/v1/runs/{first[1]['id']}", token=carol)
         return run if run["status"] in ("succeeded", "failed") else None
 
     run = wait_until(finished, timeout=20, what="the run to finish", interval=0.1)

@@ -1,0 +1,109 @@
+"""The desk in headless Chromium: log in, watch an approval arrive live, approve it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from reviewdesk.accounts.services import token_create
+from tests.conftest import SEND_EMAIL_SCRIPT
+from tests.e2e.conftest import http, outbox_for, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = "/usr/bin/chromium"
+# Chromium's own background traffic is refused by this network; keep it quiet.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture
+def browser_page(monkeypatch):
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API runs an event loop in this thread; our ORM calls here are plain sync code.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    assert Path(CHROMIUM).exists(), "install Debian's chromium (.ci/run does it with apt-get)"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page()
+        yield page
+        browser.close()
+
+
+def test_a_reviewer_sees_the_approval_arrive_and_approves_it(
+    live_stack, personas, browser_page, report_timing
+):
+    page = browser_page
+    personas.alice.set_password("alice-password")
+    personas.alice.save()
+    _, carol = token_create(user=personas.carol, scopes=["submit"])
+
+    page.goto(live_stack.url + "/")
+    page.fill("input[name=username]", "alice")
+    page.fill("input[name=password]", "alice-password")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#live[data-state=live]", timeout=10_000)
+    assert page.text_content("#count") == "0"
+
+    submitted_at = time.monotonic()
+    status, run = http(
+        "POST",
+        live_stack.url + "/api/v1/runs",
+        token=carol,
+        body={
+            "agent": "demo",
+            "input": "Email Ada.",
+            "model": {"provider": "scripted", "script": SEND_EMAIL_SCRIPT},
+        },
+    )
+    assert status == 201, run
+    card = page.wait_for_selector(f"li.card:has(a[href='/runs/{run['id']}/'])", timeout=15_000)
+    shown_at = time.monotonic()
+    assert card.query_selector(".tool").text_content() == "send_email"
+    assert '"to": "ada@example.com"' in card.query_selector(".args").text_content()
+    assert card.query_selector(".reviewer").text_content() == "any reviewer"
+    assert card.query_selector(".expires").get_attribute("datetime")
+    assert page.text_content("#count") == "1"
+    page.screenshot(path=str(Path(settings.VAR_DIR) / "desk-with-approval.png"), full_page=True)
+
+    card.query_selector("input[name=reason]").fill("right customer, right words")
+    card.query_selector("button.approve").click()
+    page.wait_for_selector(".flash.success", timeout=10_000)
+    assert "Approved send_email" in page.text_content(".flash.success")
+
+    def finished():
+        _, current = http("GET", f"{live_stack.url}/api/v1/runs/{run['id']}", token=carol)
+        return current if current["status"] in ("succeeded", "failed") else None
+
+    final = wait_until(finished, timeout=20, what="the run to finish", interval=0.1)
+    assert final["status"] == "succeeded", final["error"]
+    assert [(e["tool"], e["status"]) for e in final["side_effects"]] == [("send_email", "confirmed")]
+    assert final["approvals"][0]["decision"]["reviewer"] == "alice"
+    assert len(outbox_for(run["id"])) == 1
+    page.wait_for_function("document.querySelector('#count').textContent === '0'", timeout=10_000)
+    report_timing(f"[browser] submit -> card on the desk page: {(shown_at - submitted_at) * 1000:.0f} ms")
+
+
+def test_an_outsider_cannot_open_the_desk(live_stack, personas, browser_page):
+    page = browser_page
+    personas.olivia.set_password("olivia-password")
+    personas.olivia.save()
+    page.goto(live_stack.url + "/accounts/login/")
+    page.fill("input[name=username]", "olivia")
+    page.fill("input[name=password]", "olivia-password")
+    response_holder = {}
+    page.on("response", lambda r: response_holder.setdefault(r.url, r.status))
+    page.click("button[type=submit]")
+    page.wait_for_load_state()
+    assert response_holder.get(live_stack.url + "/") == 403

@@ -28,11 +28,20 @@ CHROMIUM_ARGS = [
 
 
 @pytest.fixture
-def browser_page(monkeypatch):
+def logins(personas) -> dict[str, str]:
+    """Passwords for the browser and a submit token, set up before Playwright starts:
+    inside its event loop an ORM call would open a connection nobody closes."""
+    for user in (personas.alice, personas.olivia):
+        user.set_password(f"{user.username}-password")
+        user.save()
+    _, carol_token = token_create(user=personas.carol, scopes=["submit"])
+    return {"carol_token": carol_token}
+
+
+@pytest.fixture
+def browser_page(logins):
     from playwright.sync_api import sync_playwright
 
-    # Playwright's sync API runs an event loop in this thread; our ORM calls here are plain sync code.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     assert Path(CHROMIUM).exists(), "install Debian's chromium (.ci/run does it with apt-get)"
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
@@ -41,13 +50,9 @@ def browser_page(monkeypatch):
         browser.close()
 
 
-def test_a_reviewer_sees_the_approval_arrive_and_approves_it(
-    live_stack, personas, browser_page, report_timing
-):
+def test_a_reviewer_sees_the_approval_arrive_and_approves_it(live_stack, logins, browser_page, report_timing):
     page = browser_page
-    personas.alice.set_password("alice-password")
-    personas.alice.save()
-    _, carol = token_create(user=personas.carol, scopes=["submit"])
+    carol = logins["carol_token"]
 
     page.goto(live_stack.url + "/")
     page.fill("input[name=username]", "alice")
@@ -95,10 +100,8 @@ def test_a_reviewer_sees_the_approval_arrive_and_approves_it(
     report_timing(f"[browser] submit -> card on the desk page: {(shown_at - submitted_at) * 1000:.0f} ms")
 
 
-def test_an_outsider_cannot_open_the_desk(live_stack, personas, browser_page):
+def test_an_outsider_cannot_open_the_desk(live_stack, browser_page):
     page = browser_page
-    personas.olivia.set_password("olivia-password")
-    personas.olivia.save()
     page.goto(live_stack.url + "/accounts/login/")
     page.fill("input[name=username]", "olivia")
     page.fill("input[name=password]", "olivia-password")

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.db import connections
 from django.test import Client
 
 from reviewdesk.asgi import application
@@ -24,6 +25,18 @@ def session_headers(user) -> list[tuple[bytes, bytes]]:
 
 def communicator(headers) -> WebsocketCommunicator:
     return WebsocketCommunicator(application, "/ws/desk/", headers=headers)
+
+
+def in_thread(fn):
+    """Run `fn` in a worker thread (so on_commit pushes reach the socket) and close its DB connection."""
+
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            connections.close_all()
+
+    return sync_to_async(call, thread_sensitive=False)
 
 
 async def receive_until(comm: WebsocketCommunicator, type_: str, timeout: float = 10) -> dict:
@@ -84,7 +97,7 @@ def test_a_reviewer_gets_a_snapshot_then_the_new_approval_live(personas, interru
         assert snapshot["type"] == "snapshot"
         assert snapshot["data"]["approvals"] == []
 
-        _, approval = await sync_to_async(interrupted_run, thread_sensitive=False)()
+        _, approval = await in_thread(interrupted_run)()
 
         created = await receive_until(comm, "approval.created")
         assert created["seq"] > snapshot["seq"]
@@ -107,7 +120,7 @@ def test_after_a_disconnect_replay_returns_what_was_missed(personas, interrupted
         last_seen = (await comm.receive_json_from(timeout=5))["seq"]
         await comm.disconnect()
 
-        _, missed = await sync_to_async(interrupted_run, thread_sensitive=False)()
+        _, missed = await in_thread(interrupted_run)()
 
         comm = communicator(headers)
         assert (await comm.connect())[0]
@@ -141,7 +154,7 @@ def test_an_assigned_approval_reaches_its_reviewer_and_admins_only(personas, int
             assert (await socks[name].connect())[0]
             await receive_until(socks[name], "snapshot")
 
-        _, approval = await sync_to_async(interrupted_run, thread_sensitive=False)(reviewers=["bob"])
+        _, approval = await in_thread(interrupted_run)(reviewers=["bob"])
 
         for name in ("bob", "admin"):
             message = await receive_until(socks[name], "approval.created")

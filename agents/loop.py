@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from agents.canonical import canonical_json
@@ -22,7 +24,18 @@ from agents.registry import Agent
 from agents.state import AgentState, CallState, CallStatus, Step
 from agents.tools import ToolContext
 
-MAX_MODEL_CALLS = 50
+
+@dataclass(frozen=True)
+class Limits:
+    max_model_calls: int = 50
+    # Garbage tool calls become error results the model can correct, up to this many a run.
+    max_invalid_calls: int = 10
+    # A run resumed after waiting longer than this tells the model how long it waited.
+    wait_notice_after: timedelta = timedelta(minutes=5)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -78,10 +91,21 @@ class Host(Protocol):
 
     def decision_for(self, call: CallState) -> DecisionState: ...
 
+    def reviewer_notes(self, call_ids: list[str]) -> list[str]:
+        """Reviewers' notes on these calls' decisions, to steer the next model call."""
+        ...
+
     def tool_context(self, call: CallState) -> ToolContext: ...
 
 
-def advance(*, agent: Agent, provider: ModelProvider, host: Host) -> Outcome:
+def advance(
+    *,
+    agent: Agent,
+    provider: ModelProvider,
+    host: Host,
+    limits: Limits = Limits(),
+    now: Callable[[], datetime] = _utcnow,
+) -> Outcome:
     state = host.load()
     if state is None:
         state = AgentState(step=Step.MODEL, message_count=2)
@@ -95,8 +119,8 @@ def advance(*, agent: Agent, provider: ModelProvider, host: Host) -> Outcome:
         if state.step == Step.DONE:
             return Finished(state.output)
         if state.step == Step.MODEL:
-            if state.model_calls >= MAX_MODEL_CALLS:
-                return Failed(f"stopped after {MAX_MODEL_CALLS} model calls", kind="model")
+            if state.model_calls >= limits.max_model_calls:
+                return Failed(f"stopped after {limits.max_model_calls} model calls", kind="model")
             try:
                 turn = provider.complete(host.messages(state.message_count), agent.tool_specs())
             except ProviderError as exc:
@@ -109,23 +133,57 @@ def advance(*, agent: Agent, provider: ModelProvider, host: Host) -> Outcome:
                 continue
             state.step = Step.TOOLS
             state.batch = [_prepare(agent, call) for call in turn.tool_calls]
+            state.invalid_calls += len(state.open_calls(CallStatus.INVALID))
             checkpoint_id = str(uuid.uuid4())
             awaiting = state.open_calls(CallStatus.AWAITING)
             for call in awaiting:
                 call.checkpoint_id = checkpoint_id
+            if awaiting:
+                state.waiting_since = now().isoformat()
             _commit(host, state, [turn.as_message()], awaiting, checkpoint_id=checkpoint_id)
+            if state.invalid_calls > limits.max_invalid_calls:
+                return Failed(
+                    f"the model made {state.invalid_calls} invalid tool calls (limit {limits.max_invalid_calls})",
+                    kind="model",
+                )
             continue
 
         outcome = _settle_batch(agent, host, state)
         if outcome is not None:
             return outcome
-        results = [
+        call_ids = [call.id for call in state.batch]
+        # Tool results first: each assistant tool call gets exactly one, right after it.
+        new_messages = [
             {"role": "tool", "tool_call_id": call.id, "content": json.dumps(call.result)}
             for call in state.batch
         ]
-        state.message_count += len(results)
-        state.batch, state.step = [], Step.MODEL
-        _commit(host, state, results)
+        new_messages += [{"role": "user", "content": note} for note in host.reviewer_notes(call_ids)]
+        notice = _wait_notice(state, now(), limits)
+        if notice:
+            new_messages.append({"role": "user", "content": notice})
+        state.message_count += len(new_messages)
+        state.batch, state.step, state.waiting_since = [], Step.MODEL, None
+        _commit(host, state, new_messages)
+
+
+def _wait_notice(state: AgentState, now: datetime, limits: Limits) -> str | None:
+    if not state.waiting_since:
+        return None
+    waited = now - datetime.fromisoformat(state.waiting_since)
+    if waited < limits.wait_notice_after:
+        return None
+    return (
+        f"[Review Desk] This run waited {_duration(waited)} for human review before resuming. "
+        "Facts you looked up before the wait may have changed; check them again before relying on them."
+    )
+
+
+def _duration(delta: timedelta) -> str:
+    minutes = int(delta.total_seconds() // 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    parts = [f"{days} d"] * bool(days) + [f"{hours} h"] * bool(hours) + [f"{minutes} min"]
+    return " ".join(parts)
 
 
 def _settle_batch(agent: Agent, host: Host, state: AgentState) -> Outcome | None:

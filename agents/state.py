@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class SnapshotError(ValueError):
@@ -54,6 +54,9 @@ class AgentState:
     batch: list[CallState] = field(default_factory=list)
     model_calls: int = 0
     output: str | None = None
+    # v2: invalid tool calls so far (bounded per run), and when the current human wait began.
+    invalid_calls: int = 0
+    waiting_since: str | None = None
 
     def open_calls(self, status: CallStatus) -> list[CallState]:
         return [call for call in self.batch if call.status == status]
@@ -72,8 +75,14 @@ class AgentState:
         return cls(**data)
 
 
+def _v1_to_v2(snapshot: dict[str, Any]) -> dict[str, Any]:
+    # v1 did not count invalid calls; a v1 batch still awaiting approval started
+    # waiting at an unknown time, so no wait notice is given for it.
+    return {**snapshot, "invalid_calls": 0, "waiting_since": None}
+
+
 # MIGRATORS[n] upgrades a version-n snapshot to version n + 1.
-MIGRATORS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+MIGRATORS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
 
 
 def migrate(snapshot: dict[str, Any]) -> dict[str, Any]:

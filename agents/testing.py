@@ -362,6 +362,7 @@ class InMemoryHost:
         self.approvals: list[CallState] = []  # raised approvals, as copies of the call
         self.approval_hashes: dict[str, str] = {}  # tool_call_id -> arguments_sha256
         self.decisions: dict[str, DecisionState] = {}
+        self.notes: dict[str, str] = {}  # tool_call_id -> a reviewer's steering note
         self.workdir = workdir or Path(tempfile.gettempdir()) / f"agents-run-{self.run_id}"
 
     # --- the loop's interface ---------------------------------------------------------
@@ -402,6 +403,9 @@ class InMemoryHost:
 
     def decision_for(self, call: CallState) -> DecisionState:
         return self.decisions.get(call.id)
+
+    def reviewer_notes(self, call_ids: list[str]) -> list[str]:
+        return [self.notes[call_id] for call_id in call_ids if call_id in self.notes]
 
     def tool_context(self, call: CallState) -> ToolContext:
         return ToolContext(

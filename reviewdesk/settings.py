@@ -177,6 +177,9 @@ DESK_DECISION_VALID_SECONDS = env_int("DESK_DECISION_VALID_SECONDS", 24 * 3600)
 DESK_LEASE_SECONDS = env_int("DESK_LEASE_SECONDS", 300)
 DESK_REQUEUE_AFTER_SECONDS = env_int("DESK_REQUEUE_AFTER_SECONDS", 120)
 DESK_WS_HEARTBEAT_SECONDS = env_int("DESK_WS_HEARTBEAT_SECONDS", 15)
+DESK_MAX_MODEL_CALLS = env_int("DESK_MAX_MODEL_CALLS", 50)
+DESK_MAX_INVALID_CALLS = env_int("DESK_MAX_INVALID_CALLS", 10)
+DESK_WAIT_NOTICE_SECONDS = env_int("DESK_WAIT_NOTICE_SECONDS", 300)
 DESK_EXECUTE_TIMEOUT_SECONDS = env_int("DESK_EXECUTE_TIMEOUT_SECONDS", 30)
 DESK_RUNS_DIR = Path(env_str("DESK_RUNS_DIR", str(VAR_DIR / "runs")))
 # Ed25519 keys: the web tier signs with the private key; workers only need the
@@ -188,6 +191,7 @@ DESK_VERIFY_KEYS_FILE = Path(env_str("DESK_VERIFY_KEYS_FILE", str(VAR_DIR / "ver
 OPENAI_BASE_URL = env_str("OPENAI_BASE_URL") or None
 OPENAI_API_KEY = env_str("OPENAI_API_KEY")
 OPENAI_TIMEOUT_SECONDS = env_int("OPENAI_TIMEOUT_SECONDS", 60)
+OPENAI_MAX_RETRIES = env_int("OPENAI_MAX_RETRIES", 2)
 
 # --- Email: a file outbox in dev ---------------------------------------------
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")

@@ -17,6 +17,7 @@ from rest_framework.test import APIClient
 from reviewdesk import embedded
 from reviewdesk.accounts.roles import REVIEWERS, SUBMITTERS
 from reviewdesk.accounts.services import token_create
+from tests.llm_server import LLMServer
 
 SEND_EMAIL_SCRIPT = [
     {
@@ -42,6 +43,20 @@ def redis_server():
     yield f"unix://{settings.EMBEDDED_REDIS_SOCKET}"
     process.terminate()
     process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def llm_server_session():
+    server = LLMServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def llm_server(llm_server_session) -> LLMServer:
+    """The local OpenAI-compatible server, with an empty script for this test."""
+    llm_server_session.script()
+    return llm_server_session
 
 
 @pytest.fixture

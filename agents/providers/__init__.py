@@ -26,9 +26,15 @@ def model_spec_errors(spec: Any, tool_names: set[str]) -> list[str]:
     if provider == "scripted":
         return script_errors(spec.get("script"), tool_names)
     if provider == "openai":
+        errors = []
         if not isinstance(spec.get("name"), str) or not spec["name"]:
-            return ["model/name: the model name is required for the openai provider"]
-        return []
+            errors.append("model/name: the model name is required for the openai provider")
+        if not isinstance(spec.get("stream", False), bool):
+            errors.append("model/stream: must be true or false")
+        unknown = set(spec) - {"provider", "name", "stream"}
+        if unknown:
+            errors.append(f"model: unknown fields {', '.join(sorted(unknown))}")
+        return errors
     return [f"model/provider: must be one of {', '.join(PROVIDERS)}"]
 
 
@@ -37,4 +43,4 @@ def provider_for(spec: dict[str, Any], *, openai_options: dict[str, Any] | None 
         return ScriptedProvider(spec["script"])
     from agents.providers.openai import OpenAIProvider
 
-    return OpenAIProvider(model=spec["name"], **(openai_options or {}))
+    return OpenAIProvider(model=spec["name"], stream=spec.get("stream", False), **(openai_options or {}))

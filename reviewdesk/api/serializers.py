@@ -31,6 +31,7 @@ class RunSubmitSerializer(StrictSerializer):
 class DecisionSerializer(StrictSerializer):
     verdict = serializers.ChoiceField(choices=Verdict.values)
     reason = serializers.CharField(max_length=10_000, required=False, allow_blank=True, default="")
+    note = serializers.CharField(max_length=10_000, required=False, allow_blank=True, default="")
     arguments = serializers.JSONField(required=False)
     checkpoint_id = serializers.UUIDField()
 

@@ -110,6 +110,7 @@ class ApprovalDecisionView(APIView):
                 reviewer=request.user,
                 verdict=data["verdict"],
                 reason=data["reason"],
+                note=data["note"],
                 arguments=data.get("arguments"),
                 checkpoint_id=str(data["checkpoint_id"]),
             )

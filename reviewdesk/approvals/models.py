@@ -69,6 +69,8 @@ class Decision(models.Model):
     request = models.OneToOneField(ApprovalRequest, on_delete=models.PROTECT, related_name="decision")
     verdict = models.CharField(max_length=10, choices=Verdict.choices)
     reason = models.TextField(blank=True)
+    # Steering: reaches the model as a user message before its next call.
+    note = models.TextField(blank=True)
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="decisions")
     arguments = models.JSONField()  # the arguments the tool will run with (edited ones for edit)
     arguments_sha256 = models.CharField(max_length=64)

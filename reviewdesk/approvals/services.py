@@ -12,8 +12,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents.canonical import sha256_hex
+from agents.canonical import canonical_json, sha256_hex
 from agents.registry import get_agent
+from agents.state import AgentState, CallStatus
 from reviewdesk.accounts.roles import is_reviewer
 from reviewdesk.approvals import signing
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus, Decision, Verdict
@@ -22,7 +23,7 @@ from reviewdesk.audit.services import audit_record
 from reviewdesk.errors import Conflict, Forbidden, Gone, Invalid
 from reviewdesk.events.builders import approval_data, run_data
 from reviewdesk.events.services import event_emit
-from reviewdesk.runs.models import ENDED, Run, RunStatus
+from reviewdesk.runs.models import ENDED, Checkpoint, Run, RunStatus
 from reviewdesk.runs.selectors import run_audience
 
 
@@ -63,23 +64,54 @@ def approval_check_decide(
         raise Conflict("this approval was cancelled with its run", code="cancelled")
     if approval.status != ApprovalStatus.PENDING:
         raise Conflict(f"this approval was already {approval.status}", code="decided")
-    if str(checkpoint_id) != str(approval.checkpoint_id):
+    if str(checkpoint_id) != str(approval.checkpoint_id) or not _call_is_awaiting(run, approval):
         raise Conflict(
-            "stale page: the approval was raised at another checkpoint; reload and decide again",
+            "stale page: the approval was raised at another checkpoint or is no longer part of "
+            "the run's open batch; reload and decide again",
             code="stale",
         )
     if verdict == Verdict.EDIT:
-        tool = get_agent(run.agent).tool(approval.tool)
-        if not isinstance(arguments, dict):
-            raise Invalid("an edit needs the changed arguments as a JSON object")
-        errors = tool.validation_errors(arguments)
-        if errors:
-            raise Invalid("the edited arguments do not match the tool's schema", errors=errors)
+        _check_edit(run, approval, arguments)
     return approval, run
 
 
+def _call_is_awaiting(run: Run, approval: ApprovalRequest) -> bool:
+    """The approval's call is still waiting in the run's latest checkpoint (its open batch).
+
+    A sibling's resume writes new checkpoints but leaves this call awaiting, so
+    it does not make the page stale; a finished or abandoned batch does.
+    """
+    latest = Checkpoint.objects.filter(run=run).order_by("-number").values_list("snapshot", flat=True).first()
+    if latest is None:
+        return False
+    return any(
+        call["id"] == approval.tool_call_id and call["status"] == CallStatus.AWAITING
+        for call in AgentState.from_snapshot(latest).to_snapshot()["batch"]
+    )
+
+
+def _check_edit(run: Run, approval: ApprovalRequest, arguments: Any) -> None:
+    tool = get_agent(run.agent).tool(approval.tool)
+    if not isinstance(arguments, dict):
+        raise Invalid("an edit needs the changed arguments as a JSON object")
+    errors = tool.validation_errors(arguments)
+    if errors:
+        raise Invalid("the edited arguments do not match the tool's schema", errors=errors)
+    try:
+        canonical_json(arguments)
+    except ValueError as exc:
+        raise Invalid(f"the edited arguments cannot be canonicalised (RFC 8785): {exc}") from None
+
+
 def approval_do_decide(
-    *, approval: ApprovalRequest, run: Run, reviewer, verdict: str, reason: str, arguments: Any
+    *,
+    approval: ApprovalRequest,
+    run: Run,
+    reviewer,
+    verdict: str,
+    reason: str,
+    arguments: Any,
+    note: str = "",
 ) -> Decision:
     """Sign and store the decision, audit it, emit events, enqueue resume on commit.
 
@@ -111,6 +143,7 @@ def approval_do_decide(
         request=approval,
         verdict=verdict,
         reason=reason,
+        note=note,
         reviewer=reviewer,
         arguments=to_run,
         arguments_sha256=payload["arguments_sha256"],
@@ -133,7 +166,11 @@ def approval_do_decide(
             "run": str(run.id),
             "tool": approval.tool,
             "arguments_sha256": payload["arguments_sha256"],
+            "original_arguments_sha256": approval.arguments_sha256,
             "reason": reason,
+            "note": note,
+            # The policy is asked again for an edited call; the reviewer's edit approves it either way.
+            "policy_requires_approval": get_agent(run.agent).tool(approval.tool).needs_approval(to_run),
         },
     )
     audience = run_audience(run)
@@ -153,7 +190,14 @@ def approval_do_decide(
 
 
 def approval_decide(
-    *, approval_id, reviewer, verdict: str, reason: str = "", arguments: Any = None, checkpoint_id: str
+    *,
+    approval_id,
+    reviewer,
+    verdict: str,
+    reason: str = "",
+    note: str = "",
+    arguments: Any = None,
+    checkpoint_id: str,
 ) -> Decision:
     with transaction.atomic():
         approval, run = approval_check_decide(
@@ -164,5 +208,11 @@ def approval_decide(
             checkpoint_id=checkpoint_id,
         )
         return approval_do_decide(
-            approval=approval, run=run, reviewer=reviewer, verdict=verdict, reason=reason, arguments=arguments
+            approval=approval,
+            run=run,
+            reviewer=reviewer,
+            verdict=verdict,
+            reason=reason,
+            note=note,
+            arguments=arguments,
         )

@@ -116,6 +116,19 @@ class DatabaseHost:
             key_id=decision.key_id,
         )
 
+    def reviewer_notes(self, call_ids: list[str]) -> list[str]:
+        decisions = (
+            Decision.objects.filter(request__run_id=self.run.pk, request__tool_call_id__in=call_ids)
+            .exclude(note="")
+            .select_related("reviewer", "request")
+            .order_by("decided_at")
+        )
+        return [
+            f"[Review Desk] Note from reviewer {d.reviewer.get_username()} on {d.request.tool} "
+            f"({d.request.tool_call_id}): {d.note}"
+            for d in decisions
+        ]
+
     def tool_context(self, call: CallState) -> ToolContext:
         return ToolContext(
             run_id=self.run_id,

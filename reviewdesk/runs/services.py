@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from agents.loop import Failed, Finished, Outcome, Waiting, advance
+from agents.loop import Failed, Finished, Limits, Outcome, Waiting, advance
 from agents.providers import model_spec_errors, provider_for
 from agents.registry import UnknownAgent, get_agent
 from reviewdesk.accounts.roles import REVIEWERS
@@ -155,9 +155,10 @@ def run_execute(*, run_id, worker: str = "") -> Outcome | None:
                 "base_url": settings.OPENAI_BASE_URL,
                 "api_key": settings.OPENAI_API_KEY,
                 "timeout": settings.OPENAI_TIMEOUT_SECONDS,
+                "max_retries": settings.OPENAI_MAX_RETRIES,
             },
         )
-        outcome = advance(agent=get_agent(run.agent), provider=provider, host=host)
+        outcome = advance(agent=get_agent(run.agent), provider=provider, host=host, limits=_limits())
     except LeaseLost as exc:
         _record_stale_write(attempt, str(exc))
         return None
@@ -166,6 +167,14 @@ def run_execute(*, run_id, worker: str = "") -> Outcome | None:
         outcome = Failed(f"internal error: {type(exc).__name__}: {exc}", kind="internal")
     run_finish(attempt=attempt, outcome=outcome)
     return outcome
+
+
+def _limits() -> Limits:
+    return Limits(
+        max_model_calls=settings.DESK_MAX_MODEL_CALLS,
+        max_invalid_calls=settings.DESK_MAX_INVALID_CALLS,
+        wait_notice_after=timedelta(seconds=settings.DESK_WAIT_NOTICE_SECONDS),
+    )
 
 
 def run_finish(*, attempt: Attempt, outcome: Outcome) -> None:

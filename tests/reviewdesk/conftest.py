@@ -27,6 +27,6 @@ def interrupted_run(personas):
         run_execute(run_id=run.id, worker="in-process")
         run.refresh_from_db()
         assert run.status == RunStatus.INPUT_REQUIRED, run.error
-        return run, run.approvals.get(status="pending")
+        return run, run.approvals.filter(status="pending").order_by("tool_call_id").first()
 
     return make

@@ -18,7 +18,7 @@ CONTRACT_PATHS = {
 def test_the_openapi_document_lists_the_contract_paths():
     response = Client().get("/api/schema/?format=json")
     assert response.status_code == 200
-    assert CONTRACT_PATHS <= set(response.json()["paths"])
+    assert set(response.json()["paths"]) >= CONTRACT_PATHS
 
 
 def test_the_docs_page_is_served_without_outside_assets():

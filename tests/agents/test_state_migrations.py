@@ -1,0 +1,93 @@
+"""Snapshots saved by earlier versions still load; newer ones and gaps are errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agents.loop import Finished, Waiting, advance
+from agents.providers.scripted import ScriptedProvider
+from agents.registry import get_agent
+from agents.state import MIGRATORS, SCHEMA_VERSION, AgentState, CallStatus, SnapshotError, Step, migrate
+from agents.testing import InMemoryHost, sign_decision
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints"
+V1 = sorted(FIXTURES.glob("v1_*.json"))
+SCRIPT = [
+    {
+        "tool_calls": [
+            {"name": "lookup_customer", "arguments": {"email": "ada@example.com"}},
+            {"name": "send_email", "arguments": {"to": "ada@example.com", "subject": "Hi", "body": "x"}},
+            {"name": "refund_payment", "arguments": {"order_id": "A-1001", "amount": 150}},
+        ]
+    },
+    {"content": "Done."},
+]
+
+
+def load(name: str) -> dict:
+    return json.loads((FIXTURES / name).read_text())
+
+
+def test_there_are_fixtures_for_every_older_version():
+    versions = {int(path.name.split("_")[0][1:]) for path in FIXTURES.glob("v*_*.json")}
+    assert versions == set(range(1, SCHEMA_VERSION))
+
+
+@pytest.mark.parametrize("path", V1, ids=lambda p: p.stem)
+def test_every_v1_snapshot_loads_and_upgrades(path):
+    raw = json.loads(path.read_text())
+    assert raw["schema_version"] == 1
+    state = AgentState.from_snapshot(raw)
+    assert state.invalid_calls == 0 and state.waiting_since is None
+    again = state.to_snapshot()
+    assert again["schema_version"] == SCHEMA_VERSION
+    assert AgentState.from_snapshot(again) == state
+
+
+def test_the_v1_fixture_keeps_its_per_call_state():
+    state = AgentState.from_snapshot(load("v1_batch_one_approved_one_waiting.json"))
+    assert state.step == Step.TOOLS
+    assert [c.status for c in state.batch] == [CallStatus.DONE, CallStatus.DONE, CallStatus.AWAITING]
+    assert state.batch[1].result["sent"] is True
+
+
+def test_a_run_checkpointed_by_v1_resumes_and_finishes_on_this_code():
+    old = load("v1_batch_one_approved_one_waiting.json")
+    host = InMemoryHost(run_id="11111111-1111-1111-1111-111111111111")
+    agent, provider = get_agent("demo"), ScriptedProvider(SCRIPT)
+    assert isinstance(advance(agent=agent, provider=provider, host=host), Waiting)  # rebuilds the message log
+    host.checkpoints.put(host.run_id, old)  # ...then the old code's checkpoint is the latest
+    waiting = next(c for c in old["batch"] if c["status"] == "awaiting_approval")
+    host.decisions[waiting["id"]] = sign_decision(
+        host.signing_key,
+        key_id=host.key_id,
+        run_id=host.run_id,
+        checkpoint_id=waiting["checkpoint_id"],
+        tool_call_id=waiting["id"],
+        tool=waiting["name"],
+        arguments=waiting["arguments"],
+    )
+    assert advance(agent=agent, provider=provider, host=host) == Finished("Done.")
+    assert [r.order_id for r in host.world.refunds] == ["A-1001"]
+    assert host.world.emails == []  # sent under the old code; its recorded result is reused, never resent
+
+
+def test_a_snapshot_newer_than_the_code_is_an_error():
+    with pytest.raises(SnapshotError, match="newer"):
+        migrate({**load("v1_done.json"), "schema_version": SCHEMA_VERSION + 1})
+
+
+def test_a_gap_in_the_migrators_is_an_error(monkeypatch):
+    monkeypatch.delitem(MIGRATORS, 1)
+    with pytest.raises(SnapshotError, match="no migrator"):
+        migrate(load("v1_done.json"))
+
+
+def test_a_snapshot_without_a_version_is_an_error():
+    raw = load("v1_done.json")
+    del raw["schema_version"]
+    with pytest.raises(SnapshotError):
+        migrate(raw)

@@ -1,0 +1,268 @@
+"""The runtime under the desk: real model HTTP, parallel approvals, edit, reject, steering.
+
+Runs advance in-process through `run_execute` on the real database; the model
+is the local OpenAI-compatible server over real HTTP, or the scripted provider.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from agents.canonical import sha256_hex
+from reviewdesk.approvals.models import ApprovalRequest
+from reviewdesk.approvals.services import approval_decide
+from reviewdesk.audit.models import AuditEvent
+from reviewdesk.demo.models import DemoRefund
+from reviewdesk.errors import Conflict
+from reviewdesk.runs.models import Run, RunStatus, SideEffect
+from reviewdesk.runs.services import run_execute, run_submit
+from tests.llm_server import calls, text
+
+pytestmark = pytest.mark.django_db
+
+EMAIL = {"to": "ada@example.com", "subject": "Your refund", "body": "It is on its way."}
+
+
+@pytest.fixture
+def openai_run(personas, llm_server, settings):
+    settings.OPENAI_BASE_URL = llm_server.url
+    settings.OPENAI_MAX_RETRIES = 0
+
+    def submit(*, stream: bool = False) -> Run:
+        return run_submit(
+            submitter=personas.carol,
+            agent="demo",
+            input="Tell Ada her refund is on its way.",
+            model={"provider": "openai", "name": "test-model", "stream": stream},
+        )
+
+    return submit
+
+
+def advance(run: Run) -> Run:
+    run_execute(run_id=run.id, worker="in-process")
+    run.refresh_from_db()
+    return run
+
+
+def decide(approval: ApprovalRequest, reviewer, verdict: str = "approve", **options):
+    return approval_decide(
+        approval_id=approval.id,
+        reviewer=reviewer,
+        verdict=verdict,
+        checkpoint_id=str(approval.checkpoint_id),
+        **options,
+    )
+
+
+def tool_results(messages: list[dict]) -> dict[str, dict]:
+    return {m["tool_call_id"]: json.loads(m["content"]) for m in messages if m["role"] == "tool"}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_an_openai_model_calls_a_tool_pauses_for_approval_and_resumes(
+    openai_run, llm_server, personas, mailoutbox, stream
+):
+    llm_server.script(
+        calls(("lookup_customer", {"email": "ada@example.com"}), ("send_email", EMAIL)),
+        text("Ada has been told."),
+    )
+    run = advance(openai_run(stream=stream))
+    assert run.status == RunStatus.INPUT_REQUIRED
+    approval = run.approvals.get()
+    assert (approval.tool, approval.arguments) == ("send_email", EMAIL)
+    assert len(llm_server.requests) == 1
+
+    decide(approval, personas.alice)
+    run = advance(run)
+
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.output == "Ada has been told."
+    assert [m.to for m in mailoutbox] == [["ada@example.com"]]
+    second = llm_server.requests[1]["messages"]
+    assistant = second[2]
+    assert assistant["role"] == "assistant" and len(assistant["tool_calls"]) == 2
+    # Every tool call has exactly one result, right after the assistant message.
+    assert [m["tool_call_id"] for m in second[3:5]] == [c["id"] for c in assistant["tool_calls"]]
+    results = tool_results(second)
+    assert results[assistant["tool_calls"][0]["id"]]["name"] == "Ada Lovelace"
+    assert results[assistant["tool_calls"][1]["id"]]["sent"] is True
+
+
+def test_a_rejection_reason_reaches_the_model_and_it_carries_on(openai_run, llm_server, personas, mailoutbox):
+    llm_server.script(calls(("send_email", EMAIL)), text("Understood, I will not email her."))
+    run = advance(openai_run())
+    decide(run.approvals.get(), personas.bob, "reject", reason="Ada asked not to be emailed")
+    run = advance(run)
+    assert run.status == RunStatus.SUCCEEDED
+    assert mailoutbox == []
+    (result,) = tool_results(llm_server.requests[1]["messages"]).values()
+    assert "Ada asked not to be emailed" in result["error"]
+    assert not SideEffect.objects.filter(run=run).exists()
+
+
+def test_a_reviewers_note_reaches_the_model_as_a_user_message_before_its_next_call(
+    openai_run, llm_server, personas
+):
+    llm_server.script(calls(("send_email", EMAIL)), text("Noted."))
+    run = advance(openai_run())
+    decide(run.approvals.get(), personas.alice, note="Next time, copy billing@example.com.")
+    advance(run)
+    messages = llm_server.requests[1]["messages"]
+    assert messages[-2]["role"] == "tool"
+    assert messages[-1]["role"] == "user"
+    assert "alice" in messages[-1]["content"] and "copy billing@example.com" in messages[-1]["content"]
+
+
+def test_a_run_resumed_after_a_long_wait_tells_the_model_how_long_it_waited(
+    openai_run, llm_server, personas, settings
+):
+    settings.DESK_WAIT_NOTICE_SECONDS = 0  # any wait counts as long
+    llm_server.script(calls(("send_email", EMAIL)), text("Rechecked."))
+    run = advance(openai_run())
+    decide(run.approvals.get(), personas.alice)
+    advance(run)
+    notice = llm_server.requests[1]["messages"][-1]
+    assert (
+        notice["role"] == "user" and "waited" in notice["content"] and "check them again" in notice["content"]
+    )
+
+
+def test_a_short_wait_adds_no_notice(openai_run, llm_server, personas):
+    llm_server.script(calls(("send_email", EMAIL)), text("Done."))
+    run = advance(openai_run())
+    decide(run.approvals.get(), personas.alice)
+    advance(run)
+    assert llm_server.requests[1]["messages"][-1]["role"] == "tool"
+
+
+def test_garbage_tool_calls_become_errors_the_model_can_correct(openai_run, llm_server):
+    llm_server.script(
+        calls(
+            ("send_email", '{"to": "ada@'), ("launch_rocket", {}), ("send_email", {"to": "ada@example.com"})
+        ),
+        text("Sorry, fixed."),
+    )
+    run = advance(openai_run())
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert not ApprovalRequest.objects.filter(run=run).exists()
+    errors = [r["error"] for r in tool_results(llm_server.requests[1]["messages"]).values()]
+    assert "not valid JSON" in errors[0]
+    assert "unknown tool" in errors[1]
+    assert "invalid arguments" in errors[2] and "subject" in errors[2]
+
+
+def test_too_many_garbage_tool_calls_fail_the_run(openai_run, llm_server, settings):
+    settings.DESK_MAX_INVALID_CALLS = 1
+    llm_server.script(calls(("nope", {}), ("nope", {})), text("never asked"))
+    run = advance(openai_run())
+    assert run.status == RunStatus.FAILED
+    assert run.error_kind == "model" and "invalid tool calls" in run.error
+    assert len(llm_server.requests) == 1
+
+
+def test_a_model_server_error_fails_the_run_with_its_classification(openai_run, llm_server):
+    from tests.llm_server import error
+
+    llm_server.script(error(400, "context too long"))
+    run = advance(openai_run())
+    assert (run.status, run.error_kind) == (RunStatus.FAILED, "model")
+    llm_server.script(error(503, "overloaded"))
+    run = advance(openai_run())
+    assert (run.status, run.error_kind) == (RunStatus.FAILED, "transient")
+
+
+# --- edit ----------------------------------------------------------------------
+
+
+def test_an_edit_runs_the_edited_arguments_and_keeps_both(interrupted_run, personas, mailoutbox):
+    run, approval = interrupted_run()
+    edited = {**approval.arguments, "subject": "Refund issued (order A-1001)"}
+    decision = decide(approval, personas.alice, "edit", arguments=edited, reason="clearer subject")
+    approval.refresh_from_db()
+    assert approval.arguments["subject"] == "Your refund"  # the original is kept
+    assert decision.arguments == edited
+    assert decision.payload["arguments_sha256"] == sha256_hex(edited) != approval.arguments_sha256
+    audit = AuditEvent.objects.get(action="decision.edit")
+    assert audit.data["original_arguments_sha256"] == approval.arguments_sha256
+    assert audit.data["policy_requires_approval"] is True
+
+    run = advance(run)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert [m.subject for m in mailoutbox] == ["Refund issued (order A-1001)"]
+
+
+def test_an_edit_under_the_policy_threshold_still_runs_as_edited(interrupted_run, personas):
+    script = [
+        {"tool_calls": [{"name": "refund_payment", "arguments": {"order_id": "A-1001", "amount": 150}}]}
+    ]
+    run, approval = interrupted_run(script=script)
+    decide(approval, personas.alice, "edit", arguments={"order_id": "A-1001", "amount": 90})
+    audit = AuditEvent.objects.get(action="decision.edit")
+    assert audit.data["policy_requires_approval"] is False
+    run = advance(run)
+    assert run.status == RunStatus.SUCCEEDED
+    assert [(r.order_id, str(r.amount)) for r in DemoRefund.objects.all()] == [("A-1001", "90.00")]
+
+
+# --- parallel approvals ------------------------------------------------------------
+
+THREE_GATED = [
+    {
+        "tool_calls": [
+            {"name": "send_email", "arguments": EMAIL},
+            {"name": "refund_payment", "arguments": {"order_id": "A-1001", "amount": 150}},
+            {"name": "execute", "arguments": {"command": "echo refunded > note.txt && cat note.txt"}},
+        ]
+    },
+    {"content": "All three handled."},
+]
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(3))), ids=lambda o: "-".join(map(str, o)))
+def test_three_parallel_approvals_decided_in_any_order(interrupted_run, personas, mailoutbox, order):
+    run, _ = interrupted_run(script=THREE_GATED)
+    approvals = list(run.approvals.order_by("tool_call_id"))
+    assert [a.tool for a in approvals] == ["send_email", "refund_payment", "execute"]
+    assert len({a.checkpoint_id for a in approvals}) == 1
+
+    for step, index in enumerate(order, start=1):
+        decide(approvals[index], personas.alice)
+        run = advance(run)
+        done = {approvals[i].tool_call_id for i in order[:step]}
+        effects = {e.tool_call_id: e.status for e in SideEffect.objects.filter(run=run)}
+        # The approved call ran as soon as its decision landed; the others still wait.
+        assert effects == dict.fromkeys(done, "confirmed")
+        if step < 3:
+            assert run.status == RunStatus.INPUT_REQUIRED
+            assert run.approvals.filter(status="pending").count() == 3 - step
+        # Siblings' resumes never make the remaining approvals stale.
+
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert len(mailoutbox) == 1 and DemoRefund.objects.count() == 1
+    log = [m.body for m in run.messages.order_by("position")]
+    assistant_at = next(i for i, m in enumerate(log) if m.get("tool_calls"))
+    results = log[assistant_at + 1 : assistant_at + 4]
+    assert [m["tool_call_id"] for m in results] == [a.tool_call_id for a in approvals]
+    assert json.loads(results[2]["content"])["stdout"] == "refunded\n"
+
+
+def test_a_decision_for_a_call_no_longer_awaiting_is_stale(interrupted_run, personas):
+    run, _ = interrupted_run(script=THREE_GATED)
+    first, second, _ = run.approvals.order_by("tool_call_id")
+    decide(first, personas.alice)
+    advance(run)
+    # The sibling is still decidable with the checkpoint it was raised at...
+    decide(second, personas.alice)
+    # ...but a request whose call has left the open batch is not, whatever its row says.
+    third = run.approvals.get(tool_call_id="call_0_2")
+    from reviewdesk.runs.models import Checkpoint
+
+    latest = Checkpoint.objects.filter(run=run).order_by("-number").first()
+    latest.snapshot["batch"][2]["status"] = "rejected"
+    latest.save()
+    with pytest.raises(Conflict):
+        decide(third, personas.bob)

@@ -489,8 +489,9 @@ def test_a_run_whose_latest_checkpoint_is_newer_than_the_code_does_not_advance()
     host = InMemoryHost()
     step(host, ScriptedProvider(SEND_EMAIL_SCRIPT))
     host.approve("call_0_1")
-    latest = host.checkpoints.latest(host.run_id)
-    latest.snapshot["schema_version"] = agents.state.SCHEMA_VERSION + 1
+    newer = host.checkpoints.latest(host.run_id).snapshot
+    newer["schema_version"] = agents.state.SCHEMA_VERSION + 1
+    host.checkpoints.put(host.run_id, newer)  # as if a newer release had saved it
 
     with pytest.raises(SnapshotError):
         step(host, ScriptedProvider(SEND_EMAIL_SCRIPT))

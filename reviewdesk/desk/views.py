@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -15,7 +17,7 @@ from reviewdesk.approvals.selectors import approval_get_for_reviewer, approvals_
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.audit.services import audit_verify
-from reviewdesk.errors import DeskError, NotFound
+from reviewdesk.errors import DeskError, Invalid, NotFound
 from reviewdesk.events.builders import approval_data
 from reviewdesk.events.services import latest_seq
 from reviewdesk.runs.selectors import run_get_for_user, runs_visible_to
@@ -42,20 +44,25 @@ def approval_page(request: HttpRequest, approval_id) -> HttpResponse:
     except NotFound:
         raise Http404("no such approval") from None
     if request.method == "POST":
+        verdict = request.POST.get("verdict", "")
         try:
             approval_decide(
                 approval_id=approval.id,
                 reviewer=request.user,
-                verdict=request.POST.get("verdict", ""),
+                verdict=verdict,
                 reason=request.POST.get("reason", "").strip(),
+                note=request.POST.get("note", "").strip(),
+                arguments=_edited_arguments(request) if verdict == "edit" else None,
                 checkpoint_id=request.POST.get("checkpoint_id", ""),
             )
         except DeskError as exc:
-            messages.error(request, f"Not decided: {exc.detail}")
+            detail = exc.detail + (
+                "".join(f" {e}." for e in exc.errors) if isinstance(exc.errors, list) else ""
+            )
+            messages.error(request, f"Not decided: {detail}")
             return redirect("approval", approval_id=approval.id)
-        messages.success(
-            request, f"{request.POST['verdict'].capitalize()}d {approval.tool} for run {approval.run_id}."
-        )
+        done = {"approve": "Approved", "reject": "Rejected", "edit": "Edited and approved"}[verdict]
+        messages.success(request, f"{done} {approval.tool} for run {approval.run_id}.")
         return redirect(request.POST.get("next") or "desk")
     data = approval_data(approval)
     return render(
@@ -64,9 +71,17 @@ def approval_page(request: HttpRequest, approval_id) -> HttpResponse:
         {
             "approval": data,
             "canonical_arguments": canonical_json(approval.arguments).decode(),
+            "pretty_arguments": json.dumps(approval.arguments, indent=2, ensure_ascii=False),
             "may_decide": approval.status == "pending" and user_may_decide(request.user, approval.run),
         },
     )
+
+
+def _edited_arguments(request: HttpRequest) -> object:
+    try:
+        return json.loads(request.POST.get("arguments", ""))
+    except json.JSONDecodeError as exc:
+        raise Invalid(f"the edited arguments are not valid JSON ({exc.msg}, line {exc.lineno})") from None
 
 
 @login_required

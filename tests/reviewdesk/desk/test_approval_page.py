@@ -1,0 +1,89 @@
+"""The approval page: what a reviewer sees, and deciding from it (session + CSRF)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+
+from reviewdesk.approvals.models import Decision
+
+pytestmark = pytest.mark.django_db
+
+
+def logged_in(user, *, csrf: bool = False) -> Client:
+    client = Client(enforce_csrf_checks=csrf)
+    client.force_login(user)
+    return client
+
+
+def test_it_shows_exactly_what_will_be_signed(interrupted_run, personas):
+    _, approval = interrupted_run()
+    page = logged_in(personas.alice).get(f"/approvals/{approval.id}/").content.decode()
+    assert approval.arguments_sha256 in page
+    assert (
+        "{&quot;body&quot;:&quot;It is on its way.&quot;,&quot;subject&quot;:&quot;Your refund&quot;" in page
+    )
+    assert 'value="edit"' in page and 'value="approve"' in page
+
+
+def test_an_outsider_cannot_see_it_and_the_submitter_cannot_decide(interrupted_run, personas):
+    _, approval = interrupted_run()
+    assert logged_in(personas.olivia).get(f"/approvals/{approval.id}/").status_code == 403
+    assert logged_in(personas.carol).get(f"/approvals/{approval.id}/").status_code == 403
+
+
+def test_a_post_without_the_csrf_token_is_refused(interrupted_run, personas):
+    _, approval = interrupted_run()
+    response = logged_in(personas.alice, csrf=True).post(
+        f"/approvals/{approval.id}/", {"verdict": "approve", "checkpoint_id": str(approval.checkpoint_id)}
+    )
+    assert response.status_code == 403
+    assert not Decision.objects.exists()
+
+
+def test_editing_from_the_page_signs_the_edited_arguments_with_the_note(interrupted_run, personas):
+    _, approval = interrupted_run()
+    edited = {**approval.arguments, "subject": "Refund issued"}
+    response = logged_in(personas.alice).post(
+        f"/approvals/{approval.id}/",
+        {
+            "verdict": "edit",
+            "arguments": json.dumps(edited),
+            "note": "keep it short",
+            "checkpoint_id": str(approval.checkpoint_id),
+        },
+    )
+    assert response.status_code == 302
+    decision = Decision.objects.get()
+    assert (decision.verdict, decision.arguments, decision.note) == ("edit", edited, "keep it short")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [("{not json", "not valid JSON"), (json.dumps({"to": "x"}), "schema")],
+    ids=["malformed", "schema"],
+)
+def test_a_bad_edit_from_the_page_explains_itself_and_decides_nothing(
+    interrupted_run, personas, arguments, message
+):
+    _, approval = interrupted_run()
+    client = logged_in(personas.alice)
+    response = client.post(
+        f"/approvals/{approval.id}/",
+        {"verdict": "edit", "arguments": arguments, "checkpoint_id": str(approval.checkpoint_id)},
+        follow=True,
+    )
+    assert message in response.content.decode()
+    assert not Decision.objects.exists()
+
+
+def test_a_stale_page_cannot_approve(interrupted_run, personas):
+    run, approval = interrupted_run()
+    older = run.checkpoints.order_by("number").first()
+    response = logged_in(personas.alice).post(
+        f"/approvals/{approval.id}/", {"verdict": "approve", "checkpoint_id": str(older.id)}, follow=True
+    )
+    assert "stale page" in response.content.decode()
+    assert not Decision.objects.exists()

@@ -82,6 +82,11 @@ class Process:
                 os.killpg(self.popen.pid, 9)
                 self.popen.wait()
 
+    def kill(self) -> None:
+        if self.popen and self.popen.poll() is None:
+            os.killpg(self.popen.pid, 9)
+            self.popen.wait()
+
     def log_text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
@@ -98,19 +103,27 @@ class Stack:
     def logs(self) -> str:
         return "\n".join(f"--- {p.name} ---\n{p.log_text()[-4000:]}" for p in self.processes.values())
 
+    def stop(self) -> None:
+        for process in self.processes.values():
+            process.stop()
 
-@pytest.fixture(scope="session")
-def live_stack(django_db_setup, django_db_blocker, redis_server, tmp_path_factory):
+    def kill(self) -> None:
+        """kill -9 every process of the stack, children included: no goodbye, no cleanup."""
+        for process in self.processes.values():
+            process.kill()
+
+
+def start_stack(logs: Path, *, env_extra: dict[str, str] | None = None) -> Stack:
+    """Start daphne and a Celery worker on the test database; wait until both serve."""
     ensure_keys()  # web and worker share DESK_VAR_DIR: the worker reads only the public keyring
-    logs = tmp_path_factory.mktemp("logs")
     port = free_port()
-    env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONUNBUFFERED": "1", **(env_extra or {})}
     python = sys.executable
     stack = Stack(url=f"http://127.0.0.1:{port}")
     web = Process(
         "web",
         [python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "reviewdesk.asgi:application"],
-        logs / "web.log",
+        logs / f"web-{port}.log",
         env,
     )
     worker = Process(
@@ -131,7 +144,7 @@ def live_stack(django_db_setup, django_db_blocker, redis_server, tmp_path_factor
             "-n",
             f"e2e-{port}@%h",
         ],
-        logs / "worker.log",
+        logs / f"worker-{port}.log",
         env,
     )
     stack.processes = {"web": web.start(), "worker": worker.start()}
@@ -139,12 +152,19 @@ def live_stack(django_db_setup, django_db_blocker, redis_server, tmp_path_factor
         wait_until(lambda: _http_ok(stack.url + "/accounts/login/"), timeout=30, what="daphne")
         wait_until(lambda: " ready." in worker.log_text(), timeout=30, what="the celery worker")
     except AssertionError:
-        for process in stack.processes.values():
-            process.stop()
+        stack.stop()
         raise AssertionError("the stack did not start:\n" + stack.logs()) from None
+    return stack
+
+
+@pytest.fixture(scope="session")
+def live_stack(django_db_setup, django_db_blocker, redis_server, llm_server_session, tmp_path_factory):
+    stack = start_stack(
+        tmp_path_factory.mktemp("logs"),
+        env_extra={"OPENAI_BASE_URL": llm_server_session.url, "OPENAI_MAX_RETRIES": "0"},
+    )
     yield stack
-    for process in stack.processes.values():
-        process.stop()
+    stack.stop()
 
 
 def _http_ok(url: str) -> bool:

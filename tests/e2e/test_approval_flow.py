@@ -122,3 +122,49 @@ def test_a_repeated_submit_with_the_same_key_runs_once(live_stack, personas):
     run = wait_until(finished, timeout=20, what="the run to finish", interval=0.1)
     assert run["status"] == "succeeded" and run["output"] == "Hi."
     assert [a["number"] for a in run["attempts"]] == [1]
+
+
+def test_an_openai_compatible_model_drives_the_run_through_the_worker(live_stack, personas, llm_server):
+    from tests.llm_server import calls, text
+
+    _, carol = token_create(user=personas.carol, scopes=["submit"])
+    _, bob = token_create(user=personas.bob, scopes=["review"])
+    email = {"to": "grace@example.com", "subject": "Hello", "body": "From the model."}
+    llm_server.script(calls(("send_email", email)), text("Sent to Grace."))
+    status, run = http(
+        "POST",
+        live_stack.url + "/api/v1/runs",
+        token=carol,
+        body={
+            "agent": "demo",
+            "input": "Email Grace",
+            "model": {"provider": "openai", "name": "m", "stream": True},
+        },
+    )
+    assert status == 201, run
+
+    def pending():
+        _, current = http("GET", f"{live_stack.url}/api/v1/runs/{run['id']}", token=carol)
+        return current["approvals"] if current["status"] == "input_required" else None
+
+    (approval,) = wait_until(pending, timeout=20, what="the approval", interval=0.1)
+    assert approval["arguments"] == email
+    status, _ = http(
+        "POST",
+        f"{live_stack.url}/api/v1/approvals/{approval['id']}/decision",
+        token=bob,
+        body={"verdict": "approve", "checkpoint_id": approval["checkpoint_id"], "note": "sign as Bob"},
+    )
+    assert status == 201
+
+    def finished():
+        _, current = http("GET", f"{live_stack.url}/api/v1/runs/{run['id']}", token=carol)
+        return current if current["status"] in ("succeeded", "failed") else None
+
+    final = wait_until(finished, timeout=20, what="the run to finish", interval=0.1)
+    assert final["status"] == "succeeded", final["error"]
+    assert final["output"] == "Sent to Grace."
+    assert len(outbox_for(run["id"])) == 1
+    last_request = llm_server.requests[-1]
+    assert last_request["stream"] is True
+    assert "sign as Bob" in last_request["messages"][-1]["content"]

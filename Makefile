@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run test test-e2e lint format clean
+.PHONY: run test test-e2e bench lint format clean
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ test: $(VENV)/.installed
 # Only the end-to-end flow (real worker, real server, real browser).
 test-e2e: $(VENV)/.installed
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
+
+# Full-size benchmarks; figures print at the end. `make test` runs them small.
+bench: $(VENV)/.installed
+	DESK_BENCH=full $(PY) -m pytest tests/bench -m bench $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -125,3 +125,19 @@ def api_as():
         return client
 
     return make
+
+
+_TIMINGS: list[str] = []
+
+
+@pytest.fixture
+def report_timing():
+    """Record a measured figure; printed at the end of the run (see the closing note)."""
+    return _TIMINGS.append
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _TIMINGS:
+        terminalreporter.section("review desk: measured figures")
+        for line in _TIMINGS:
+            terminalreporter.write_line(line)

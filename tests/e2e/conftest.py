@@ -202,19 +202,3 @@ def outbox_for(run_id: str) -> list[str]:
     if not path.exists():
         return []
     return [text for f in sorted(path.iterdir()) if run_id in (text := f.read_text(errors="replace"))]
-
-
-_TIMINGS: list[str] = []
-
-
-@pytest.fixture
-def report_timing():
-    """Record a measured figure; printed at the end of the run (see the closing note)."""
-    return _TIMINGS.append
-
-
-def pytest_terminal_summary(terminalreporter):
-    if _TIMINGS:
-        terminalreporter.section("review desk: measured end to end")
-        for line in _TIMINGS:
-            terminalreporter.write_line(line)

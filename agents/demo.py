@@ -34,6 +34,8 @@ class DemoWorld(Protocol):
 
     def refund(self, *, order_id: str, amount: Decimal, idempotency_key: str) -> dict[str, Any]: ...
 
+    def refunded(self, order_id: str) -> Decimal: ...
+
 
 def lookup_customer(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     customer = CUSTOMERS.get(arguments["email"].lower())
@@ -57,8 +59,9 @@ def refund_payment(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any
     if order is None:
         raise ToolError(f"no order {arguments['order_id']}")
     amount = Decimal(str(arguments["amount"]))
-    if amount > Decimal(order["amount"]):
-        raise ToolError(f"refund {amount} exceeds order total {order['amount']}")
+    left = Decimal(order["amount"]) - ctx.world.refunded(order["order_id"])
+    if amount > left:
+        raise ToolError(f"refund {amount} exceeds what is left to refund on {order['order_id']} ({left})")
     return ctx.world.refund(order_id=order["order_id"], amount=amount, idempotency_key=ctx.idempotency_key)
 
 

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from agents.canonical import canonical_json
 from agents.gate import ApprovalGate, CallBinding, DecisionRefused, EffectUnknown, SignedDecision
-from agents.providers import ModelProvider, ProviderError, ToolCall
+from agents.providers import AssistantTurn, ModelProvider, ProviderError, ToolCall
 from agents.registry import Agent
 from agents.state import AgentState, CallState, CallStatus, Step
 from agents.tools import ToolContext
@@ -125,6 +125,7 @@ def advance(
                 turn = provider.complete(host.messages(state.message_count), agent.tool_specs())
             except ProviderError as exc:
                 return Failed(str(exc), kind="transient" if exc.transient else "model")
+            turn = _with_run_unique_ids(turn, state.model_calls)
             state.model_calls += 1
             state.message_count += 1
             if not turn.tool_calls:
@@ -227,6 +228,16 @@ def _settle_batch(agent: Agent, host: Host, state: AgentState) -> Outcome | None
     if waiting:
         return Waiting(tuple(call.id for call in waiting))
     return None
+
+
+def _with_run_unique_ids(turn: AssistantTurn, model_call: int) -> AssistantTurn:
+    """Give each call an id of our own, unique in the run: the ledger and approvals are keyed
+    on it, and some OpenAI-compatible servers omit or reuse ids across turns."""
+    calls = tuple(
+        ToolCall(id=f"call_{model_call}_{n}", name=call.name, arguments=call.arguments)
+        for n, call in enumerate(turn.tool_calls)
+    )
+    return AssistantTurn(content=turn.content, tool_calls=calls)
 
 
 def _prepare(agent: Agent, call: ToolCall) -> CallState:

@@ -302,6 +302,9 @@ class RecordingWorld:
         self.emails.append(SentEmail(to, subject, body, idempotency_key, message_id))
         return message_id
 
+    def refunded(self, order_id: str) -> Decimal:
+        return sum((r.amount for r in self.refunds if r.order_id == order_id), Decimal(0))
+
     def refund(self, *, order_id: str, amount: Decimal, idempotency_key: str) -> dict[str, Any]:
         refund = Refund(self._next_refund_id, order_id, Decimal(amount), idempotency_key)
         self._next_refund_id += 1

@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
@@ -10,7 +11,10 @@ urlpatterns = [
     path("runs/", desk.run_list, name="runs"),
     path("runs/<uuid:run_id>/", desk.run_page, name="run"),
     path("audit/", desk.audit_page, name="audit"),
-    path("accounts/", include("django.contrib.auth.urls")),
+    # Only login and logout: password-reset tokens derive from SECRET_KEY, which
+    # workers also load, so a reset view would let a compromised worker become a reviewer.
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("reviewdesk.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -14,5 +14,11 @@ def is_reviewer(user: AbstractBaseUser | AnonymousUser | None) -> bool:
     return user.groups.filter(name=REVIEWERS).exists()
 
 
+def is_submitter(user: AbstractBaseUser | AnonymousUser | None) -> bool:
+    if user is None or not user.is_authenticated or not user.is_active:
+        return False
+    return user.is_staff or user.groups.filter(name=SUBMITTERS).exists()
+
+
 def is_admin(user: AbstractBaseUser | AnonymousUser | None) -> bool:
     return bool(user and user.is_authenticated and user.is_active and user.is_staff)

@@ -8,6 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.core.mail import EmailMessage
 from django.core.mail.utils import DNS_NAME
+from django.db.models import Sum
 
 from reviewdesk.demo.models import DemoRefund
 
@@ -23,6 +24,11 @@ class DjangoDemoWorld:
             headers={"Message-ID": message_id, "X-Idempotency-Key": idempotency_key},
         ).send(fail_silently=False)
         return message_id
+
+    def refunded(self, order_id: str) -> Decimal:
+        return DemoRefund.objects.filter(order_id=order_id).aggregate(total=Sum("amount"))[
+            "total"
+        ] or Decimal(0)
 
     def refund(self, *, order_id: str, amount: Decimal, idempotency_key: str) -> dict[str, Any]:
         refund = DemoRefund.objects.create(order_id=order_id, amount=amount, idempotency_key=idempotency_key)

@@ -9,6 +9,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods
 
 from agents.canonical import canonical_json
@@ -63,7 +64,10 @@ def approval_page(request: HttpRequest, approval_id) -> HttpResponse:
             return redirect("approval", approval_id=approval.id)
         done = {"approve": "Approved", "reject": "Rejected", "edit": "Edited and approved"}[verdict]
         messages.success(request, f"{done} {approval.tool} for run {approval.run_id}.")
-        return redirect(request.POST.get("next") or "desk")
+        next_url = request.POST.get("next", "")
+        if not url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()}):
+            next_url = "desk"
+        return redirect(next_url)
     data = approval_data(approval)
     return render(
         request,

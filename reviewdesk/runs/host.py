@@ -22,6 +22,7 @@ from agents.gate import ApprovalGate, CallBinding, LedgerEntry, SignedDecision
 from agents.loop import DecisionState, Rejected
 from agents.state import AgentState, CallState
 from agents.tools import ToolContext
+from reviewdesk import faults
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus, Decision
 from reviewdesk.approvals.selectors import reviewer_may_decide_run
 from reviewdesk.approvals.signing import FileKeyring
@@ -55,6 +56,8 @@ class DatabaseHost:
     def fenced_run(self) -> Run:
         """Lock the run row and check this attempt still owns it. Call inside atomic()."""
         run = Run.objects.select_for_update().get(pk=self.run.pk)
+        if faults.fencing_disabled():
+            return run
         if (
             run.status != RunStatus.RUNNING
             or run.lease_epoch != self.attempt.lease_epoch
@@ -91,6 +94,7 @@ class DatabaseHost:
                 for i, m in enumerate(new_messages)
             )
             checkpoint = self.checkpoints.put(self.run_id, state.to_snapshot(), checkpoint_id=checkpoint_id)
+            faults.point("during_checkpoint_save")
             for call in raise_approvals:
                 self._raise_approval(run, checkpoint.id, call)
 
@@ -203,13 +207,18 @@ class DatabaseLedger:
             decision_id=decision_id,
             result=result,
         )
+        # Crash points for the fault-injection tests (inert otherwise): just after this commits.
+        after = "after_ledger_pending" if status == SideEffect.Status.PENDING else "after_ledger_confirmed"
+        transaction.on_commit(lambda: faults.point(after))
 
     def confirm(self, key: str, *, result: Any) -> None:
+        faults.point("after_effect")
         # Not fenced: the effect has happened, and recording that is true whoever owns the run now.
         with transaction.atomic():
             SideEffect.objects.filter(idempotency_key=key, status="pending").update(
                 status="confirmed", result=result, updated_at=timezone.now()
             )
+        faults.point("after_ledger_confirmed")
 
     def mark_unknown(self, key: str) -> None:
         with self.atomic():

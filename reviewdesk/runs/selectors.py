@@ -16,11 +16,20 @@ def run_audience(run: Run) -> list[int]:
 
 
 def runs_visible_to(user) -> QuerySet[Run]:
-    """Admins and reviewers see every run; anyone else only the runs they submitted."""
+    """Admins see every run; submitters their own; a reviewer also the runs open to any
+    reviewer or assigned to them (never another reviewer's assigned run)."""
     runs = Run.objects.select_related("submitted_by")
-    if is_admin(user) or is_reviewer(user):
+    if is_admin(user):
         return runs
-    return runs.filter(Q(submitted_by=user))
+    if not is_reviewer(user):
+        return runs.filter(submitted_by=user)
+    # JSON containment is not portable to SQLite: assigned runs take an id pre-pass.
+    assigned_to_user = [
+        pk
+        for pk, reviewers in runs.exclude(reviewers=[]).values_list("id", "reviewers")
+        if user.get_username() in reviewers
+    ]
+    return runs.filter(Q(submitted_by=user) | Q(reviewers=[]) | Q(id__in=assigned_to_user))
 
 
 def run_get_for_user(*, run_id, user) -> Run:

@@ -15,10 +15,10 @@ from django.utils import timezone
 from agents.loop import Failed, Finished, Limits, Outcome, Waiting, advance
 from agents.providers import model_spec_errors, provider_for
 from agents.registry import UnknownAgent, get_agent
-from reviewdesk.accounts.roles import REVIEWERS
+from reviewdesk.accounts.roles import REVIEWERS, is_submitter
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
 from reviewdesk.audit.services import audit_record
-from reviewdesk.errors import Invalid
+from reviewdesk.errors import Forbidden, Invalid
 from reviewdesk.events.builders import approval_data, run_data
 from reviewdesk.events.services import event_emit
 from reviewdesk.runs.host import DatabaseHost, LeaseLost
@@ -76,6 +76,8 @@ def run_submit(
     approval_ttl_seconds: int | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> Run:
+    if not is_submitter(submitter):
+        raise Forbidden("only members of the submitters group can submit runs")
     reviewers = list(dict.fromkeys(reviewers or []))
     if model is None:
         with contextlib.suppress(UnknownAgent):  # reported by run_validate

@@ -329,8 +329,29 @@ def test_an_unknown_tool_or_malformed_or_schema_invalid_arguments_become_an_erro
     assert host.approvals == []
     assert host.world.emails == [] and host.world.refunds == []
     assert host.ledger.rows == {}
-    result = tool_results(host)["c1"]
+    result = tool_results(host)["call_0_0"]  # the loop's own id, not the provider's "c1"
     assert set(result) == {"error"} and error in result["error"]
+
+
+def test_a_tool_call_id_reused_by_the_model_server_across_turns_still_runs_each_call():
+    """Some OpenAI-compatible servers omit or repeat ids; the ledger must not mistake
+    the second refund for the first and hand back its recorded result."""
+    provider = RawTurnsProvider(
+        [
+            AssistantTurn(
+                None, (ToolCall("call_0", "refund_payment", '{"order_id": "A-1002", "amount": 10}'),)
+            ),
+            AssistantTurn(
+                None, (ToolCall("call_0", "refund_payment", '{"order_id": "G-2001", "amount": 20}'),)
+            ),
+        ]
+    )
+    host = InMemoryHost()
+
+    assert step(host, provider) == Finished("Done.")
+
+    assert [(r.order_id, r.amount) for r in host.world.refunds] == [("A-1002", 10), ("G-2001", 20)]
+    assert len(host.ledger.rows) == 2
 
 
 # --- never twice ------------------------------------------------------------------------

@@ -130,7 +130,7 @@ def test_an_idempotency_key_reused_with_another_body_is_422(personas, api_as):
 
 def test_idempotency_keys_are_scoped_to_the_client(personas, api_as):
     submit(api_as(personas.carol, "submit"), VALID, HTTP_IDEMPOTENCY_KEY="shared")
-    response = submit(api_as(personas.alice, "submit"), VALID, HTTP_IDEMPOTENCY_KEY="shared")
+    response = submit(api_as(personas.admin, "submit"), VALID, HTTP_IDEMPOTENCY_KEY="shared")
     assert response.status_code == 201
     assert Run.objects.count() == 2
 
@@ -141,3 +141,21 @@ def test_an_outsider_cannot_see_someone_elses_run(personas, api_as):
     assert outsider.get(f"/api/v1/runs/{run_id}").status_code == 404
     assert outsider.get("/api/v1/runs").json()["results"] == []
     assert api_as(personas.alice, "review").get(f"/api/v1/runs/{run_id}").status_code == 200
+
+
+def test_an_outsider_or_a_reviewer_cannot_submit(personas, api_as):
+    for user in (personas.olivia, personas.alice):
+        response = submit(api_as(user, "submit"), VALID)
+        assert response.status_code == 403
+        assert "submitters" in response.json()["detail"]
+    assert Run.objects.count() == 0
+
+
+def test_a_reviewer_not_assigned_to_a_run_cannot_read_it_or_its_events(personas, api_as):
+    run_id = submit(api_as(personas.carol, "submit"), {**VALID, "reviewers": ["bob"]}).json()["id"]
+    alice = api_as(personas.alice, "review")
+    assert alice.get(f"/api/v1/runs/{run_id}").status_code == 404
+    assert alice.get(f"/api/v1/runs/{run_id}/events").status_code == 404
+    assert run_id not in [r["id"] for r in alice.get("/api/v1/runs").json()["results"]]
+    assert api_as(personas.bob, "review").get(f"/api/v1/runs/{run_id}").status_code == 200
+    assert api_as(personas.admin, "audit").get(f"/api/v1/runs/{run_id}").status_code == 200

@@ -266,3 +266,23 @@ def test_a_decision_for_a_call_no_longer_awaiting_is_stale(interrupted_run, pers
     latest.save()
     with pytest.raises(Conflict):
         decide(third, personas.bob)
+
+
+def test_small_refunds_never_add_up_past_the_order_total(interrupted_run, personas):
+    """Refunds up to 100 need no approval, so the tool itself caps the total at the order's amount."""
+    script = [
+        {"tool_calls": [{"name": "refund_payment", "arguments": {"order_id": "A-1001", "amount": 100}}] * 3},
+        {"content": "Refunded what I could."},
+        {"content": "unused"},
+    ]
+    run = run_submit(
+        submitter=personas.carol,
+        agent="demo",
+        input="refund",
+        model={"provider": "scripted", "script": script},
+    )
+    run = advance(run)
+    assert run.status == RunStatus.SUCCEEDED
+    assert sum(r.amount for r in DemoRefund.objects.all()) == 200
+    errors = [e.result for e in SideEffect.objects.filter(run=run) if "error" in (e.result or {})]
+    assert len(errors) == 1 and "exceeds what is left" in errors[0]["error"]

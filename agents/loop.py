@@ -125,7 +125,7 @@ def advance(
                 turn = provider.complete(host.messages(state.message_count), agent.tool_specs())
             except ProviderError as exc:
                 return Failed(str(exc), kind="transient" if exc.transient else "model")
-            turn = _with_run_unique_ids(turn, state.model_calls)
+            turn = _with_run_unique_ids(turn, state.model_calls, getattr(host, "call_id_prefix", "call"))
             state.model_calls += 1
             state.message_count += 1
             if not turn.tool_calls:
@@ -230,11 +230,11 @@ def _settle_batch(agent: Agent, host: Host, state: AgentState) -> Outcome | None
     return None
 
 
-def _with_run_unique_ids(turn: AssistantTurn, model_call: int) -> AssistantTurn:
+def _with_run_unique_ids(turn: AssistantTurn, model_call: int, prefix: str) -> AssistantTurn:
     """Give each call an id of our own, unique in the run: the ledger and approvals are keyed
     on it, and some OpenAI-compatible servers omit or reuse ids across turns."""
     calls = tuple(
-        ToolCall(id=f"call_{model_call}_{n}", name=call.name, arguments=call.arguments)
+        ToolCall(id=f"{prefix}_{model_call}_{n}", name=call.name, arguments=call.arguments)
         for n, call in enumerate(turn.tool_calls)
     )
     return AssistantTurn(content=turn.content, tool_calls=calls)

@@ -19,6 +19,12 @@ class Agent:
     tools: tuple[Tool, ...]
     default_model: dict[str, Any] = field(default_factory=lambda: {"provider": "scripted"})
     approval_ttl_seconds: int | None = None  # None: the desk's default
+    # When an approval expires: "continue" tells the model it expired; "fail" ends the run.
+    on_approval_expired: str = "continue"
+
+    def __post_init__(self) -> None:
+        if self.on_approval_expired not in ("continue", "fail"):
+            raise ValueError("on_approval_expired is 'continue' or 'fail'")
 
     def tool(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)

@@ -174,7 +174,10 @@ CELERY_BEAT_SCHEDULE = {"sweep": {"task": "runs.sweep", "schedule": float(DESK_S
 # --- Desk behaviour --------------------------------------------------------
 DESK_APPROVAL_TTL_SECONDS = env_int("DESK_APPROVAL_TTL_SECONDS", 3600)
 DESK_DECISION_VALID_SECONDS = env_int("DESK_DECISION_VALID_SECONDS", 24 * 3600)
-DESK_LEASE_SECONDS = env_int("DESK_LEASE_SECONDS", 300)
+DESK_LEASE_SECONDS = env_int("DESK_LEASE_SECONDS", 60)  # renewed every third while a worker holds a run
+DESK_MAX_LOST_ATTEMPTS = env_int("DESK_MAX_LOST_ATTEMPTS", 3)  # workers dying in a row: a poison run
+DESK_AUTO_RETRIES = env_int("DESK_AUTO_RETRIES", 3)  # automatic retries of transient failures
+DESK_RETRY_BACKOFF_SECONDS = env_int("DESK_RETRY_BACKOFF_SECONDS", 10)  # doubled at each retry
 DESK_REQUEUE_AFTER_SECONDS = env_int("DESK_REQUEUE_AFTER_SECONDS", 120)
 DESK_WS_HEARTBEAT_SECONDS = env_int("DESK_WS_HEARTBEAT_SECONDS", 15)
 DESK_MAX_MODEL_CALLS = env_int("DESK_MAX_MODEL_CALLS", 50)

@@ -10,6 +10,8 @@ urlpatterns = [
     path("approvals/<uuid:approval_id>/", desk.approval_page, name="approval"),
     path("runs/", desk.run_list, name="runs"),
     path("runs/<uuid:run_id>/", desk.run_page, name="run"),
+    path("runs/<uuid:run_id>/cancel/", desk.run_control, {"action": "cancel"}, name="run-cancel"),
+    path("runs/<uuid:run_id>/retry/", desk.run_control, {"action": "retry"}, name="run-retry"),
     path("audit/", desk.audit_page, name="audit"),
     # Only login and logout: password-reset tokens derive from SECRET_KEY, which
     # workers also load, so a reset view would let a compromised worker become a reviewer.

@@ -26,6 +26,13 @@ CanSubmit = token_scope_permission("submit")
 CanReview = token_scope_permission("review")
 
 
+class CanSubmitOrReview(BasePermission):
+    """Cancel: the submitter (submit scope) or a reviewer (review scope); the service decides who."""
+
+    def has_permission(self, request, view) -> bool:
+        return CanSubmit().has_permission(request, view) or CanReview().has_permission(request, view)
+
+
 class CanRead(BasePermission):
     """Any scope reads what the user may see; selectors decide what that is."""
 

@@ -28,15 +28,18 @@ def run_summary(run: Run) -> dict[str, Any]:
 
 
 def run_detail(run: Run) -> dict[str, Any]:
-    latest = run.checkpoints.order_by("-number").first()
+    # .all() and sorting here, so a list view's prefetch_related serves every run.
+    latest = max(run.checkpoints.all(), key=lambda c: c.number, default=None)
     return {
         **run_summary(run),
         "model": run.model,
         "checkpoint_id": str(latest.id) if latest else None,
-        "approvals": [
-            approval_data(a) for a in run.approvals.select_related("decision", "decision__reviewer")
+        "approvals": [approval_data(a) for a in sorted(run.approvals.all(), key=lambda a: a.created_at)],
+        "messages": [
+            m.body
+            for m in sorted(run.messages.all(), key=lambda m: m.position)
+            if m.superseded_at is None  # set aside by a retry from an earlier checkpoint
         ],
-        "messages": [m.body for m in run.messages.order_by("position")],
         "side_effects": [
             {
                 "idempotency_key": e.idempotency_key,
@@ -49,7 +52,7 @@ def run_detail(run: Run) -> dict[str, Any]:
                 "created_at": _iso(e.created_at),
                 "updated_at": _iso(e.updated_at),
             }
-            for e in run.side_effects.all()
+            for e in sorted(run.side_effects.all(), key=lambda e: e.created_at)
         ],
         "attempts": [
             {
@@ -60,7 +63,7 @@ def run_detail(run: Run) -> dict[str, Any]:
                 "started_at": _iso(a.started_at),
                 "ended_at": _iso(a.ended_at),
             }
-            for a in run.attempts.all()
+            for a in sorted(run.attempts.all(), key=lambda a: a.number)
         ],
     }
 

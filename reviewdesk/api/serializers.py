@@ -28,6 +28,10 @@ class RunSubmitSerializer(StrictSerializer):
     metadata = serializers.DictField(required=False)
 
 
+class RetrySerializer(StrictSerializer):
+    checkpoint_id = serializers.UUIDField(required=False)
+
+
 class DecisionSerializer(StrictSerializer):
     verdict = serializers.ChoiceField(choices=Verdict.values)
     reason = serializers.CharField(max_length=10_000, required=False, allow_blank=True, default="")

@@ -2,24 +2,35 @@
 
 from __future__ import annotations
 
+from django.db.models import Prefetch
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from reviewdesk.api.idempotency import idempotent
-from reviewdesk.api.permissions import CanRead, CanReview, CanSubmit
-from reviewdesk.api.representations import approval_data, decision_data, run_detail, run_summary
-from reviewdesk.api.serializers import DecisionSerializer, RunSubmitSerializer
+from reviewdesk.api.permissions import CanRead, CanReview, CanSubmit, CanSubmitOrReview
+from reviewdesk.api.representations import approval_data, decision_data, run_detail
+from reviewdesk.api.serializers import DecisionSerializer, RetrySerializer, RunSubmitSerializer
 from reviewdesk.approvals.models import ApprovalStatus
 from reviewdesk.approvals.selectors import approval_get_for_reviewer, approvals_visible_to
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.errors import Invalid
 from reviewdesk.events.models import DeskEvent
-from reviewdesk.runs.models import RunStatus
+from reviewdesk.runs.models import Checkpoint, Run, RunStatus
 from reviewdesk.runs.selectors import run_get_for_user, runs_visible_to
-from reviewdesk.runs.services import run_submit
+from reviewdesk.runs.services import run_cancel, run_retry, run_submit
 
 LIST_LIMIT = 100
+
+
+def _with_details(runs):
+    return runs.select_related("submitted_by").prefetch_related(
+        "approvals__decision__reviewer",
+        "messages",
+        "side_effects",
+        "attempts",
+        Prefetch("checkpoints", queryset=Checkpoint.objects.only("id", "number", "run_id")),
+    )
 
 
 def _status_filter(request, choices) -> str | None:
@@ -39,7 +50,7 @@ class RunListCreateView(APIView):
         status = _status_filter(request, RunStatus.values)
         if status:
             runs = runs.filter(status=status)
-        return Response({"results": [run_summary(r) for r in runs[:LIST_LIMIT]]})
+        return Response({"results": [run_detail(r) for r in _with_details(runs)[:LIST_LIMIT]]})
 
     @extend_schema(request=RunSubmitSerializer, responses={201: dict})
     def post(self, request):
@@ -57,7 +68,8 @@ class RunDetailView(APIView):
 
     @extend_schema(responses={200: dict})
     def get(self, request, run_id):
-        return Response(run_detail(run_get_for_user(run_id=run_id, user=request.user)))
+        run = run_get_for_user(run_id=run_id, user=request.user)
+        return Response(run_detail(_with_details(Run.objects.filter(pk=run.pk)).get()))
 
 
 class RunEventsView(APIView):
@@ -117,3 +129,44 @@ class ApprovalDecisionView(APIView):
             return Response(decision_data(decision), status=201)
 
         return idempotent(request, decide)
+
+
+class RunCancelView(APIView):
+    permission_classes = [CanSubmitOrReview]
+
+    @extend_schema(request=None, responses={200: dict})
+    def post(self, request, run_id):
+        return idempotent(request, lambda: Response(run_detail(run_cancel(run_id=run_id, user=request.user))))
+
+
+class RunRetryView(APIView):
+    permission_classes = [CanSubmit]
+
+    @extend_schema(request=RetrySerializer, responses={201: dict})
+    def post(self, request, run_id):
+        def retry() -> Response:
+            serializer = RetrySerializer(data=request.data or {})
+            serializer.is_valid(raise_exception=True)
+            checkpoint_id = serializer.validated_data.get("checkpoint_id")
+            run = run_retry(
+                run_id=run_id, user=request.user, checkpoint_id=str(checkpoint_id) if checkpoint_id else None
+            )
+            return Response(run_detail(run), status=201)
+
+        return idempotent(request, retry)
+
+
+def api_not_found(request, *args, **kwargs):
+    """Unknown API paths and malformed ids answer in problem+json, like every other API error."""
+    from django.http import JsonResponse
+
+    return JsonResponse(
+        {
+            "type": "about:blank",
+            "title": "Not found",
+            "status": 404,
+            "detail": f"no such endpoint: {request.path}",
+        },
+        status=404,
+        content_type="application/problem+json",
+    )

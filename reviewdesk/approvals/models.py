@@ -42,7 +42,12 @@ class ApprovalRequest(models.Model):
     class Meta:
         ordering = ["created_at"]
         constraints = [
-            models.UniqueConstraint(fields=["run", "tool_call_id"], name="approval_one_per_call"),
+            # One live request per call; a cancelled one may be raised again by a retry.
+            models.UniqueConstraint(
+                fields=["run", "tool_call_id"],
+                condition=~models.Q(status="cancelled"),
+                name="approval_one_live_per_call",
+            ),
             models.CheckConstraint(
                 condition=models.Q(status__in=ApprovalStatus.values), name="approval_status_valid"
             ),

@@ -21,7 +21,9 @@ from reviewdesk.audit.services import audit_verify
 from reviewdesk.errors import DeskError, Invalid, NotFound
 from reviewdesk.events.builders import approval_data
 from reviewdesk.events.services import latest_seq
+from reviewdesk.runs.models import ENDED
 from reviewdesk.runs.selectors import run_get_for_user, runs_visible_to
+from reviewdesk.runs.services import run_cancel, run_retry
 
 
 def _require_reviewer(request: HttpRequest) -> None:
@@ -108,8 +110,25 @@ def run_page(request: HttpRequest, run_id) -> HttpResponse:
             "approvals": run.approvals.select_related("decision", "decision__reviewer"),
             "side_effects": run.side_effects.all(),
             "attempts": run.attempts.all(),
+            "ended": run.status in ENDED,
         },
     )
+
+
+@login_required
+@require_http_methods(["POST"])
+def run_control(request: HttpRequest, run_id, action: str) -> HttpResponse:
+    """The run page's Cancel and Retry buttons (session + CSRF); the services check who may."""
+    service = {"cancel": run_cancel, "retry": run_retry}[action]
+    try:
+        service(run_id=run_id, user=request.user)
+    except NotFound:
+        raise Http404("no such run") from None
+    except DeskError as exc:
+        messages.error(request, f"Could not {action}: {exc.detail}")
+    else:
+        messages.success(request, {"cancel": "Run cancelled.", "retry": "Run queued again."}[action])
+    return redirect("run", run_id=run_id)
 
 
 @login_required

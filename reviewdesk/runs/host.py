@@ -47,6 +47,8 @@ class DatabaseHost:
         self.attempt = attempt
         self.run_id = str(run.id)
         self.run_input = run.input
+        # A retry from an earlier checkpoint starts a new branch: its call ids never reuse old ones.
+        self.call_id_prefix = f"call_b{run.branch}" if run.branch else "call"
         self.checkpoints = DatabaseCheckpointStore(attempt_id=attempt.id)
         self.ledger = DatabaseLedger(host=self)
         self.gate = ApprovalGate(
@@ -75,7 +77,9 @@ class DatabaseHost:
         return AgentState.from_snapshot(checkpoint.snapshot) if checkpoint else None
 
     def messages(self, count: int) -> list[dict[str, Any]]:
-        rows = Message.objects.filter(run_id=self.run.pk, position__lt=count).order_by("position")
+        rows = Message.objects.filter(
+            run_id=self.run.pk, position__lt=count, superseded_at__isnull=True
+        ).order_by("position")
         return [row.body for row in rows]
 
     def commit_step(
@@ -96,12 +100,13 @@ class DatabaseHost:
             checkpoint = self.checkpoints.put(self.run_id, state.to_snapshot(), checkpoint_id=checkpoint_id)
             faults.point("during_checkpoint_save")
             for call in raise_approvals:
-                self._raise_approval(run, checkpoint.id, call)
+                approval_raise(run=run, attempt=self.attempt, checkpoint_id=checkpoint.id, call=call)
 
     def decision_for(self, call: CallState) -> DecisionState:
-        approval = (
+        approval = (  # the latest: a retry may have raised a new one after a cancelled one
             ApprovalRequest.objects.filter(run_id=self.run.pk, tool_call_id=call.id)
             .select_related("decision")
+            .order_by("-created_at")
             .first()
         )
         if approval is None or approval.status == ApprovalStatus.PENDING:
@@ -142,33 +147,32 @@ class DatabaseHost:
             world=DjangoDemoWorld(),
         )
 
-    # --- helpers -----------------------------------------------------------------
-    def _raise_approval(self, run: Run, checkpoint_id: str, call: CallState) -> None:
-        approval = ApprovalRequest.objects.create(
-            run=run,
-            attempt=self.attempt,
-            checkpoint_id=checkpoint_id,
-            tool_call_id=call.id,
-            tool=call.name,
-            arguments=call.arguments,
-            arguments_sha256=sha256_hex(call.arguments),
-            reason=f"{call.name} needs a reviewer's approval under its policy",
-            assignees=list(run.reviewers),
-            expires_at=timezone.now() + timedelta(seconds=run.approval_ttl_seconds),
-        )
-        audit_record(
-            actor=None,
-            action="approval.requested",
-            subject_type="approval",
-            subject_id=approval.id,
-            data={"run": self.run_id, "tool": call.name, "arguments_sha256": approval.arguments_sha256},
-        )
-        event_emit(
-            type="approval.created",
-            data=approval_data(approval),
-            run_id=run.pk,
-            audience=run_audience(run),
-        )
+
+def approval_raise(*, run: Run, attempt: Attempt | None, checkpoint_id, call: CallState) -> ApprovalRequest:
+    """Create the approval request for a waiting call, audit it and tell the desk. Caller holds the run lock."""
+    approval = ApprovalRequest.objects.create(
+        run=run,
+        attempt=attempt,
+        checkpoint_id=checkpoint_id,
+        tool_call_id=call.id,
+        tool=call.name,
+        arguments=call.arguments,
+        arguments_sha256=sha256_hex(call.arguments),
+        reason=f"{call.name} needs a reviewer's approval under its policy",
+        assignees=list(run.reviewers),
+        expires_at=timezone.now() + timedelta(seconds=run.approval_ttl_seconds),
+    )
+    audit_record(
+        actor=None,
+        action="approval.requested",
+        subject_type="approval",
+        subject_id=approval.id,
+        data={"run": str(run.pk), "tool": call.name, "arguments_sha256": approval.arguments_sha256},
+    )
+    event_emit(
+        type="approval.created", data=approval_data(approval), run_id=run.pk, audience=run_audience(run)
+    )
+    return approval
 
 
 class DatabaseLedger:

@@ -33,6 +33,13 @@ class Run(models.Model):
     output = models.TextField(null=True, blank=True)
     error = models.TextField(null=True, blank=True)
     error_kind = models.CharField(max_length=20, blank=True)
+    # Automatic retries of transient failures so far, and when the next may start.
+    retries = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    # Bumped when a retry restarts from an earlier checkpoint: new tool-call ids never
+    # collide with the abandoned branch's (the ledger is keyed on them).
+    branch = models.PositiveIntegerField(default=0)
+    task_id = models.CharField(max_length=64, blank=True)  # the last task enqueued, for revoke
     cancel_epoch = models.PositiveIntegerField(default=0)
     lease_epoch = models.PositiveIntegerField(default=0)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
@@ -59,6 +66,7 @@ class Attempt(models.Model):
         RELEASED = "released"  # stopped at an interrupt or the end
         FAILED = "failed"
         LOST = "lost"  # lease expired under it
+        CANCELLED = "cancelled"  # the run was cancelled while it ran
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
     number = models.PositiveIntegerField()
@@ -75,7 +83,7 @@ class Attempt(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["run", "number"], name="attempt_number_unique"),
             models.CheckConstraint(
-                condition=models.Q(status__in=["running", "released", "failed", "lost"]),
+                condition=models.Q(status__in=["running", "released", "failed", "lost", "cancelled"]),
                 name="attempt_status_valid",
             ),
         ]
@@ -89,10 +97,18 @@ class Message(models.Model):
     role = models.CharField(max_length=20)
     body = models.JSONField()  # the whole chat message as sent to the model
     created_at = models.DateTimeField(auto_now_add=True)
+    # Set when a retry restarts from an earlier checkpoint: kept for history, never sent again.
+    superseded_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["run", "position"]
-        constraints = [models.UniqueConstraint(fields=["run", "position"], name="message_position_unique")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "position"],
+                condition=models.Q(superseded_at__isnull=True),
+                name="message_position_unique_live",
+            )
+        ]
 
 
 class Checkpoint(models.Model):

@@ -1,9 +1,15 @@
-"""Run lifecycle: submit, claim a lease, execute the turn loop, finish, sweep."""
+"""Run lifecycle: submit, claim a lease, execute the turn loop, finish, cancel, retry, sweep.
+
+The database row is the source of truth; Celery messages are only nudges. Every
+task is idempotent (`run_claim` turns duplicates away), and the sweeper on beat
+re-sends whatever a lost message or a dead worker left behind.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -13,33 +19,66 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.loop import Failed, Finished, Limits, Outcome, Waiting, advance
-from agents.providers import model_spec_errors, provider_for
+from agents.providers import AssistantTurn, ModelProvider, model_spec_errors, provider_for
 from agents.registry import UnknownAgent, get_agent
-from reviewdesk.accounts.roles import REVIEWERS, is_submitter
+from agents.state import AgentState, CallStatus
+from reviewdesk import faults
+from reviewdesk.accounts.roles import REVIEWERS, is_admin, is_submitter
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
+from reviewdesk.approvals.selectors import user_may_decide
 from reviewdesk.audit.services import audit_record
-from reviewdesk.errors import Forbidden, Invalid
+from reviewdesk.errors import Conflict, Forbidden, Invalid, NotFound
 from reviewdesk.events.builders import approval_data, run_data
 from reviewdesk.events.services import event_emit
-from reviewdesk.runs.host import DatabaseHost, LeaseLost
-from reviewdesk.runs.models import Attempt, Run, RunStatus
-from reviewdesk.runs.selectors import run_audience
+from reviewdesk.runs.host import DatabaseHost, LeaseLost, approval_raise
+from reviewdesk.runs.leases import LeaseKeeper
+from reviewdesk.runs.models import ENDED, Attempt, Checkpoint, Message, Run, RunStatus
+from reviewdesk.runs.selectors import run_audience, run_get_for_user
 
 logger = logging.getLogger(__name__)
 
+# Failure kinds (Run.error_kind): only transient ones are retried automatically.
+TRANSIENT = "transient"
 
-def _enqueue_on_commit(task_name: str, run_id) -> None:
+
+def _enqueue_on_commit(task_name: str, run: Run, *, countdown: float | None = None) -> None:
+    """Send the task once the transaction commits; remember its id so cancel can revoke it."""
     from reviewdesk.runs import tasks
 
     task = getattr(tasks, task_name)
-    run_id = str(run_id)
+    run_id, task_id = str(run.pk), str(uuid.uuid4())
+    Run.objects.filter(pk=run.pk).update(task_id=task_id)
     # robust: a broker outage must not turn a committed run into a 500; the
     # sweeper re-enqueues queued runs whose message never arrived.
-    transaction.on_commit(lambda: task.delay(run_id), robust=True)
+    transaction.on_commit(
+        lambda: task.apply_async(args=[run_id], task_id=task_id, countdown=countdown), robust=True
+    )
 
 
 def _emit_run_updated(run: Run) -> None:
     event_emit(type="run.updated", data=run_data(run), run_id=run.pk, audience=run_audience(run))
+
+
+def _cancel_open_approvals(run: Run, *, why: str) -> int:
+    """Cancel the run's pending approvals; their desk items vanish live. Caller holds the run lock."""
+    audience = run_audience(run)
+    cancelled = 0
+    for approval in ApprovalRequest.objects.filter(run=run, status=ApprovalStatus.PENDING):
+        approval.status = ApprovalStatus.CANCELLED
+        approval.save(update_fields=["status", "updated_at"])
+        audit_record(
+            actor=None,
+            action="approval.cancelled",
+            subject_type="approval",
+            subject_id=approval.id,
+            data={"why": why},
+        )
+        event_emit(type="approval.updated", data=approval_data(approval), run_id=run.pk, audience=audience)
+        cancelled += 1
+    return cancelled
+
+
+# --- submit --------------------------------------------------------------------------
 
 
 def run_validate(*, submitter, agent: str, model: Any, reviewers: list[str]) -> dict[str, list[str]]:
@@ -104,15 +143,19 @@ def run_submit(
             data={"agent": agent},
         )
         _emit_run_updated(run)
-        _enqueue_on_commit("run", run.id)
+        _enqueue_on_commit("run", run)
     return run
 
 
-def run_claim(*, run_id, worker: str) -> Attempt | None:
-    """Take the run's lease if it is queued, or running under an expired lease.
+# --- execute ---------------------------------------------------------------------------
 
-    None when another worker owns it or it has ended: duplicates of the task
-    (redelivery, the sweeper, a double decision) return here harmlessly.
+
+def run_claim(*, run_id, worker: str) -> Attempt | None:
+    """Take the run's lease if it is queued (and due), or running under an expired lease.
+
+    None when another worker owns it, it is not due yet, or it has ended:
+    duplicates of the task (redelivery, the sweeper, a double decision) return
+    here harmlessly. A run whose workers keep dying is failed, not retried forever.
     """
     now = timezone.now()
     with transaction.atomic():
@@ -120,17 +163,34 @@ def run_claim(*, run_id, worker: str) -> Attempt | None:
         if run is None:
             return None
         expired = run.status == RunStatus.RUNNING and run.lease_expires_at and run.lease_expires_at < now
-        if run.status != RunStatus.QUEUED and not expired:
+        due = run.status == RunStatus.QUEUED and (run.next_attempt_at is None or run.next_attempt_at <= now)
+        if not (due or expired):
             return None
         if expired:
             Attempt.objects.filter(run=run, status=Attempt.Status.RUNNING).update(
                 status=Attempt.Status.LOST, ended_at=now
             )
+            lost = _lost_in_a_row(run)
+            if lost >= settings.DESK_MAX_LOST_ATTEMPTS:
+                _fail(
+                    run, f"gave up: the worker died {lost} times in a row running this run", kind="internal"
+                )
+                return None
         run.status = RunStatus.RUNNING
         run.lease_epoch += 1
         run.lease_expires_at = now + timedelta(seconds=settings.DESK_LEASE_SECONDS)
+        run.next_attempt_at = None
         run.revision += 1
-        run.save(update_fields=["status", "lease_epoch", "lease_expires_at", "revision", "updated_at"])
+        run.save(
+            update_fields=[
+                "status",
+                "lease_epoch",
+                "lease_expires_at",
+                "next_attempt_at",
+                "revision",
+                "updated_at",
+            ]
+        )
         attempt = Attempt.objects.create(
             run=run,
             number=run.attempts.count() + 1,
@@ -143,6 +203,27 @@ def run_claim(*, run_id, worker: str) -> Attempt | None:
     return attempt
 
 
+def _lost_in_a_row(run: Run) -> int:
+    lost = 0
+    for status in run.attempts.order_by("-number").values_list("status", flat=True):
+        if status != Attempt.Status.LOST:
+            break
+        lost += 1
+    return lost
+
+
+class _CrashPoints:
+    """Wraps the model provider with the `after_model_call` fault point (inert in production)."""
+
+    def __init__(self, provider: ModelProvider) -> None:
+        self.provider = provider
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AssistantTurn:
+        turn = self.provider.complete(messages, tools)
+        faults.point("after_model_call")
+        return turn
+
+
 def run_execute(*, run_id, worker: str = "") -> Outcome | None:
     """The body of the `run` and `resume` tasks: advance the run as far as it goes."""
     attempt = run_claim(run_id=run_id, worker=worker)
@@ -151,16 +232,19 @@ def run_execute(*, run_id, worker: str = "") -> Outcome | None:
     run = attempt.run
     host = DatabaseHost(run=run, attempt=attempt)
     try:
-        provider = provider_for(
-            run.model,
-            openai_options={
-                "base_url": settings.OPENAI_BASE_URL,
-                "api_key": settings.OPENAI_API_KEY,
-                "timeout": settings.OPENAI_TIMEOUT_SECONDS,
-                "max_retries": settings.OPENAI_MAX_RETRIES,
-            },
-        )
-        outcome = advance(agent=get_agent(run.agent), provider=provider, host=host, limits=_limits())
+        with LeaseKeeper(attempt, cancel_epoch=run.cancel_epoch):
+            provider = provider_for(
+                run.model,
+                openai_options={
+                    "base_url": settings.OPENAI_BASE_URL,
+                    "api_key": settings.OPENAI_API_KEY,
+                    "timeout": settings.OPENAI_TIMEOUT_SECONDS,
+                    "max_retries": settings.OPENAI_MAX_RETRIES,
+                },
+            )
+            outcome = advance(
+                agent=get_agent(run.agent), provider=_CrashPoints(provider), host=host, limits=_limits()
+            )
     except LeaseLost as exc:
         _record_stale_write(attempt, str(exc))
         return None
@@ -187,13 +271,13 @@ def run_finish(*, attempt: Attempt, outcome: Outcome) -> None:
         if run.status != RunStatus.RUNNING or run.lease_epoch != attempt.lease_epoch:
             _record_stale_write(attempt, f"finish as {type(outcome).__name__} after losing the lease")
             return
-        attempt_status = Attempt.Status.RELEASED
+        attempt_status, attempt_error = Attempt.Status.RELEASED, ""
         if isinstance(outcome, Finished):
             run.status, run.output = RunStatus.SUCCEEDED, outcome.output
+            _cancel_open_approvals(run, why="the run finished")
             audit_record(actor=None, action="run.succeeded", subject_type="run", subject_id=run.id)
         elif isinstance(outcome, Failed):
-            run.status, run.error, run.error_kind = RunStatus.FAILED, outcome.error, outcome.kind
-            attempt_status = Attempt.Status.FAILED
+            attempt_status, attempt_error = Attempt.Status.FAILED, outcome.error
             if outcome.kind == "approval":
                 audit_record(
                     actor=None,
@@ -202,28 +286,72 @@ def run_finish(*, attempt: Attempt, outcome: Outcome) -> None:
                     subject_id=run.id,
                     data={"tool_call_id": outcome.call_id, "reason": outcome.error},
                 )
-            audit_record(
-                actor=None,
-                action="run.failed",
-                subject_type="run",
-                subject_id=run.id,
-                data={"error": outcome.error, "kind": outcome.kind},
-            )
+            if not _retry_automatically(run, attempt, outcome, now):
+                _fail(run, outcome.error, kind=outcome.kind, save=False)
         elif isinstance(outcome, Waiting):
             decided_meanwhile = (
                 ApprovalRequest.objects.filter(run=run, tool_call_id__in=outcome.call_ids)
-                .exclude(status=ApprovalStatus.PENDING)
+                .exclude(status__in=[ApprovalStatus.PENDING, ApprovalStatus.CANCELLED])
                 .exists()
             )
             if decided_meanwhile:  # a decision landed while we held the lease
                 run.status = RunStatus.QUEUED
-                _enqueue_on_commit("resume", run.id)
+                _enqueue_on_commit("resume", run)
             else:
                 run.status = RunStatus.INPUT_REQUIRED
         run.lease_expires_at = None
         run.revision += 1
         run.save()
-        Attempt.objects.filter(pk=attempt.pk).update(status=attempt_status, ended_at=now)
+        Attempt.objects.filter(pk=attempt.pk).update(status=attempt_status, ended_at=now, error=attempt_error)
+        _emit_run_updated(run)
+
+
+def _retry_automatically(run: Run, attempt: Attempt, outcome: Failed, now) -> bool:
+    """Queue a transient failure again with exponential backoff, within the retry budget.
+
+    The same error twice in a row stops automatic retries: it is not transient after all.
+    """
+    if outcome.kind != TRANSIENT or run.retries >= settings.DESK_AUTO_RETRIES:
+        return False
+    previous = (
+        run.attempts.filter(number__lt=attempt.number, status=Attempt.Status.FAILED)
+        .order_by("-number")
+        .values_list("error", flat=True)
+        .first()
+    )
+    if previous == outcome.error:
+        return False
+    delay = settings.DESK_RETRY_BACKOFF_SECONDS * 2**run.retries
+    run.retries += 1
+    run.status = RunStatus.QUEUED
+    run.error, run.error_kind = outcome.error, outcome.kind
+    run.next_attempt_at = now + timedelta(seconds=delay)
+    audit_record(
+        actor=None,
+        action="run.retry_scheduled",
+        subject_type="run",
+        subject_id=run.id,
+        data={"retry": run.retries, "in_seconds": delay, "error": outcome.error},
+    )
+    _enqueue_on_commit("resume", run, countdown=delay)
+    return True
+
+
+def _fail(run: Run, error: str, *, kind: str, save: bool = True) -> None:
+    """End the run as failed. Caller holds the run lock."""
+    run.status, run.error, run.error_kind = RunStatus.FAILED, error, kind
+    run.lease_expires_at = None
+    _cancel_open_approvals(run, why="the run failed")
+    audit_record(
+        actor=None,
+        action="run.failed",
+        subject_type="run",
+        subject_id=run.id,
+        data={"error": error, "kind": kind},
+    )
+    if save:
+        run.revision += 1
+        run.save()
         _emit_run_updated(run)
 
 
@@ -238,20 +366,148 @@ def _record_stale_write(attempt: Attempt, detail: str) -> None:
     )
 
 
+# --- control: cancel and retry ------------------------------------------------------------
+
+
+def _may_control(user, run: Run) -> bool:
+    return is_admin(user) or run.submitted_by_id == user.pk or user_may_decide(user, run)
+
+
+def run_cancel(*, run_id, user) -> Run:
+    """Cancel for good: bump cancel_epoch (fencing out any worker), cancel pending approvals,
+    revoke the queued task. A decision arriving afterwards is 409."""
+    visible = run_get_for_user(run_id=run_id, user=user)
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=visible.pk)
+        if not _may_control(user, run):
+            raise Forbidden("only the submitter, its reviewers or an admin can cancel this run")
+        if run.status in ENDED:
+            raise Conflict(f"the run has already ended ({run.status})", code="ended")
+        run.cancel_epoch += 1
+        run.status = RunStatus.CANCELLED
+        run.error, run.error_kind = f"cancelled by {user.get_username()}", "cancelled"
+        run.lease_expires_at = run.next_attempt_at = None
+        run.revision += 1
+        run.save()
+        Attempt.objects.filter(run=run, status=Attempt.Status.RUNNING).update(
+            status=Attempt.Status.CANCELLED, ended_at=timezone.now()
+        )
+        _cancel_open_approvals(run, why=f"run cancelled by {user.get_username()}")
+        audit_record(actor=user, action="run.cancelled", subject_type="run", subject_id=run.id)
+        _emit_run_updated(run)
+        if run.task_id:
+            task_id = run.task_id
+            transaction.on_commit(lambda: _revoke(task_id), robust=True)
+    return run
+
+
+def _revoke(task_id: str) -> None:
+    from reviewdesk.celery import app
+
+    # Best effort: a queued task is dropped; a running one is stopped by fencing.
+    app.control.revoke(task_id)
+
+
+def run_retry(*, run_id, user, checkpoint_id: str | None = None) -> Run:
+    """Run a failed or cancelled run again from its latest (or a named) checkpoint, in a new attempt.
+
+    Old attempts, messages and approvals keep their history. Calls that were
+    still waiting get new approval requests; going back to an earlier
+    checkpoint sets aside (but keeps) the messages after it.
+    """
+    visible = run_get_for_user(run_id=run_id, user=user)
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=visible.pk)
+        if not (is_admin(user) or run.submitted_by_id == user.pk):
+            raise Forbidden("only the submitter or an admin can retry this run")
+        if run.status not in (RunStatus.FAILED, RunStatus.CANCELLED):
+            raise Conflict(
+                f"only a failed or cancelled run can be retried; this one is {run.status}", code="not_ended"
+            )
+        latest = Checkpoint.objects.filter(run=run).order_by("-number").first()
+        start = latest
+        if checkpoint_id is not None:
+            start = Checkpoint.objects.filter(run=run, pk=checkpoint_id).first()
+            if start is None:
+                raise NotFound("no such checkpoint in this run")
+        run.status = RunStatus.QUEUED
+        run.error, run.error_kind, run.next_attempt_at = None, "", None
+        if start is not None and start != latest:
+            _restart_from(run, start)
+        run.revision += 1
+        run.save()
+        if start is not None:
+            _reraise_waiting_calls(run)
+        audit_record(
+            actor=user,
+            action="run.retried",
+            subject_type="run",
+            subject_id=run.id,
+            data={"checkpoint_id": str(start.pk) if start else None},
+        )
+        _emit_run_updated(run)
+        _enqueue_on_commit("resume", run)
+    return run
+
+
+def _restart_from(run: Run, start: Checkpoint) -> None:
+    """Make `start` the latest checkpoint again: later messages are set aside, new call ids branch."""
+    Message.objects.filter(run=run, position__gte=start.message_count, superseded_at__isnull=True).update(
+        superseded_at=timezone.now()
+    )
+    _cancel_open_approvals(run, why="retried from an earlier checkpoint")
+    run.branch += 1
+    number = Checkpoint.objects.filter(run=run).order_by("-number").values_list("number", flat=True).first()
+    Checkpoint.objects.create(
+        run=run,
+        number=number + 1,
+        schema_version=start.schema_version,
+        message_count=start.message_count,
+        snapshot=start.snapshot,
+    )
+
+
+def _reraise_waiting_calls(run: Run) -> None:
+    """Calls waiting in the latest checkpoint whose request was cancelled get a new one."""
+    latest = Checkpoint.objects.filter(run=run).order_by("-number").first()
+    state = AgentState.from_snapshot(latest.snapshot)
+    live = set(
+        ApprovalRequest.objects.filter(run=run)
+        .exclude(status=ApprovalStatus.CANCELLED)
+        .values_list("tool_call_id", flat=True)
+    )
+    waiting = [c for c in state.open_calls(CallStatus.AWAITING) if c.id not in live]
+    if not waiting:
+        return
+    for call in waiting:
+        call.checkpoint_id = str(latest.pk)
+    latest.snapshot = state.to_snapshot()
+    latest.save(update_fields=["snapshot"])
+    for call in waiting:
+        approval_raise(run=run, attempt=None, checkpoint_id=latest.pk, call=call)
+
+
+# --- the sweeper ---------------------------------------------------------------------
+
+
 def runs_sweep() -> dict[str, int]:
-    """Beat's safety net: re-enqueue lost messages and expired leases, expire approvals."""
+    """Beat's safety net: re-send lost messages and expired leases, expire approvals."""
     from reviewdesk.runs.tasks import resume
 
     now = timezone.now()
-    stale_queued = Run.objects.filter(
-        status=RunStatus.QUEUED,
-        updated_at__lt=now - timedelta(seconds=settings.DESK_REQUEUE_AFTER_SECONDS),
-    ).values_list("id", flat=True)
-    expired_leases = Run.objects.filter(status=RunStatus.RUNNING, lease_expires_at__lt=now).values_list(
-        "id", flat=True
+    stale = now - timedelta(seconds=settings.DESK_REQUEUE_AFTER_SECONDS)
+    lost_messages = list(
+        Run.objects.filter(status=RunStatus.QUEUED, updated_at__lt=stale)
+        .exclude(next_attempt_at__gt=now)
+        .values_list("id", flat=True)
+    )
+    expired_leases = list(
+        Run.objects.filter(status=RunStatus.RUNNING, lease_expires_at__lt=now).values_list("id", flat=True)
     )
     requeued = 0
-    for run_id in [*stale_queued, *expired_leases]:
+    for run_id in [*lost_messages, *expired_leases]:
+        # Touch the row first, so the next sweep waits its turn instead of piling up duplicates.
+        Run.objects.filter(pk=run_id).update(updated_at=now)
         try:
             resume.delay(str(run_id))
             requeued += 1
@@ -261,13 +517,13 @@ def runs_sweep() -> dict[str, int]:
 
 
 def approvals_expire(*, now) -> int:
-    """Expire overdue approvals; the model is told, and the run resumes."""
+    """Expire overdue approvals. The agent's policy says what follows: by default the model
+    is told the request expired and the run goes on; `fail` ends the run."""
     expired = 0
-    for approval_id in ApprovalRequest.objects.filter(
-        status=ApprovalStatus.PENDING, expires_at__lte=now
-    ).values_list("id", flat=True):
+    overdue = ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, expires_at__lte=now)
+    for approval_id in overdue.values_list("id", flat=True):
         with transaction.atomic():
-            approval = ApprovalRequest.objects.select_related("run").get(pk=approval_id)
+            approval = ApprovalRequest.objects.get(pk=approval_id)
             run = Run.objects.select_for_update().get(pk=approval.run_id)
             # Compare-and-set: a decision that won the race keeps its verdict.
             if (
@@ -288,10 +544,19 @@ def approvals_expire(*, now) -> int:
                 run_id=run.pk,
                 audience=run_audience(run),
             )
-            if run.status == RunStatus.INPUT_REQUIRED:
+            if run.status in ENDED:
+                continue
+            if get_agent(run.agent).on_approval_expired == "fail":
+                run.cancel_epoch += 1  # fences out a worker that may hold the run
+                _fail(
+                    run,
+                    f"approval for {approval.tool} ({approval.tool_call_id}) expired",
+                    kind="approval_expired",
+                )
+            elif run.status == RunStatus.INPUT_REQUIRED:
                 run.status = RunStatus.QUEUED
                 run.revision += 1
                 run.save(update_fields=["status", "revision", "updated_at"])
                 _emit_run_updated(run)
-                _enqueue_on_commit("resume", run.id)
+                _enqueue_on_commit("resume", run)
     return expired

@@ -164,15 +164,56 @@ def test_too_many_garbage_tool_calls_fail_the_run(openai_run, llm_server, settin
     assert len(llm_server.requests) == 1
 
 
-def test_a_model_server_error_fails_the_run_with_its_classification(openai_run, llm_server):
+def test_a_permanent_model_error_fails_the_run_without_retrying(openai_run, llm_server):
     from tests.llm_server import error
 
     llm_server.script(error(400, "context too long"))
     run = advance(openai_run())
-    assert (run.status, run.error_kind) == (RunStatus.FAILED, "model")
-    llm_server.script(error(503, "overloaded"))
+    assert (run.status, run.error_kind, run.retries) == (RunStatus.FAILED, "model", 0)
+
+
+def due_now(run: Run) -> None:
+    """Skip the backoff wait (the scheduled task would arrive then; here we call it ourselves)."""
+    Run.objects.filter(pk=run.pk).update(next_attempt_at=None)
+
+
+def test_a_transient_model_error_is_retried_with_backoff_and_then_succeeds(openai_run, llm_server, settings):
+    from tests.llm_server import error
+
+    settings.DESK_RETRY_BACKOFF_SECONDS = 7
+    llm_server.script(error(503, "overloaded"), text("Back again."))
     run = advance(openai_run())
-    assert (run.status, run.error_kind) == (RunStatus.FAILED, "transient")
+    assert (run.status, run.error_kind, run.retries) == (RunStatus.QUEUED, "transient", 1)
+    assert 6 <= (run.next_attempt_at - run.updated_at).total_seconds() <= 8
+    assert advance(run).status == RunStatus.QUEUED  # not due yet: a duplicate delivery is turned away
+    due_now(run)
+    run = advance(run)
+    assert (run.status, run.output) == (RunStatus.SUCCEEDED, "Back again.")
+    assert [a.status for a in run.attempts.all()] == ["failed", "released"]
+
+
+def test_the_same_transient_error_twice_in_a_row_stops_automatic_retries(openai_run, llm_server):
+    from tests.llm_server import error
+
+    llm_server.script(error(503, "overloaded"), error(503, "overloaded"), text("never"))
+    run = advance(openai_run())
+    due_now(run)
+    run = advance(run)
+    assert (run.status, run.retries) == (RunStatus.FAILED, 1)
+    assert len(llm_server.requests) == 2
+
+
+def test_automatic_retries_stop_at_the_budget(openai_run, llm_server, settings):
+    from tests.llm_server import error
+
+    settings.DESK_AUTO_RETRIES = 2
+    llm_server.script(error(503, "one"), error(502, "two"), error(500, "three"), text("never"))
+    run = advance(openai_run())
+    for _ in range(2):
+        due_now(run)
+        run = advance(run)
+    assert (run.status, run.retries) == (RunStatus.FAILED, 2)
+    assert [a.status for a in run.attempts.all()] == ["failed"] * 3
 
 
 # --- edit ----------------------------------------------------------------------

@@ -1,0 +1,141 @@
+"""POST /api/v1/runs/{id}/cancel and /retry: they mean what they say."""
+
+from __future__ import annotations
+
+import pytest
+
+from reviewdesk.approvals.models import ApprovalRequest
+from reviewdesk.events.models import DeskEvent
+from reviewdesk.runs.models import Message, Run, RunStatus
+from reviewdesk.runs.services import run_execute
+
+pytestmark = pytest.mark.django_db
+
+
+def post(client, path, body=None, **headers):
+    return client.post(path, body or {}, format="json", **headers)
+
+
+def test_cancel_ends_the_run_and_its_pending_approvals_vanish_from_the_desk(
+    interrupted_run, personas, api_as
+):
+    run, approval = interrupted_run()
+    seq = DeskEvent.objects.order_by("-id").first().id
+    response = post(api_as(personas.carol, "submit"), f"/api/v1/runs/{run.id}/cancel")
+    assert response.status_code == 200, response.json()
+    assert response.json()["status"] == "cancelled"
+    run.refresh_from_db()
+    approval.refresh_from_db()
+    assert (run.status, run.cancel_epoch, approval.status) == (RunStatus.CANCELLED, 1, "cancelled")
+    pushed = [(e.type, e.data.get("status")) for e in DeskEvent.objects.filter(id__gt=seq)]
+    assert ("approval.updated", "cancelled") in pushed and ("run.updated", "cancelled") in pushed
+
+
+def test_a_decision_after_cancel_is_409(interrupted_run, personas, api_as):
+    run, approval = interrupted_run()
+    post(api_as(personas.carol, "submit"), f"/api/v1/runs/{run.id}/cancel")
+    response = post(
+        api_as(personas.alice, "review"),
+        f"/api/v1/approvals/{approval.id}/decision",
+        {"verdict": "approve", "checkpoint_id": str(approval.checkpoint_id)},
+    )
+    assert response.status_code == 409
+    assert response.json()["code"] == "cancelled"
+
+
+def test_cancelling_twice_is_409_but_a_repeated_key_replays(interrupted_run, personas, api_as):
+    run, _ = interrupted_run()
+    carol = api_as(personas.carol, "submit")
+    first = post(carol, f"/api/v1/runs/{run.id}/cancel", HTTP_IDEMPOTENCY_KEY="c1")
+    replay = post(carol, f"/api/v1/runs/{run.id}/cancel", HTTP_IDEMPOTENCY_KEY="c1")
+    assert first.status_code == replay.status_code == 200
+    assert replay["Idempotent-Replayed"] == "true"
+    again = post(carol, f"/api/v1/runs/{run.id}/cancel")
+    assert again.status_code == 409 and again.json()["code"] == "ended"
+
+
+def test_who_may_cancel(interrupted_run, personas, api_as):
+    run, _ = interrupted_run(reviewers=["bob"])
+    assert post(api_as(personas.olivia, "submit"), f"/api/v1/runs/{run.id}/cancel").status_code == 404
+    assert post(api_as(personas.alice, "review"), f"/api/v1/runs/{run.id}/cancel").status_code == 404
+    assert post(api_as(personas.bob, "review"), f"/api/v1/runs/{run.id}/cancel").status_code == 200
+
+
+def test_retry_of_a_cancelled_run_raises_fresh_approvals_and_finishes(
+    interrupted_run, personas, api_as, mailoutbox
+):
+    run, old = interrupted_run()
+    carol = api_as(personas.carol, "submit")
+    post(carol, f"/api/v1/runs/{run.id}/cancel")
+    response = post(carol, f"/api/v1/runs/{run.id}/retry", HTTP_IDEMPOTENCY_KEY="r1")
+    assert response.status_code == 201, response.json()
+    assert response.json()["status"] == "queued"
+    fresh = ApprovalRequest.objects.get(run=run, status="pending")
+    assert fresh.tool_call_id == old.tool_call_id and fresh.pk != old.pk
+    run_execute(run_id=run.id)
+    run.refresh_from_db()
+    assert run.status == RunStatus.INPUT_REQUIRED
+    decided = post(
+        api_as(personas.alice, "review"),
+        f"/api/v1/approvals/{fresh.id}/decision",
+        {"verdict": "approve", "checkpoint_id": str(fresh.checkpoint_id)},
+    )
+    assert decided.status_code == 201
+    run_execute(run_id=run.id)
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert len(mailoutbox) == 1
+    assert [a.status for a in run.attempts.all()] == ["released", "released", "released"]
+
+
+def test_retry_from_an_earlier_checkpoint_sets_later_messages_aside_and_branches_call_ids(
+    interrupted_run, personas, api_as
+):
+    run, _ = interrupted_run()
+    first = run.checkpoints.order_by("number").first()
+    post(api_as(personas.carol, "submit"), f"/api/v1/runs/{run.id}/cancel")
+    response = post(
+        api_as(personas.carol, "submit"), f"/api/v1/runs/{run.id}/retry", {"checkpoint_id": str(first.id)}
+    )
+    assert response.status_code == 201, response.json()
+    assert (
+        Message.objects.filter(run=run, superseded_at__isnull=False).count() == 1
+    )  # the old model turn, kept
+    run_execute(run_id=run.id)
+    run.refresh_from_db()
+    assert run.branch == 1
+    live = ApprovalRequest.objects.get(run=run, status="pending")
+    assert live.tool_call_id.startswith("call_b1_")  # never collides with the abandoned branch's ledger keys
+    assert len(response.json()["messages"]) == 2
+
+
+@pytest.mark.parametrize("status", [RunStatus.SUCCEEDED, RunStatus.INPUT_REQUIRED])
+def test_only_failed_or_cancelled_runs_can_be_retried(interrupted_run, personas, api_as, status):
+    run, _ = interrupted_run()
+    Run.objects.filter(pk=run.pk).update(status=status)
+    response = post(api_as(personas.carol, "submit"), f"/api/v1/runs/{run.id}/retry")
+    assert response.status_code == 409
+
+
+def test_a_reviewer_cannot_retry_someone_elses_run(interrupted_run, personas, api_as):
+    run, _ = interrupted_run()
+    post(api_as(personas.carol, "submit"), f"/api/v1/runs/{run.id}/cancel")
+    assert post(api_as(personas.alice, "submit"), f"/api/v1/runs/{run.id}/retry").status_code == 403
+
+
+def test_retry_from_a_checkpoint_of_another_run_is_404(interrupted_run, personas, api_as):
+    run, _ = interrupted_run()
+    other, _ = interrupted_run()
+    post(api_as(personas.carol, "submit"), f"/api/v1/runs/{run.id}/cancel")
+    response = post(
+        api_as(personas.carol, "submit"),
+        f"/api/v1/runs/{run.id}/retry",
+        {"checkpoint_id": str(other.checkpoints.first().id)},
+    )
+    assert response.status_code == 404
+
+
+def test_unknown_api_paths_answer_in_problem_json(personas, api_as):
+    response = api_as(personas.carol, "submit").get("/api/v1/runs/not-a-uuid")
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/problem+json"

@@ -1,0 +1,258 @@
+"""Leases, fencing, expiry and races, on the real database with real threads.
+
+Each fencing test has a negative control: with fencing switched off (the
+fault-injection switch), the stale write goes through, so the test would
+catch a regression.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connections
+from django.utils import timezone
+
+from agents.registry import Agent, get_agent, register
+from agents.state import AgentState
+from reviewdesk.approvals.models import ApprovalRequest
+from reviewdesk.approvals.services import approval_decide
+from reviewdesk.audit.models import AuditEvent
+from reviewdesk.errors import DeskError
+from reviewdesk.runs.host import DatabaseHost, LeaseLost
+from reviewdesk.runs.models import Attempt, Run, RunStatus, SideEffect
+from reviewdesk.runs.services import approvals_expire, run_claim, run_execute, run_finish, run_submit
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def expire_lease(run: Run) -> None:
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+
+
+def queued_run(personas, script=None) -> Run:
+    from tests.conftest import SEND_EMAIL_SCRIPT
+
+    return run_submit(
+        submitter=personas.carol,
+        agent="demo",
+        input="go",
+        model={"provider": "scripted", "script": script or SEND_EMAIL_SCRIPT},
+    )
+
+
+def in_threads(*calls):
+    """Run the calls at the same moment in threads; return their results or exceptions."""
+    barrier = threading.Barrier(len(calls))
+    results: list = [None] * len(calls)
+
+    def body(i, call):
+        try:
+            barrier.wait()
+            results[i] = call()
+        except Exception as exc:  # reported to the test, not lost in the thread
+            results[i] = exc
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=body, args=(i, c)) for i, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return results
+
+
+# --- fencing ----------------------------------------------------------------------------
+
+
+def stale_and_current_attempts(personas):
+    run = queued_run(personas)
+    stale = run_claim(run_id=run.id, worker="stale")
+    expire_lease(run)
+    current = run_claim(run_id=run.id, worker="current")
+    assert current.lease_epoch == stale.lease_epoch + 1
+    return run, stale, current
+
+
+def test_a_worker_that_lost_its_lease_cannot_write(personas):
+    run, stale, _ = stale_and_current_attempts(personas)
+    host = DatabaseHost(run=stale.run, attempt=stale)
+    with pytest.raises(LeaseLost):
+        host.commit_step(
+            checkpoint_id="00000000-0000-0000-0000-000000000001",
+            state=AgentState(message_count=2),
+            new_messages=[{"role": "system", "content": "late"}],
+            raise_approvals=[],
+        )
+    with pytest.raises(LeaseLost), host.ledger.atomic():
+        pass
+    assert not run.messages.exists()
+    assert Attempt.objects.get(pk=stale.pk).status == Attempt.Status.LOST
+
+
+def test_a_stale_finish_is_rejected_and_recorded(personas):
+    from agents.loop import Finished
+
+    run, stale, _ = stale_and_current_attempts(personas)
+    run_finish(attempt=stale, outcome=Finished("late"))
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING and run.output is None
+    assert AuditEvent.objects.filter(action="attempt.stale_write_rejected", subject_id=str(run.id)).exists()
+
+
+def test_negative_control_without_fencing_the_stale_write_goes_through(personas, monkeypatch):
+    monkeypatch.setenv("DESK_FAULT_INJECTION", "1")
+    monkeypatch.setenv("DESK_FAULT_NO_FENCING", "1")
+    run, stale, _ = stale_and_current_attempts(personas)
+    DatabaseHost(run=stale.run, attempt=stale).commit_step(
+        checkpoint_id="00000000-0000-0000-0000-000000000002",
+        state=AgentState(message_count=1),
+        new_messages=[{"role": "system", "content": "late"}],
+        raise_approvals=[],
+    )
+    assert run.messages.count() == 1  # the bug the fencing test would catch
+
+
+def test_cancel_fences_out_the_worker_holding_the_run(personas, interrupted_run, api_as):
+    run = queued_run(personas)
+    attempt = run_claim(run_id=run.id, worker="w")
+    api_as(personas.carol, "submit").post(f"/api/v1/runs/{run.id}/cancel")
+    with pytest.raises(LeaseLost):
+        DatabaseHost(run=attempt.run, attempt=attempt).commit_step(
+            checkpoint_id="00000000-0000-0000-0000-000000000003",
+            state=AgentState(message_count=2),
+            new_messages=[],
+            raise_approvals=[],
+        )
+    assert Attempt.objects.get(pk=attempt.pk).status == Attempt.Status.CANCELLED
+
+
+# --- leases ---------------------------------------------------------------------------
+
+
+def test_the_lease_is_renewed_while_the_worker_holds_the_run(personas, settings):
+    from reviewdesk.runs.leases import LeaseKeeper
+
+    settings.DESK_LEASE_SECONDS = 1
+    run = queued_run(personas)
+    attempt = run_claim(run_id=run.id, worker="w")
+    first = Run.objects.get(pk=run.pk).lease_expires_at
+    with LeaseKeeper(attempt, cancel_epoch=0) as keeper:
+        threading.Event().wait(1.2)
+    assert Run.objects.get(pk=run.pk).lease_expires_at > first
+    assert not keeper.lost.is_set()
+
+
+def test_a_poison_run_is_failed_after_its_workers_die_too_often(personas, settings):
+    settings.DESK_MAX_LOST_ATTEMPTS = 3
+    run = queued_run(personas)
+    for _ in range(3):
+        assert run_claim(run_id=run.id, worker="dies") is not None
+        expire_lease(run)
+    assert run_claim(run_id=run.id, worker="next") is None
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert "died 3 times" in run.error
+    assert [a.status for a in run.attempts.all()] == ["lost"] * 3
+
+
+# --- races ----------------------------------------------------------------------------
+
+
+def test_the_same_resume_delivered_twice_at_once_sends_one_email(personas, interrupted_run, mailoutbox):
+    run, approval = interrupted_run()
+    approval_decide(
+        approval_id=approval.id,
+        reviewer=personas.alice,
+        verdict="approve",
+        checkpoint_id=str(approval.checkpoint_id),
+    )
+    results = in_threads(
+        lambda: run_execute(run_id=run.id, worker="a"), lambda: run_execute(run_id=run.id, worker="b")
+    )
+    assert sum(r is not None and not isinstance(r, Exception) for r in results) == 1, results
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED
+    assert SideEffect.objects.filter(run=run).count() == 1
+    assert len(mailoutbox) == 1
+
+
+def test_two_reviewers_deciding_at_once_one_wins(personas, interrupted_run):
+    _, approval = interrupted_run()
+
+    def decide(reviewer, verdict):
+        return lambda: approval_decide(
+            approval_id=approval.id,
+            reviewer=reviewer,
+            verdict=verdict,
+            checkpoint_id=str(approval.checkpoint_id),
+        )
+
+    results = in_threads(decide(personas.alice, "approve"), decide(personas.bob, "reject"))
+    wins = [r for r in results if not isinstance(r, Exception)]
+    losses = [r for r in results if isinstance(r, DeskError)]
+    assert len(wins) == 1 and len(losses) == 1, results
+    assert losses[0].status == 409
+
+
+@pytest.mark.parametrize("attempt", range(5))
+def test_expiry_racing_a_decision_has_exactly_one_winner(personas, interrupted_run, attempt):
+    _, approval = interrupted_run()
+    deadline = timezone.now() + timedelta(milliseconds=50)
+    ApprovalRequest.objects.filter(pk=approval.pk).update(expires_at=deadline)
+
+    def decide():
+        return approval_decide(
+            approval_id=approval.id,
+            reviewer=personas.alice,
+            verdict="approve",
+            checkpoint_id=str(approval.checkpoint_id),
+        )
+
+    def expire():
+        threading.Event().wait(0.05)
+        return approvals_expire(now=timezone.now())
+
+    decided, expired = in_threads(decide, expire)
+    approval.refresh_from_db()
+    if isinstance(decided, DeskError):
+        assert decided.status == 410 and approval.status == "expired"
+    else:
+        assert expired == 0 and approval.status == "approved"
+
+
+# --- expiry policy ---------------------------------------------------------------------
+
+
+def test_an_expired_approval_is_told_to_the_model_and_the_run_goes_on(personas, interrupted_run):
+    run, approval = interrupted_run()
+    ApprovalRequest.objects.filter(pk=approval.pk).update(expires_at=timezone.now())
+    assert approvals_expire(now=timezone.now()) == 1
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED
+    run_execute(run_id=run.id)
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED
+    tool_results = [m.body["content"] for m in run.messages.all() if m.role == "tool"]
+    assert any("expired" in content for content in tool_results)
+    assert not SideEffect.objects.filter(run=run, tool="send_email").exists()
+
+
+def test_an_agent_whose_policy_is_fail_ends_the_run_when_an_approval_expires(personas):
+    demo = get_agent("demo")
+    register(Agent(name="strict", system_prompt="", tools=demo.tools, on_approval_expired="fail"))
+    from tests.conftest import SEND_EMAIL_SCRIPT
+
+    run = run_submit(
+        submitter=personas.carol,
+        agent="strict",
+        input="go",
+        model={"provider": "scripted", "script": SEND_EMAIL_SCRIPT},
+    )
+    run_execute(run_id=run.id)
+    ApprovalRequest.objects.filter(run=run).update(expires_at=timezone.now())
+    approvals_expire(now=timezone.now())
+    run.refresh_from_db()
+    assert (run.status, run.error_kind) == (RunStatus.FAILED, "approval_expired")

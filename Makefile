@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run test test-e2e bench lint format clean
+.PHONY: run test test-e2e bench chaos lint format clean
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,12 @@ test-e2e: $(VENV)/.installed
 # Full-size benchmarks; figures print at the end. `make test` runs them small.
 bench: $(VENV)/.installed
 	DESK_BENCH=full $(PY) -m pytest tests/bench -m bench $(PYTEST_ARGS)
+
+# Long fault-injection loop: many runs, workers kill -9'd at every step boundary.
+# `make test` runs the same test short (8 runs).
+chaos: $(VENV)/.installed
+	DESK_CHAOS_RUNS=$${DESK_CHAOS_RUNS:-60} DESK_CHAOS_TIMEOUT=$${DESK_CHAOS_TIMEOUT:-900} \
+		$(PY) -m pytest tests/e2e/test_crash_recovery.py -m chaos $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

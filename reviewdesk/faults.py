@@ -5,13 +5,16 @@ environment, which only the fault-injection tests do.
     DESK_FAULT_INJECTION=1
     DESK_FAULT_KILL_AT=after_ledger_pending,after_effect   # points to die at
     DESK_FAULT_KILL_RATE=0.3                               # probability at each
+    DESK_FAULT_LOG=/path/kills.jsonl                       # one line per kill, for the report
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
+import time
 
 POINTS = (
     "after_model_call",  # the model answered; nothing of this step is committed yet
@@ -32,6 +35,10 @@ def point(name: str) -> None:
         return
     targets = os.environ.get("DESK_FAULT_KILL_AT", "").split(",")
     if name in targets and random.random() < float(os.environ.get("DESK_FAULT_KILL_RATE", "1")):
+        log = os.environ.get("DESK_FAULT_LOG")
+        if log:
+            with open(log, "a") as handle:
+                handle.write(json.dumps({"t": time.time(), "point": name, "pid": os.getpid()}) + "\n")
         os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 
 from celery import shared_task
@@ -10,7 +11,7 @@ from reviewdesk.runs import services
 
 
 def _worker_name(task) -> str:
-    return f"{task.request.hostname or socket.gethostname()}:{task.request.id}"
+    return f"{task.request.hostname or socket.gethostname()}:{os.getpid()}:{task.request.id}"
 
 
 @shared_task(bind=True, name="runs.run")

@@ -113,8 +113,8 @@ class Stack:
             process.kill()
 
 
-def start_stack(logs: Path, *, env_extra: dict[str, str] | None = None) -> Stack:
-    """Start daphne and a Celery worker on the test database; wait until both serve."""
+def start_stack(logs: Path, *, env_extra: dict[str, str] | None = None, beat: bool = False) -> Stack:
+    """Start daphne and a Celery worker (and beat) on the test database; wait until they serve."""
     ensure_keys()  # web and worker share DESK_VAR_DIR: the worker reads only the public keyring
     port = free_port()
     env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONUNBUFFERED": "1", **(env_extra or {})}
@@ -148,6 +148,14 @@ def start_stack(logs: Path, *, env_extra: dict[str, str] | None = None) -> Stack
         env,
     )
     stack.processes = {"web": web.start(), "worker": worker.start()}
+    if beat:
+        schedule = logs / f"beat-{port}.schedule"
+        stack.processes["beat"] = Process(
+            "beat",
+            [python, "-m", "celery", "-A", "reviewdesk", "beat", "-l", "INFO", "-s", str(schedule)],
+            logs / f"beat-{port}.log",
+            env,
+        ).start()
     try:
         wait_until(lambda: _http_ok(stack.url + "/accounts/login/"), timeout=30, what="daphne")
         wait_until(lambda: " ready." in worker.log_text(), timeout=30, what="the celery worker")

@@ -40,8 +40,12 @@ def _snapshot(user) -> dict:
 
 
 @database_sync_to_async
-def _events_after(user, after: int) -> tuple[list[dict], int]:
-    return [e.as_message() for e in events_visible_after(user=user, after=after)], latest_seq()
+def _replay_page(user, after: int) -> tuple[list[dict], dict]:
+    page = events_visible_after(user=user, after=after)
+    # `seq` is what the page covers, not the latest now: a client that moved its mark to
+    # the latest would skip whatever the page left out or committed after the scan.
+    done = {"seq": page.seq, "type": "replay.done", "data": {"after": after, "more": page.more}}
+    return [event.as_message() for event in page.events], done
 
 
 class DeskConsumer(AsyncJsonWebsocketConsumer):
@@ -85,10 +89,10 @@ class DeskConsumer(AsyncJsonWebsocketConsumer):
         except (TypeError, ValueError):
             await self.send_json({"type": "error", "data": {"detail": "after must be an integer"}})
             return
-        events, seq = await _events_after(self.user, after)
+        events, done = await _replay_page(self.user, after)
         for event in events:
             await self.send_json(event)
-        await self.send_json({"seq": seq, "type": "replay.done", "data": {"after": after}})
+        await self.send_json(done)
 
     async def desk_event(self, message) -> None:
         await self.send_json(message["event"])

@@ -14,7 +14,7 @@ class DeskEvent(models.Model):
     run = models.ForeignKey(
         "runs.Run", on_delete=models.CASCADE, null=True, blank=True, related_name="desk_events"
     )
-    # Empty: every reviewer. Otherwise these usernames (and admins).
+    # Empty: every reviewer. Otherwise these user ids (and admins).
     audience = models.JSONField(default=list, blank=True)
     data = models.JSONField()
     created_at = models.DateTimeField(auto_now_add=True)

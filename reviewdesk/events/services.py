@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -50,13 +51,36 @@ def event_push(event: DeskEvent) -> None:
             logger.exception("push of desk event %s to %s failed", event.id, group)
 
 
+# How many event rows one replay scans; a client pages on while `more` is true.
+REPLAY_PAGE_SIZE = 500
+
+
+@dataclass(frozen=True)
+class ReplayPage:
+    """The events in (after, seq] that a user may see, and whether more follow `seq`."""
+
+    events: list[DeskEvent]
+    seq: int
+    more: bool
+
+
 def latest_seq() -> int:
     return DeskEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0
 
 
-def events_visible_after(*, user, after: int, limit: int = 500) -> list[DeskEvent]:
-    """Events after `after` that `user` may see (filtered here; audiences are small lists)."""
-    rows = DeskEvent.objects.filter(id__gt=after).order_by("id")[:limit]
-    if user.is_staff:
-        return list(rows)
-    return [row for row in rows if not row.audience or user.id in row.audience]
+def events_visible_after(*, user, after: int, limit: int | None = None) -> ReplayPage:
+    """One page of the events after `after` that `user` may see, and the sequence it covers.
+
+    The end is read before the rows: writers serialise, so ids are commit order and
+    every id up to it has committed; an event committing later arrives as a push or
+    in the next replay. A page scans at most `limit` rows (visible or not); when it
+    stops short of the end, `seq` is the last id scanned and `more` is true.
+    """
+    limit = limit or REPLAY_PAGE_SIZE
+    end = latest_seq()
+    rows = list(DeskEvent.objects.filter(id__gt=after, id__lte=end).order_by("id")[:limit])
+    more = len(rows) == limit and rows[-1].id < end
+    seq = rows[-1].id if more else end
+    # Filtered here: audiences are short lists of user ids, empty meaning every reviewer.
+    visible = rows if user.is_staff else [row for row in rows if not row.audience or user.id in row.audience]
+    return ReplayPage(events=visible, seq=seq, more=more)

@@ -64,33 +64,61 @@
     refreshCount();
   }
 
+  // lastSeq: every event up to it that we may see has been applied (or is in the
+  // snapshot). Sequence numbers are global, so a jump may only be someone else's
+  // events; we ask for a replay anyway and let replay.done say what it covered.
+  let replaying = false; // at most one replay in flight
+  let applied = new Map(); // approval id -> seq of the event last applied to its card
+
   function replay() {
-    if (socket && socket.readyState === WebSocket.OPEN) {
-      socket.send(JSON.stringify({ type: "replay", after: lastSeq }));
-    }
+    if (replaying || !socket || socket.readyState !== WebSocket.OPEN) return;
+    replaying = true;
+    socket.send(JSON.stringify({ type: "replay", after: lastSeq }));
+  }
+
+  function noteSeq(seq) {
+    if (replaying) return; // replay.done will say how far we are
+    if (seq === lastSeq + 1) lastSeq = seq;
+    else if (seq > lastSeq + 1) replay(); // a gap: maybe lost, maybe not ours; ask
+  }
+
+  function applyApproval(message) {
+    // Pushed and replayed copies may both arrive, and out of order: keep the newest.
+    const id = message.data.id;
+    if ((applied.get(id) || 0) >= message.seq) return;
+    applied.set(id, message.seq);
+    upsert(message.data);
   }
 
   function handle(message) {
     switch (message.type) {
       case "snapshot":
         replaceAll(message.data.approvals);
+        applied = new Map();
         if (message.seq < lastSeq) lastSeq = message.seq;
+        replaying = false;
         replay(); // anything between the page render and this socket
+        return;
+      case "heartbeat":
+        if (message.seq > lastSeq) replay(); // the last push was lost, or was not ours
+        return;
+      case "replay.done":
+        // The server says what it covered, so events we may not see stop looking like a gap.
+        lastSeq = message.seq;
+        replaying = false;
+        if (message.data.more) replay(); // the page stopped short of the end
+        return;
+      case "error":
+        replaying = false; // the server refused the request: do not wait for its answer
         return;
       case "approval.created":
       case "approval.updated":
-        if (message.seq <= lastSeq) return; // already applied
-        upsert(message.data);
-        lastSeq = message.seq;
-        return;
-      case "heartbeat":
-        if (message.seq > lastSeq) replay(); // the last push was lost
-        return;
-      case "replay.done":
-        lastSeq = Math.max(lastSeq, message.seq);
+        if (message.seq <= lastSeq) return; // already applied, or in the snapshot
+        applyApproval(message);
+        noteSeq(message.seq);
         return;
       default:
-        if (message.seq > lastSeq) lastSeq = message.seq;
+        if (message.seq > lastSeq) noteSeq(message.seq);
     }
   }
 
@@ -103,6 +131,7 @@
     };
     socket.onmessage = (event) => handle(JSON.parse(event.data));
     socket.onclose = (event) => {
+      replaying = false; // its answer died with the socket
       if (event.code === 4403) {
         setLive("refused", "not allowed: log in as a reviewer");
         return;

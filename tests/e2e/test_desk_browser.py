@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.db import connections, transaction
 
 from reviewdesk.accounts.services import token_create
+from reviewdesk.events.models import DeskEvent
+from reviewdesk.events.services import event_emit
 from tests.conftest import SEND_EMAIL_SCRIPT
 from tests.e2e.conftest import http, outbox_for, wait_until
 
@@ -110,3 +115,51 @@ def test_an_outsider_cannot_open_the_desk(live_stack, browser_page):
     page.click("button[type=submit]")
     page.wait_for_load_state()
     assert response_holder.get(live_stack.url + "/") == 403
+
+
+def approval_event_data(tool: str) -> dict:
+    return {
+        "id": str(uuid.uuid4()),
+        "run": str(uuid.uuid4()),
+        "tool": tool,
+        "arguments": {},
+        "arguments_sha256": "0" * 64,
+        "reviewer": {"users": [], "group": "reviewers"},
+        "expires_at": "2099-01-01T00:00:00Z",
+        "checkpoint_id": str(uuid.uuid4()),
+        "status": "pending",
+    }
+
+
+def in_worker_thread(fn):
+    """Run `fn` off Playwright's event loop, where the ORM refuses to run, and close its connection."""
+
+    def call():
+        try:
+            return fn()
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(call).result()
+
+
+def test_a_push_lost_before_the_next_one_shows_up_without_a_reload(live_stack, logins, browser_page):
+    page = browser_page
+    page.goto(live_stack.url + "/")
+    page.fill("input[name=username]", "alice")
+    page.fill("input[name=password]", "alice-password")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#live[data-state=live]", timeout=10_000)
+    lost, pushed = approval_event_data("lost_tool"), approval_event_data("pushed_tool")
+
+    def commit_two_and_push_only_the_second():
+        with transaction.atomic():
+            DeskEvent.objects.create(type="approval.created", data=lost)  # its push "dropped"
+            event_emit(type="approval.created", data=pushed)
+
+    in_worker_thread(commit_two_and_push_only_the_second)
+    page.wait_for_selector(f"li.card[data-approval-id='{pushed['id']}']", timeout=10_000)
+    # The second push is the latest, so no heartbeat would ever ask again: only the gap can.
+    page.wait_for_selector(f"li.card[data-approval-id='{lost['id']}']", timeout=6_000)
+    assert page.text_content("#count") == "2"

@@ -14,10 +14,21 @@ from reviewdesk.runs.models import RunStatus
 pytestmark = pytest.mark.django_db
 
 
-def decide(client, approval, **body):
-    body.setdefault("checkpoint_id", str(approval.checkpoint_id))
-    body.setdefault("verdict", "approve")
-    return client.post(f"/api/v1/approvals/{approval.id}/decision", body, format="json")
+@pytest.fixture
+def decide(django_capture_on_commit_callbacks):
+    """decide(client, approval, **body) → the response, with what it scheduled on commit run.
+
+    These tests never commit, so without running the callbacks an empty queue after a
+    refused decision would prove nothing.
+    """
+
+    def post(client, approval, **body):
+        body.setdefault("checkpoint_id", str(approval.checkpoint_id))
+        body.setdefault("verdict", "approve")
+        with django_capture_on_commit_callbacks(execute=True):
+            return client.post(f"/api/v1/approvals/{approval.id}/decision", body, format="json")
+
+    return post
 
 
 class Unchanged:
@@ -39,11 +50,10 @@ class Unchanged:
 
 
 def test_a_reviewer_approves_and_gets_the_signed_decision(
-    interrupted_run, personas, api_as, task_queue, django_capture_on_commit_callbacks
+    interrupted_run, personas, api_as, task_queue, decide
 ):
     run, approval = interrupted_run()
-    with django_capture_on_commit_callbacks(execute=True):
-        response = decide(api_as(personas.alice, "review"), approval, reason="looks right")
+    response = decide(api_as(personas.alice, "review"), approval, reason="looks right")
     assert response.status_code == 201, response.json()
     body = response.json()
     assert body["verdict"] == "approve" and body["reviewer"] == "alice"
@@ -61,7 +71,7 @@ def test_a_reviewer_approves_and_gets_the_signed_decision(
     assert task_queue.length() == 1  # resume, enqueued on commit
 
 
-def test_a_rejection_records_the_reason(interrupted_run, personas, api_as):
+def test_a_rejection_records_the_reason(interrupted_run, personas, api_as, decide):
     _, approval = interrupted_run()
     response = decide(api_as(personas.bob, "review"), approval, verdict="reject", reason="wrong customer")
     assert response.status_code == 201
@@ -70,14 +80,14 @@ def test_a_rejection_records_the_reason(interrupted_run, personas, api_as):
     assert approval.decision.reason == "wrong customer"
 
 
-def test_a_non_reviewer_gets_403_and_nothing_changes(interrupted_run, personas, api_as, task_queue):
+def test_a_non_reviewer_gets_403_and_nothing_changes(interrupted_run, personas, api_as, task_queue, decide):
     _, approval = interrupted_run()
     unchanged = Unchanged(approval, task_queue)
     assert decide(api_as(personas.olivia, "review"), approval).status_code == 403
     unchanged.assert_holds()
 
 
-def test_the_submitter_cannot_approve_their_own_run(interrupted_run, personas, api_as, task_queue):
+def test_the_submitter_cannot_approve_their_own_run(interrupted_run, personas, api_as, task_queue, decide):
     # admin is a reviewer too; make admin the submitter to prove the rule is about the run, not the role
     from reviewdesk.runs.models import Run
 
@@ -90,7 +100,7 @@ def test_the_submitter_cannot_approve_their_own_run(interrupted_run, personas, a
     unchanged.assert_holds()
 
 
-def test_a_token_without_review_scope_gets_403(interrupted_run, personas, api_as, task_queue):
+def test_a_token_without_review_scope_gets_403(interrupted_run, personas, api_as, task_queue, decide):
     _, approval = interrupted_run()
     unchanged = Unchanged(approval, task_queue)
     assert decide(api_as(personas.alice, "submit"), approval).status_code == 403
@@ -98,19 +108,19 @@ def test_a_token_without_review_scope_gets_403(interrupted_run, personas, api_as
 
 
 def test_a_reviewer_not_assigned_sees_404_like_a_missing_approval(
-    interrupted_run, personas, api_as, task_queue
+    interrupted_run, personas, api_as, task_queue, decide
 ):
     _, approval = interrupted_run(reviewers=["bob"])
     unchanged = Unchanged(approval, task_queue)
     client = api_as(personas.alice, "review")
     assert decide(client, approval).status_code == 404
     assert client.get(f"/api/v1/approvals/{approval.id}").status_code == 404
-    assert approval.id not in [a["id"] for a in client.get("/api/v1/approvals").json()["results"]]
+    assert str(approval.id) not in [a["id"] for a in client.get("/api/v1/approvals").json()["results"]]
     unchanged.assert_holds()
     assert decide(api_as(personas.bob, "review"), approval).status_code == 201
 
 
-def test_a_second_decision_is_409(interrupted_run, personas, api_as, task_queue):
+def test_a_second_decision_is_409(interrupted_run, personas, api_as, task_queue, decide):
     _, approval = interrupted_run()
     assert decide(api_as(personas.alice, "review"), approval).status_code == 201
     approval.refresh_from_db()
@@ -123,7 +133,7 @@ def test_a_second_decision_is_409(interrupted_run, personas, api_as, task_queue)
     assert Decision.objects.count() == 1
 
 
-def test_an_expired_approval_is_410(interrupted_run, personas, api_as, task_queue):
+def test_an_expired_approval_is_410(interrupted_run, personas, api_as, task_queue, decide):
     _, approval = interrupted_run()
     ApprovalRequest.objects.filter(pk=approval.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     approval.refresh_from_db()
@@ -134,7 +144,7 @@ def test_an_expired_approval_is_410(interrupted_run, personas, api_as, task_queu
     assert Decision.objects.count() == 0
 
 
-def test_a_stale_checkpoint_id_is_409(interrupted_run, personas, api_as, task_queue):
+def test_a_stale_checkpoint_id_is_409(interrupted_run, personas, api_as, task_queue, decide):
     run, approval = interrupted_run()
     older = run.checkpoints.order_by("number").first()
     assert older.id != approval.checkpoint_id
@@ -145,7 +155,7 @@ def test_a_stale_checkpoint_id_is_409(interrupted_run, personas, api_as, task_qu
     unchanged.assert_holds()
 
 
-def test_an_edit_that_fails_the_tools_schema_is_422(interrupted_run, personas, api_as, task_queue):
+def test_an_edit_that_fails_the_tools_schema_is_422(interrupted_run, personas, api_as, task_queue, decide):
     _, approval = interrupted_run()
     unchanged = Unchanged(approval, task_queue)
     response = decide(api_as(personas.alice, "review"), approval, verdict="edit", arguments={"to": "x"})
@@ -164,19 +174,22 @@ def test_an_edit_that_fails_the_tools_schema_is_422(interrupted_run, personas, a
     ],
     ids=["unknown verdict", "bad checkpoint id", "arguments without edit", "unknown field"],
 )
-def test_invalid_decision_bodies_are_422(interrupted_run, personas, api_as, task_queue, body):
+def test_invalid_decision_bodies_are_422(interrupted_run, personas, api_as, task_queue, decide, body):
     _, approval = interrupted_run()
     unchanged = Unchanged(approval, task_queue)
     assert decide(api_as(personas.alice, "review"), approval, **body).status_code == 422
     unchanged.assert_holds()
 
 
-def test_malformed_json_is_400(interrupted_run, personas, api_as, task_queue):
+def test_malformed_json_is_400(
+    interrupted_run, personas, api_as, task_queue, django_capture_on_commit_callbacks
+):
     _, approval = interrupted_run()
     unchanged = Unchanged(approval, task_queue)
-    response = api_as(personas.alice, "review").post(
-        f"/api/v1/approvals/{approval.id}/decision", data=b"{nope", content_type="application/json"
-    )
+    with django_capture_on_commit_callbacks(execute=True):
+        response = api_as(personas.alice, "review").post(
+            f"/api/v1/approvals/{approval.id}/decision", data=b"{nope", content_type="application/json"
+        )
     assert response.status_code == 400
     unchanged.assert_holds()
 

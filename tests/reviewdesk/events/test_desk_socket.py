@@ -7,10 +7,12 @@ import asyncio
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.db import connections
+from django.db import connection, connections
 from django.test import Client
 
 from reviewdesk.asgi import application
+from reviewdesk.events.models import DeskEvent
+from reviewdesk.events.services import REPLAY_PAGE_SIZE, latest_seq
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -52,6 +54,39 @@ async def receive_until(comm: WebsocketCommunicator, type_: str, timeout: float 
             raise AssertionError(f"no {type_} within {timeout}s") from None
         if message["type"] == type_:
             return message
+
+
+async def replay_as_the_desk_does(comm: WebsocketCommunicator, after: int) -> tuple[list[dict], list[dict]]:
+    """Replay after `after`, then from each replay.done's seq while it says `more`, as desk.js does.
+
+    Returns the events received and the replay.done messages, in order.
+    """
+    events, dones = [], []
+    await comm.send_json_to({"type": "replay", "after": after})
+    while True:
+        message = await comm.receive_json_from(timeout=10)
+        if message["type"] == "heartbeat":
+            continue
+        if message["type"] != "replay.done":
+            events.append(message)
+            continue
+        dones.append(message)
+        if not message["data"].get("more"):
+            return events, dones
+        await comm.send_json_to({"type": "replay", "after": message["seq"]})
+
+
+def add_events(*audiences: list[int]) -> list[DeskEvent]:
+    """One desk event per audience, written directly (nothing pushed), in sequence order."""
+    DeskEvent.objects.bulk_create(
+        DeskEvent(type="run.updated", data={"n": n}, audience=audience)
+        for n, audience in enumerate(audiences)
+    )
+    return list(DeskEvent.objects.order_by("-id")[: len(audiences)])[::-1]
+
+
+def visible_to(user, events: list[DeskEvent]) -> list[int]:
+    return [e.id for e in events if not e.audience or user.pk in e.audience]
 
 
 def test_an_anonymous_socket_is_refused():
@@ -188,3 +223,79 @@ def test_the_heartbeat_carries_the_latest_sequence(personas, interrupted_run):
         await comm.disconnect()
 
     async_to_sync(scenario)()
+
+
+def test_a_replay_longer_than_a_page_pages_on_and_skips_nothing(personas):
+    alice, bob = personas.alice, personas.bob
+    headers = session_headers(alice)
+    start = latest_seq()
+    # Every reviewer's, bob's only and alice's only, in turn, past the end of the first page.
+    events = add_events(*([[], [bob.pk], [alice.pk]] * (REPLAY_PAGE_SIZE // 3 + 100)))
+
+    async def scenario():
+        comm = communicator(headers)
+        assert (await comm.connect())[0]
+        await receive_until(comm, "snapshot")
+        replayed, dones = await replay_as_the_desk_does(comm, start)
+        assert [m["seq"] for m in replayed] == visible_to(alice, events)
+        assert len(dones) > 1 and all(d["data"]["more"] for d in dones[:-1])
+        assert [d["seq"] for d in dones] == sorted({d["seq"] for d in dones})
+        assert dones[-1]["data"]["more"] is False and dones[-1]["seq"] == events[-1].id
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_events_a_reviewer_may_not_see_do_not_hide_the_ones_she_may_nor_keep_her_replaying(personas):
+    alice, bob = personas.alice, personas.bob
+    headers = session_headers(alice)
+    start = latest_seq()
+    # More than a page of bob's, one for every reviewer, then a few more of bob's at the end.
+    events = add_events(*([[bob.pk]] * (REPLAY_PAGE_SIZE + 50) + [[]] + [[bob.pk]] * 5))
+
+    async def scenario():
+        comm = communicator(headers)
+        assert (await comm.connect())[0]
+        await receive_until(comm, "snapshot")
+        replayed, dones = await replay_as_the_desk_does(comm, start)
+        assert [m["seq"] for m in replayed] == visible_to(alice, events) == [events[-6].id]
+        # The last replay.done covers bob's tail, so the heartbeat gives her nothing more to ask.
+        assert dones[-1]["seq"] == events[-1].id
+        beat = await receive_until(comm, "heartbeat", timeout=6)
+        assert beat["seq"] == dones[-1]["seq"]
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_an_event_committed_while_a_replay_runs_is_in_it_or_after_its_seq(personas, settings):
+    settings.DESK_WS_HEARTBEAT_SECONDS = 60  # only the replay reads the latest sequence here
+    alice = personas.alice
+    headers = session_headers(alice)
+    start = latest_seq()
+    earlier = add_events([])
+    late: list[DeskEvent] = []
+
+    def commit_one_as_the_replay_reads_the_latest(execute, sql, params, many, context):
+        # Consumers' database calls run on this thread's connection (thread-sensitive).
+        if armed and not late and sql.startswith("SELECT") and "ORDER BY 1 DESC LIMIT 1" in sql:
+            late.extend(add_events([]))
+        return execute(sql, params, many, context)
+
+    armed = False
+
+    async def scenario():
+        nonlocal armed
+        comm = communicator(headers)
+        assert (await comm.connect())[0]
+        await receive_until(comm, "snapshot")
+        armed = True
+        replayed, dones = await replay_as_the_desk_does(comm, start)
+        assert late, "the hook never ran: did the replay stop reading the latest sequence?"
+        # Everything she may see up to the seq she will resume from, she has had.
+        covered = [e.id for e in earlier + late if e.id <= dones[-1]["seq"]]
+        assert [m["seq"] for m in replayed] == covered
+        await comm.disconnect()
+
+    with connection.execute_wrapper(commit_one_as_the_replay_reads_the_latest):
+        async_to_sync(scenario)()

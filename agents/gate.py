@@ -23,6 +23,8 @@ from agents.canonical import canonical_json, sha256_hex
 from agents.tools import Effect, Tool, ToolContext, ToolError
 
 APPROVING_VERDICTS = ("approve", "edit")
+# Authorises running again a call whose effect is unknown (its worker died mid-call).
+RERUN_VERDICTS = ("rerun",)
 
 
 class DecisionRefused(Exception):
@@ -93,6 +95,10 @@ class Ledger(Protocol):
 
     def mark_unknown(self, key: str) -> None: ...
 
+    def reopen(self, key: str) -> None:
+        """unknown -> pending, for a re-run a reviewer authorised."""
+        ...
+
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
@@ -112,7 +118,13 @@ class ApprovalGate:
         self.reviewer_allowed = reviewer_allowed
         self.now = now
 
-    def verify(self, decision: SignedDecision, binding: CallBinding) -> None:
+    def verify(
+        self,
+        decision: SignedDecision,
+        binding: CallBinding,
+        *,
+        verdicts: tuple[str, ...] = APPROVING_VERDICTS,
+    ) -> None:
         """Raise DecisionRefused unless `decision` authorises exactly this call."""
         payload = decision.payload
         public_key = self.keyring.public_key(decision.key_id)
@@ -137,8 +149,8 @@ class ApprovalGate:
         for name, value in expected.items():
             if payload.get(name) != value:
                 raise DecisionRefused(f"decision is not bound to this call ({name} differs)")
-        if decision.verdict not in APPROVING_VERDICTS:
-            raise DecisionRefused(f"verdict {decision.verdict!r} does not approve")
+        if decision.verdict not in verdicts:
+            raise DecisionRefused(f"verdict {decision.verdict!r} does not approve this call")
         try:
             not_after = datetime.fromisoformat(payload["not_after"])
         except (KeyError, TypeError, ValueError):
@@ -167,9 +179,15 @@ class ApprovalGate:
         if entry is not None and not (
             entry.status == "pending" and tool.effect == Effect.IDEMPOTENT_EXTERNAL
         ):
+            # A re-run applies to an effect a human found unknown. A `pending` one means the
+            # previous attempt (perhaps itself a re-run) was cut short: that goes to a human again.
+            if entry.status == "unknown" and decision is not None and decision.verdict in RERUN_VERDICTS:
+                return self._rerun(tool=tool, binding=binding, decision=decision, ctx=ctx)
             if entry.status == "pending":
                 self.ledger.mark_unknown(key)
             raise EffectUnknown(f"{tool.name} may already have run for {binding.tool_call_id}")
+        if decision is not None and decision.verdict in RERUN_VERDICTS:
+            raise DecisionRefused("a re-run decision only applies to an effect whose outcome is unknown")
 
         if decision is None and tool.needs_approval(arguments):
             raise DecisionRefused("this call needs an approved decision and has none")
@@ -208,6 +226,16 @@ class ApprovalGate:
                 )
         result = _run(tool, arguments, ctx)
         self.ledger.confirm(key, result=result)
+        return result
+
+    def _rerun(self, *, tool: Tool, binding: CallBinding, decision: SignedDecision, ctx: ToolContext) -> Any:
+        """A reviewer checked that an interrupted effect did not happen and signed a re-run."""
+        self.verify(decision, binding, verdicts=RERUN_VERDICTS)
+        with self.ledger.atomic():
+            self._consume(decision)
+            self.ledger.reopen(binding.idempotency_key)
+        result = _run(tool, decision.arguments, ctx)
+        self.ledger.confirm(binding.idempotency_key, result=result)
         return result
 
     def _consume(self, decision: SignedDecision | None) -> None:

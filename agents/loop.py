@@ -43,8 +43,14 @@ class Rejected:
     reason: str
 
 
-# What the host knows of a call's approval: nothing yet, a rejection, or a signed approval.
-DecisionState = None | Rejected | SignedDecision
+@dataclass(frozen=True)
+class Reconciled:
+    """A reviewer confirmed an interrupted effect did happen; the ledger holds its result."""
+
+
+# What the host knows of a call's decision: nothing yet, a rejection, a reconciliation,
+# or a signed decision (an approval, an edit, or a re-run of an unknown effect).
+DecisionState = None | Rejected | Reconciled | SignedDecision
 
 
 @dataclass(frozen=True)
@@ -192,18 +198,19 @@ def _settle_batch(agent: Agent, host: Host, state: AgentState) -> Outcome | None
     for call in state.batch:
         if call.status == CallStatus.READY:
             decision = None
-        elif call.status == CallStatus.AWAITING:
+        elif call.status in (CallStatus.AWAITING, CallStatus.UNKNOWN):
             decision = host.decision_for(call)
             if decision is None:
                 continue
             if isinstance(decision, Rejected):
+                call.result = {"error": _rejection(call, decision.reason)}
                 call.status = CallStatus.REJECTED
-                call.result = {"error": f"A reviewer rejected this call: {decision.reason}"}
                 _commit(host, state, [])
                 continue
+            if isinstance(decision, Reconciled):
+                decision = None  # the ledger now holds the result the reviewer confirmed
         else:
             continue
-        tool = agent.tool(call.name)
         binding = CallBinding(
             run_id=host.run_id,
             checkpoint_id=call.checkpoint_id,
@@ -212,7 +219,7 @@ def _settle_batch(agent: Agent, host: Host, state: AgentState) -> Outcome | None
         )
         try:
             call.result = host.gate.execute(
-                tool=tool,
+                tool=agent.tool(call.name),
                 binding=binding,
                 arguments=call.arguments,
                 decision=decision,
@@ -220,14 +227,27 @@ def _settle_batch(agent: Agent, host: Host, state: AgentState) -> Outcome | None
             )
         except DecisionRefused as exc:
             return Failed(f"decision refused: {exc.reason}", kind="approval", call_id=call.id)
-        except EffectUnknown as exc:
-            return Failed(str(exc), kind="tool", call_id=call.id)
+        except EffectUnknown:
+            # Never run again blindly: ask a human whether it happened.
+            call.status = CallStatus.UNKNOWN
+            call.checkpoint_id = str(uuid.uuid4())
+            _commit(host, state, [], [call], checkpoint_id=call.checkpoint_id)
+            continue
         call.status = CallStatus.DONE
         _commit(host, state, [])
-    waiting = state.open_calls(CallStatus.AWAITING)
+    waiting = [c for c in state.batch if c.status in (CallStatus.AWAITING, CallStatus.UNKNOWN)]
     if waiting:
         return Waiting(tuple(call.id for call in waiting))
     return None
+
+
+def _rejection(call: CallState, reason: str) -> str:
+    if call.status == CallStatus.UNKNOWN:
+        return (
+            "This call was interrupted and it is unknown whether it took effect; "
+            f"a reviewer chose not to run it again: {reason}"
+        )
+    return f"A reviewer rejected this call: {reason}"
 
 
 def _with_run_unique_ids(turn: AssistantTurn, model_call: int, prefix: str) -> AssistantTurn:

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class SnapshotError(ValueError):
@@ -30,6 +30,9 @@ class CallStatus(StrEnum):
     DONE = "done"
     REJECTED = "rejected"
     INVALID = "invalid"  # unknown tool or bad arguments: the model sees the error
+    # v3: a worker died between the ledger's pending and confirmed; a human must say
+    # whether the effect happened (reconcile) before the batch can complete.
+    UNKNOWN = "unknown_effect"
 
 
 @dataclass
@@ -81,8 +84,14 @@ def _v1_to_v2(snapshot: dict[str, Any]) -> dict[str, Any]:
     return {**snapshot, "invalid_calls": 0, "waiting_since": None}
 
 
+def _v2_to_v3(snapshot: dict[str, Any]) -> dict[str, Any]:
+    # v3 only adds the call status "unknown_effect"; every v2 snapshot is a valid v3 one.
+    # The version still moves, so that v2 code refuses a v3 snapshot it could not read.
+    return dict(snapshot)
+
+
 # MIGRATORS[n] upgrades a version-n snapshot to version n + 1.
-MIGRATORS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+MIGRATORS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def migrate(snapshot: dict[str, Any]) -> dict[str, Any]:

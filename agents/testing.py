@@ -39,8 +39,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from agents.canonical import canonical_json, sha256_hex
 from agents.gate import ApprovalGate, CallBinding, LedgerEntry, SignedDecision
-from agents.loop import DecisionState, Rejected
-from agents.state import AgentState, CallState
+from agents.loop import DecisionState, Reconciled, Rejected
+from agents.state import AgentState, CallState, CallStatus
 from agents.store import InMemoryCheckpointStore
 from agents.tools import ToolContext
 
@@ -255,6 +255,13 @@ class InMemoryLedger:
     def mark_unknown(self, key: str) -> None:
         self._transition(key, "pending", status="unknown")
 
+    def reopen(self, key: str) -> None:
+        self._transition(key, "unknown", status="pending")
+
+    def reconcile(self, key: str, *, result: Any) -> None:
+        """What a reviewer's "it did happen" does on the desk: unknown -> confirmed."""
+        self._transition(key, "unknown", status="confirmed", result=_json_copy(result))
+
     def _transition(self, key: str, from_status: str, **changes: Any) -> None:
         # Like the database's `filter(status="pending").update(...)`: only a pending row moves.
         with self._lock:
@@ -390,10 +397,13 @@ class InMemoryHost:
             raise ValueError(f"messages would start at position {start}; the log holds {len(self.log)}")
         if self.checkpoints.get(checkpoint_id) is not None:
             raise ValueError(f"checkpoint {checkpoint_id} already exists")
-        raised = {call.id for call in self.approvals}
+        # One *pending* request per call and kind, as the desk's constraint: an approval,
+        # then a reconciliation if its effect was interrupted (again, if a re-run was too).
+        raised = {(call.id, call.status == CallStatus.UNKNOWN) for call in self.approvals}
         for call in raise_approvals:
-            if call.id in raised:
-                raise ValueError(f"an approval was already raised for {call.id}")
+            kind = (call.id, call.status == CallStatus.UNKNOWN)
+            if kind in raised and call.id not in self.decisions:
+                raise ValueError(f"a request of this kind is still pending for {call.id}")
         snapshot = _json_copy(state.to_snapshot())
         messages = _json_copy(new_messages)
         hashes = {call.id: sha256_hex(call.arguments) for call in raise_approvals}
@@ -402,6 +412,7 @@ class InMemoryHost:
         self.checkpoints.put(self.run_id, snapshot, checkpoint_id=checkpoint_id)
         for call in raise_approvals:
             self.approvals.append(replace(copy.deepcopy(call), checkpoint_id=checkpoint_id))
+            self.decisions.pop(call.id, None)  # the new request is pending: earlier answers do not carry over
         self.approval_hashes.update(hashes)
 
     def decision_for(self, call: CallState) -> DecisionState:
@@ -422,7 +433,7 @@ class InMemoryHost:
     # --- deciding, as a reviewer would ----------------------------------------------
     def approval(self, tool_call_id: str) -> CallState:
         """The raised approval for this call (KeyError when none was raised)."""
-        for call in self.approvals:
+        for call in reversed(self.approvals):  # the latest: a reconciliation follows the approval
             if call.id == tool_call_id:
                 return call
         raise KeyError(f"no approval was raised for {tool_call_id}")
@@ -454,6 +465,29 @@ class InMemoryHost:
     def approve(self, tool_call_id: str, **options: Any) -> SignedDecision:
         """Sign an approval (or, with verdict="edit" and arguments, an edit) and hand it over."""
         decision = self.sign(tool_call_id, **options)
+        self.decisions[tool_call_id] = decision
+        return decision
+
+    def confirm_effect(self, tool_call_id: str, *, result: Any) -> Reconciled:
+        """Reconcile an unknown effect as done, with the result the reviewer recorded."""
+        self.ledger.reconcile(f"{self.run_id}:{tool_call_id}", result=result)
+        self.decisions[tool_call_id] = Reconciled()
+        return self.decisions[tool_call_id]
+
+    def rerun(self, tool_call_id: str, **options: Any) -> SignedDecision:
+        """Sign a re-run of an unknown effect, bound to the checkpoint its reconciliation was raised at."""
+        call = self.approval(tool_call_id)
+        decision = sign_decision(
+            self.signing_key,
+            key_id=self.key_id,
+            run_id=self.run_id,
+            checkpoint_id=call.checkpoint_id,
+            tool_call_id=call.id,
+            tool=call.name,
+            arguments=call.arguments,
+            verdict="rerun",
+            **options,
+        )
         self.decisions[tool_call_id] = decision
         return decision
 

@@ -36,6 +36,7 @@ class DecisionSerializer(StrictSerializer):
     verdict = serializers.ChoiceField(choices=Verdict.values)
     reason = serializers.CharField(max_length=10_000, required=False, allow_blank=True, default="")
     note = serializers.CharField(max_length=10_000, required=False, allow_blank=True, default="")
+    external_ref = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     arguments = serializers.JSONField(required=False)
     checkpoint_id = serializers.UUIDField()
 

@@ -123,6 +123,7 @@ class ApprovalDecisionView(APIView):
                 verdict=data["verdict"],
                 reason=data["reason"],
                 note=data["note"],
+                external_ref=data["external_ref"],
                 arguments=data.get("arguments"),
                 checkpoint_id=str(data["checkpoint_id"]),
             )

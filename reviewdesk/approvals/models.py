@@ -16,7 +16,16 @@ class ApprovalStatus(models.TextChoices):
 
 class ApprovalKind(models.TextChoices):
     TOOL_CALL = "tool_call"
+    # An effect cut between the ledger's pending and confirmed: did it happen?
+    RECONCILE = "reconcile"
     # A later kind, `question`, shares this lifecycle: the answer becomes the tool result.
+
+
+# What each kind may be answered with.
+KIND_VERDICTS = {
+    "tool_call": ("approve", "reject", "edit"),
+    "reconcile": ("confirm", "rerun", "reject"),
+}
 
 
 class ApprovalRequest(models.Model):
@@ -42,11 +51,12 @@ class ApprovalRequest(models.Model):
     class Meta:
         ordering = ["created_at"]
         constraints = [
-            # One live request per call; a cancelled one may be raised again by a retry.
+            # One pending request per call and kind. Answered or cancelled ones stay as history:
+            # a retry raises a fresh approval, an interrupted re-run a fresh reconciliation.
             models.UniqueConstraint(
-                fields=["run", "tool_call_id"],
-                condition=~models.Q(status="cancelled"),
-                name="approval_one_live_per_call",
+                fields=["run", "tool_call_id", "kind"],
+                condition=models.Q(status="pending"),
+                name="approval_one_pending_per_call_and_kind",
             ),
             models.CheckConstraint(
                 condition=models.Q(status__in=ApprovalStatus.values), name="approval_status_valid"
@@ -65,6 +75,8 @@ class Verdict(models.TextChoices):
     APPROVE = "approve"
     REJECT = "reject"
     EDIT = "edit"
+    CONFIRM = "confirm"  # reconcile: the effect did happen (with its external reference)
+    RERUN = "rerun"  # reconcile: it did not; run it again (signed, verified by the gate)
 
 
 class Decision(models.Model):
@@ -86,6 +98,7 @@ class Decision(models.Model):
     signature = models.TextField()  # base64 Ed25519 signature over RFC 8785 payload
     key_id = models.CharField(max_length=64)
     consumed_at = models.DateTimeField(null=True, blank=True)
+    external_ref = models.CharField(max_length=200, blank=True)  # confirm: where the effect is recorded
 
     class Meta:
         ordering = ["decided_at"]

@@ -17,13 +17,20 @@ from agents.registry import get_agent
 from agents.state import AgentState, CallStatus
 from reviewdesk.accounts.roles import is_reviewer
 from reviewdesk.approvals import signing
-from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus, Decision, Verdict
+from reviewdesk.approvals.models import (
+    KIND_VERDICTS,
+    ApprovalKind,
+    ApprovalRequest,
+    ApprovalStatus,
+    Decision,
+    Verdict,
+)
 from reviewdesk.approvals.selectors import approval_get_for_reviewer, user_may_decide
 from reviewdesk.audit.services import audit_record
 from reviewdesk.errors import Conflict, Forbidden, Gone, Invalid
 from reviewdesk.events.builders import approval_data, run_data
 from reviewdesk.events.services import event_emit
-from reviewdesk.runs.models import ENDED, Checkpoint, Run, RunStatus
+from reviewdesk.runs.models import ENDED, Checkpoint, Run, RunStatus, SideEffect
 from reviewdesk.runs.selectors import run_audience
 
 
@@ -38,6 +45,7 @@ def approval_check_decide(
     verdict: str,
     arguments: Any,
     checkpoint_id: str,
+    external_ref: str = "",
 ) -> tuple[ApprovalRequest, Run]:
     """Authorise and validate a decision; return the approval and its run, both locked.
 
@@ -54,8 +62,11 @@ def approval_check_decide(
         raise Forbidden("you submitted this run; another reviewer must decide its approvals")
     if not user_may_decide(reviewer, run):
         raise Forbidden("this approval is assigned to another reviewer")
-    if verdict not in Verdict.values:
-        raise Invalid(f"verdict must be one of {', '.join(Verdict.values)}")
+    allowed = KIND_VERDICTS[approval.kind]
+    if verdict not in allowed:
+        raise Invalid(f"a {approval.kind} request is answered with {', '.join(allowed)}", code="verdict")
+    if verdict == Verdict.CONFIRM and not external_ref.strip():
+        raise Invalid("marking an effect done needs its external reference (where it is recorded)")
     if approval.status == ApprovalStatus.EXPIRED or (
         approval.status == ApprovalStatus.PENDING and approval.expires_at <= timezone.now()
     ):
@@ -84,9 +95,10 @@ def _call_is_awaiting(run: Run, approval: ApprovalRequest) -> bool:
     latest = Checkpoint.objects.filter(run=run).order_by("-number").values_list("snapshot", flat=True).first()
     if latest is None:
         return False
+    waiting = CallStatus.UNKNOWN if approval.kind == ApprovalKind.RECONCILE else CallStatus.AWAITING
     return any(
-        call["id"] == approval.tool_call_id and call["status"] == CallStatus.AWAITING
-        for call in AgentState.from_snapshot(latest).to_snapshot()["batch"]
+        call.id == approval.tool_call_id and call.status == waiting
+        for call in AgentState.from_snapshot(latest).batch
     )
 
 
@@ -112,6 +124,7 @@ def approval_do_decide(
     reason: str,
     arguments: Any,
     note: str = "",
+    external_ref: str = "",
 ) -> Decision:
     """Sign and store the decision, audit it, emit events, enqueue resume on commit.
 
@@ -144,6 +157,7 @@ def approval_do_decide(
         verdict=verdict,
         reason=reason,
         note=note,
+        external_ref=external_ref.strip(),
         reviewer=reviewer,
         arguments=to_run,
         arguments_sha256=payload["arguments_sha256"],
@@ -156,6 +170,8 @@ def approval_do_decide(
     )
     approval.status = ApprovalStatus.REJECTED if verdict == Verdict.REJECT else ApprovalStatus.APPROVED
     approval.save(update_fields=["status", "updated_at"])
+    if verdict == Verdict.CONFIRM:
+        _record_reconciled_effect(run, approval, decision)
     audit_record(
         actor=reviewer,
         action=f"decision.{verdict}",
@@ -189,6 +205,23 @@ def approval_do_decide(
     return decision
 
 
+def _record_reconciled_effect(run: Run, approval: ApprovalRequest, decision: Decision) -> None:
+    """The reviewer says the interrupted effect did happen: the ledger row becomes confirmed
+    with what they recorded, and the run reuses that result instead of running the tool."""
+    SideEffect.objects.filter(
+        idempotency_key=f"{run.pk}:{approval.tool_call_id}", status=SideEffect.Status.UNKNOWN
+    ).update(
+        status=SideEffect.Status.CONFIRMED,
+        external_ref=decision.external_ref,
+        result={
+            "reconciled": True,
+            "external_ref": decision.external_ref,
+            "by": decision.reviewer.get_username(),
+        },
+        updated_at=decision.decided_at,
+    )
+
+
 def approval_decide(
     *,
     approval_id,
@@ -197,6 +230,7 @@ def approval_decide(
     reason: str = "",
     note: str = "",
     arguments: Any = None,
+    external_ref: str = "",
     checkpoint_id: str,
 ) -> Decision:
     with transaction.atomic():
@@ -206,6 +240,7 @@ def approval_decide(
             verdict=verdict,
             arguments=arguments,
             checkpoint_id=checkpoint_id,
+            external_ref=external_ref,
         )
         return approval_do_decide(
             approval=approval,
@@ -215,4 +250,5 @@ def approval_decide(
             reason=reason,
             note=note,
             arguments=arguments,
+            external_ref=external_ref,
         )

@@ -55,6 +55,7 @@ def approval_page(request: HttpRequest, approval_id) -> HttpResponse:
                 verdict=verdict,
                 reason=request.POST.get("reason", "").strip(),
                 note=request.POST.get("note", "").strip(),
+                external_ref=request.POST.get("external_ref", "").strip(),
                 arguments=_edited_arguments(request) if verdict == "edit" else None,
                 checkpoint_id=request.POST.get("checkpoint_id", ""),
             )
@@ -64,7 +65,13 @@ def approval_page(request: HttpRequest, approval_id) -> HttpResponse:
             )
             messages.error(request, f"Not decided: {detail}")
             return redirect("approval", approval_id=approval.id)
-        done = {"approve": "Approved", "reject": "Rejected", "edit": "Edited and approved"}[verdict]
+        done = {
+            "approve": "Approved",
+            "reject": "Rejected",
+            "edit": "Edited and approved",
+            "confirm": "Marked done",
+            "rerun": "Authorised a re-run of",
+        }[verdict]
         messages.success(request, f"{done} {approval.tool} for run {approval.run_id}.")
         next_url = request.POST.get("next", "")
         if not url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()}):

@@ -42,6 +42,7 @@ def decision_data(decision) -> dict[str, Any]:
         "verdict": decision.verdict,
         "reason": decision.reason,
         "note": decision.note,
+        "external_ref": decision.external_ref or None,
         "reviewer": decision.reviewer.username,
         "arguments_sha256": decision.arguments_sha256,
         "arguments": decision.arguments,

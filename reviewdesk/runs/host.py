@@ -19,11 +19,11 @@ from django.utils import timezone
 
 from agents.canonical import sha256_hex
 from agents.gate import ApprovalGate, CallBinding, LedgerEntry, SignedDecision
-from agents.loop import DecisionState, Rejected
-from agents.state import AgentState, CallState
+from agents.loop import DecisionState, Reconciled, Rejected
+from agents.state import AgentState, CallState, CallStatus
 from agents.tools import ToolContext
 from reviewdesk import faults
-from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus, Decision
+from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus, Decision, Verdict
 from reviewdesk.approvals.selectors import reviewer_may_decide_run
 from reviewdesk.approvals.signing import FileKeyring
 from reviewdesk.audit.services import audit_record
@@ -103,8 +103,9 @@ class DatabaseHost:
                 approval_raise(run=run, attempt=self.attempt, checkpoint_id=checkpoint.id, call=call)
 
     def decision_for(self, call: CallState) -> DecisionState:
+        kind = ApprovalKind.RECONCILE if call.status == CallStatus.UNKNOWN else ApprovalKind.TOOL_CALL
         approval = (  # the latest: a retry may have raised a new one after a cancelled one
-            ApprovalRequest.objects.filter(run_id=self.run.pk, tool_call_id=call.id)
+            ApprovalRequest.objects.filter(run_id=self.run.pk, tool_call_id=call.id, kind=kind)
             .select_related("decision")
             .order_by("-created_at")
             .first()
@@ -112,10 +113,12 @@ class DatabaseHost:
         if approval is None or approval.status == ApprovalStatus.PENDING:
             return None
         if approval.status in (ApprovalStatus.EXPIRED, ApprovalStatus.CANCELLED):
-            return Rejected(f"the approval request was {approval.status} before anyone decided")
+            return Rejected(f"the request was {approval.status} before anyone decided")
         decision = approval.decision
         if approval.status == ApprovalStatus.REJECTED:
             return Rejected(decision.reason or "no reason given")
+        if decision.verdict == Verdict.CONFIRM:
+            return Reconciled()
         return SignedDecision(
             decision_id=str(decision.id),
             verdict=decision.verdict,
@@ -150,7 +153,15 @@ class DatabaseHost:
 
 def approval_raise(*, run: Run, attempt: Attempt | None, checkpoint_id, call: CallState) -> ApprovalRequest:
     """Create the approval request for a waiting call, audit it and tell the desk. Caller holds the run lock."""
+    reconcile = call.status == CallStatus.UNKNOWN
+    reason = (
+        f"{call.name} was interrupted between the ledger's pending and confirmed: it may or may "
+        "not have taken effect. Check, then mark it done with a reference, re-run it, or reject it."
+        if reconcile
+        else f"{call.name} needs a reviewer's approval under its policy"
+    )
     approval = ApprovalRequest.objects.create(
+        kind=ApprovalKind.RECONCILE if reconcile else ApprovalKind.TOOL_CALL,
         run=run,
         attempt=attempt,
         checkpoint_id=checkpoint_id,
@@ -158,13 +169,13 @@ def approval_raise(*, run: Run, attempt: Attempt | None, checkpoint_id, call: Ca
         tool=call.name,
         arguments=call.arguments,
         arguments_sha256=sha256_hex(call.arguments),
-        reason=f"{call.name} needs a reviewer's approval under its policy",
+        reason=reason,
         assignees=list(run.reviewers),
         expires_at=timezone.now() + timedelta(seconds=run.approval_ttl_seconds),
     )
     audit_record(
         actor=None,
-        action="approval.requested",
+        action="reconcile.requested" if reconcile else "approval.requested",
         subject_type="approval",
         subject_id=approval.id,
         data={"run": str(run.pk), "tool": call.name, "arguments_sha256": approval.arguments_sha256},
@@ -223,6 +234,13 @@ class DatabaseLedger:
                 status="confirmed", result=result, updated_at=timezone.now()
             )
         faults.point("after_ledger_confirmed")
+
+    def reopen(self, key: str) -> None:
+        # Fenced: only the attempt that owns the run may start the effect again.
+        with self.atomic():
+            SideEffect.objects.filter(idempotency_key=key, status="unknown").update(
+                status="pending", updated_at=timezone.now()
+            )
 
     def mark_unknown(self, key: str) -> None:
         with self.atomic():

@@ -289,11 +289,7 @@ def run_finish(*, attempt: Attempt, outcome: Outcome) -> None:
             if not _retry_automatically(run, attempt, outcome, now):
                 _fail(run, outcome.error, kind=outcome.kind, save=False)
         elif isinstance(outcome, Waiting):
-            decided_meanwhile = (
-                ApprovalRequest.objects.filter(run=run, tool_call_id__in=outcome.call_ids)
-                .exclude(status__in=[ApprovalStatus.PENDING, ApprovalStatus.CANCELLED])
-                .exists()
-            )
+            decided_meanwhile = _decided_meanwhile(run, outcome.call_ids)
             if decided_meanwhile:  # a decision landed while we held the lease
                 run.status = RunStatus.QUEUED
                 _enqueue_on_commit("resume", run)
@@ -304,6 +300,17 @@ def run_finish(*, attempt: Attempt, outcome: Outcome) -> None:
         run.save()
         Attempt.objects.filter(pk=attempt.pk).update(status=attempt_status, ended_at=now, error=attempt_error)
         _emit_run_updated(run)
+
+
+def _decided_meanwhile(run: Run, call_ids: tuple[str, ...]) -> bool:
+    """Whether any waiting call's current request (its latest live one) was answered already."""
+    latest: dict[str, str] = {}
+    requests = ApprovalRequest.objects.filter(run=run, tool_call_id__in=call_ids).exclude(
+        status=ApprovalStatus.CANCELLED
+    )
+    for tool_call_id, status in requests.order_by("created_at").values_list("tool_call_id", "status"):
+        latest[tool_call_id] = status
+    return any(status != ApprovalStatus.PENDING for status in latest.values())
 
 
 def _retry_automatically(run: Run, attempt: Attempt, outcome: Failed, now) -> bool:

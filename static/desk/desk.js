@@ -40,6 +40,10 @@
     expires.textContent = approval.expires_at;
     node.querySelector(".sha").textContent = approval.arguments_sha256;
     node.querySelector("a.details").href = "/approvals/" + approval.id + "/";
+    // One card template, two kinds: keep the form that answers this request.
+    const reconcile = approval.kind === "reconcile";
+    node.classList.toggle("reconcile", reconcile);
+    node.querySelectorAll(reconcile ? ".tool-call" : ".reconcile").forEach((el) => el.remove());
     const form = node.querySelector("form");
     form.action = "/approvals/" + approval.id + "/";
     form.querySelector("[name=checkpoint_id]").value = approval.checkpoint_id;

@@ -416,7 +416,7 @@ def test_a_decision_the_gate_refuses_fails_the_run_as_an_approval_failure_withou
     assert host.world.emails == [] and host.ledger.rows == {}
 
 
-def test_a_pending_ledger_row_left_by_a_crash_fails_the_run_for_a_human_without_running_the_tool():
+def test_a_pending_ledger_row_left_by_a_crash_goes_to_a_human_without_running_the_tool():
     host = InMemoryHost()
     step(host, ScriptedProvider(SEND_EMAIL_SCRIPT))
     decision = host.approve("call_0_1")
@@ -427,9 +427,11 @@ def test_a_pending_ledger_row_left_by_a_crash_fails_the_run_for_a_human_without_
 
     outcome = step(host, ScriptedProvider(SEND_EMAIL_SCRIPT))
 
-    assert isinstance(outcome, Failed) and (outcome.kind, outcome.call_id) == ("tool", "call_0_1")
+    assert outcome == Waiting(("call_0_1",))  # waits for a reconciliation, not re-run, not failed
     assert host.ledger.rows[key].status == "unknown"
     assert host.world.emails == []
+    reconcile = host.approvals[-1]
+    assert (reconcile.id, reconcile.status) == ("call_0_1", CallStatus.UNKNOWN)
 
 
 # --- checkpoint snapshots -------------------------------------------------------------
@@ -475,11 +477,11 @@ def test_a_snapshot_without_a_valid_schema_version_raises_snapshot_error(version
 
 
 def test_a_snapshot_with_a_gap_in_the_migrators_raises_snapshot_error(monkeypatch):
-    snapshot = waiting_state().to_snapshot()  # version 1
-    monkeypatch.setattr(agents.state, "SCHEMA_VERSION", 3)
-    monkeypatch.setattr(agents.state, "MIGRATORS", {1: lambda s: s})  # no migrator from 2 to 3
+    current = agents.state.SCHEMA_VERSION
+    snapshot = waiting_state().to_snapshot()
+    monkeypatch.setattr(agents.state, "SCHEMA_VERSION", current + 1)  # no migrator from current to next
 
-    with pytest.raises(SnapshotError, match="no migrator from schema_version 2"):
+    with pytest.raises(SnapshotError, match=f"no migrator from schema_version {current}"):
         AgentState.from_snapshot(snapshot)
 
 

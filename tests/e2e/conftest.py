@@ -169,7 +169,13 @@ def start_stack(logs: Path, *, env_extra: dict[str, str] | None = None, beat: bo
 def live_stack(django_db_setup, django_db_blocker, redis_server, llm_server_session, tmp_path_factory):
     stack = start_stack(
         tmp_path_factory.mktemp("logs"),
-        env_extra={"OPENAI_BASE_URL": llm_server_session.url, "OPENAI_MAX_RETRIES": "0"},
+        env_extra={
+            "OPENAI_BASE_URL": llm_server_session.url,
+            "OPENAI_MAX_RETRIES": "0",
+            # Its own queue: this worker lives for the whole session, and must never
+            # pick up runs that in-process tests enqueue and advance themselves.
+            "DESK_CELERY_QUEUE": f"{settings.CELERY_TASK_DEFAULT_QUEUE}-live",
+        },
     )
     yield stack
     stack.stop()

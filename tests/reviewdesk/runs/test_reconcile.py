@@ -1,0 +1,112 @@
+"""An effect cut between pending and confirmed becomes a reconciliation item on the desk."""
+
+from __future__ import annotations
+
+import pytest
+
+from reviewdesk.approvals.models import ApprovalRequest
+from reviewdesk.approvals.services import approval_decide
+from reviewdesk.runs.models import RunStatus, SideEffect
+from reviewdesk.runs.services import run_execute
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def interrupted(interrupted_run, personas, mailoutbox):
+    """send_email approved, then its worker 'died' after writing pending: the next attempt must not resend."""
+    run, approval = interrupted_run()
+    decision = approval_decide(
+        approval_id=approval.id,
+        reviewer=personas.alice,
+        verdict="approve",
+        checkpoint_id=str(approval.checkpoint_id),
+    )
+    SideEffect.objects.create(
+        run=run,
+        idempotency_key=f"{run.id}:{approval.tool_call_id}",
+        tool_call_id=approval.tool_call_id,
+        tool="send_email",
+        status="pending",
+        decision=decision,
+    )
+    run_execute(run_id=run.id)
+    run.refresh_from_db()
+    assert run.status == RunStatus.INPUT_REQUIRED
+    assert mailoutbox == []
+    reconcile = ApprovalRequest.objects.get(run=run, kind="reconcile", status="pending")
+    assert reconcile.tool_call_id == approval.tool_call_id
+    assert SideEffect.objects.get(run=run).status == "unknown"
+    return run, reconcile
+
+
+def answer(api_as, reviewer, reconcile, **body):
+    return api_as(reviewer, "review").post(
+        f"/api/v1/approvals/{reconcile.id}/decision",
+        {"checkpoint_id": str(reconcile.checkpoint_id), **body},
+        format="json",
+    )
+
+
+def finish(run):
+    run_execute(run_id=run.id)
+    run.refresh_from_db()
+    return run
+
+
+def test_marking_it_done_records_the_reference_and_never_resends(interrupted, personas, api_as, mailoutbox):
+    run, reconcile = interrupted
+    response = answer(api_as, personas.bob, reconcile, verdict="confirm", external_ref="smtp-queue-1234")
+    assert response.status_code == 201, response.json()
+    effect = SideEffect.objects.get(run=run)
+    assert (effect.status, effect.external_ref) == ("confirmed", "smtp-queue-1234")
+    run = finish(run)
+    assert run.status == RunStatus.SUCCEEDED
+    assert mailoutbox == []
+    tool_result = next(
+        m.body["content"] for m in run.messages.all() if m.role == "tool" and "smtp" in m.body["content"]
+    )
+    assert '"reconciled": true' in tool_result
+
+
+def test_marking_it_done_needs_a_reference(interrupted, personas, api_as):
+    _, reconcile = interrupted
+    response = answer(api_as, personas.bob, reconcile, verdict="confirm")
+    assert response.status_code == 422
+    assert "reference" in response.json()["detail"]
+
+
+def test_a_signed_rerun_sends_it_exactly_once(interrupted, personas, api_as, mailoutbox):
+    run, reconcile = interrupted
+    response = answer(api_as, personas.bob, reconcile, verdict="rerun", reason="not in the SMTP log")
+    assert response.status_code == 201
+    assert response.json()["payload"]["verdict"] == "rerun"
+    run = finish(run)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert len(mailoutbox) == 1
+    assert SideEffect.objects.get(run=run).status == "confirmed"
+    assert finish(run).status == RunStatus.SUCCEEDED and len(mailoutbox) == 1
+
+
+def test_rejecting_tells_the_model_and_sends_nothing(interrupted, personas, api_as, mailoutbox):
+    run, reconcile = interrupted
+    answer(api_as, personas.bob, reconcile, verdict="reject", reason="customer called instead")
+    run = finish(run)
+    assert run.status == RunStatus.SUCCEEDED
+    assert mailoutbox == []
+    assert any("customer called instead" in m.body["content"] for m in run.messages.all() if m.role == "tool")
+
+
+@pytest.mark.parametrize("verdict", ["approve", "edit"])
+def test_a_reconciliation_is_not_answered_with_an_approval(interrupted, personas, api_as, verdict):
+    _, reconcile = interrupted
+    response = answer(
+        api_as, personas.bob, reconcile, verdict=verdict, **({"arguments": {}} if verdict == "edit" else {})
+    )
+    assert response.status_code == 422
+
+
+def test_a_tool_call_approval_is_not_answered_with_a_rerun(interrupted_run, personas, api_as):
+    _, approval = interrupted_run()
+    response = answer(api_as, personas.bob, approval, verdict="rerun")
+    assert response.status_code == 422

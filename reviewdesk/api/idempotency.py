@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from datetime import timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 
@@ -34,6 +37,13 @@ def idempotent(request, handler: Callable[[], Response]) -> Response:
             )
     except IntegrityError:  # a concurrent first use won the insert
         record, created = IdempotencyRecord.objects.get(user=request.user, key=key), False
+    if not created and record.state == IdempotencyRecord.State.IN_FLIGHT and _abandoned(record):
+        # Its request died before finishing (the handler and the stored response commit
+        # together, so nothing of it was kept): take the key over and run it now.
+        IdempotencyRecord.objects.filter(pk=record.pk, state=IdempotencyRecord.State.IN_FLIGHT).update(
+            created_at=timezone.now(), request_sha256=fingerprint
+        )
+        created = True
     if not created:
         if record.request_sha256 != fingerprint:
             return problem(
@@ -52,18 +62,26 @@ def idempotent(request, handler: Callable[[], Response]) -> Response:
             replay.content_type = "application/problem+json"
         return replay
     try:
-        response = handler()
-    except (DeskError, APIException) as exc:
-        response = problem_exception_handler(exc, {})
+        # The handler's writes and the stored response commit together: a crash in
+        # between keeps neither, and the key is taken over once it counts as abandoned.
+        with transaction.atomic():
+            try:
+                response = handler()
+            except (DeskError, APIException) as exc:
+                response = problem_exception_handler(exc, {})
+            if response.status_code < 500:
+                IdempotencyRecord.objects.filter(pk=record.pk).update(
+                    state=IdempotencyRecord.State.DONE,
+                    response_status=response.status_code,
+                    response_body=response.data,
+                )
     except Exception:
         record.delete()  # nothing was committed for it: let the client retry
         raise
     if response.status_code >= 500:
         record.delete()
-    else:
-        IdempotencyRecord.objects.filter(pk=record.pk).update(
-            state=IdempotencyRecord.State.DONE,
-            response_status=response.status_code,
-            response_body=response.data,
-        )
     return response
+
+
+def _abandoned(record: IdempotencyRecord) -> bool:
+    return record.created_at < timezone.now() - timedelta(seconds=settings.DESK_IDEMPOTENCY_INFLIGHT_SECONDS)

@@ -159,3 +159,39 @@ def test_a_reviewer_not_assigned_to_a_run_cannot_read_it_or_its_events(personas,
     assert run_id not in [r["id"] for r in alice.get("/api/v1/runs").json()["results"]]
     assert api_as(personas.bob, "review").get(f"/api/v1/runs/{run_id}").status_code == 200
     assert api_as(personas.admin, "audit").get(f"/api/v1/runs/{run_id}").status_code == 200
+
+
+def test_a_repeat_while_the_first_is_in_flight_is_409(personas, api_as):
+    from reviewdesk.api.models import IdempotencyRecord
+
+    carol = api_as(personas.carol, "submit")
+    # As if the first request were still running: its record exists, nothing finished.
+    first = submit(carol, VALID, HTTP_IDEMPOTENCY_KEY="busy")
+    IdempotencyRecord.objects.filter(key="busy").update(
+        state="in_flight", response_status=None, response_body=None
+    )
+    response = submit(carol, VALID, HTTP_IDEMPOTENCY_KEY="busy")
+    assert response.status_code == 409 and response.json()["code"] == "in_flight"
+    assert first.status_code == 201
+
+
+def test_a_key_whose_first_request_died_is_taken_over_after_the_timeout(personas, api_as, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from reviewdesk.api.models import IdempotencyRecord
+
+    carol = api_as(personas.carol, "submit")
+    submit(carol, VALID, HTTP_IDEMPOTENCY_KEY="died")
+    Run.objects.all().delete()  # the first request's work never committed
+    IdempotencyRecord.objects.filter(key="died").update(
+        state="in_flight",
+        response_status=None,
+        response_body=None,
+        created_at=timezone.now() - timedelta(seconds=settings.DESK_IDEMPOTENCY_INFLIGHT_SECONDS + 1),
+    )
+    response = submit(carol, VALID, HTTP_IDEMPOTENCY_KEY="died")
+    assert response.status_code == 201
+    assert Run.objects.count() == 1
+    assert submit(carol, VALID, HTTP_IDEMPOTENCY_KEY="died").json()["id"] == response.json()["id"]

@@ -232,7 +232,10 @@ class ApprovalGate:
         """A reviewer checked that an interrupted effect did not happen and signed a re-run."""
         self.verify(decision, binding, verdicts=RERUN_VERDICTS)
         with self.ledger.atomic():
-            self._consume(decision)
+            if not self.ledger.consume(decision.decision_id):
+                # Used already: that re-run started and was cut short before a new
+                # reconciliation could be saved. Back to a human; never run it again here.
+                raise EffectUnknown(f"the authorised re-run of {tool.name} was interrupted")
             self.ledger.reopen(binding.idempotency_key)
         result = _run(tool, decision.arguments, ctx)
         self.ledger.confirm(binding.idempotency_key, result=result)

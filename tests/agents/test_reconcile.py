@@ -136,3 +136,15 @@ def test_a_rerun_cut_short_goes_back_to_a_human_instead_of_failing(interrupted):
     assert host.world.emails == []
     host.confirm_effect("call_0_0", result={"sent": True})
     assert step(host) == Finished("Done.")
+
+
+def test_a_used_rerun_decision_on_an_unknown_effect_goes_back_to_a_human(interrupted):
+    """Found by `make chaos`: a re-run was cut short, then the attempt that marked it unknown
+    died before saving the new reconciliation, so the next attempt met the old, used decision."""
+    host, key = interrupted
+    decision = host.rerun("call_0_0")
+    host.ledger.consume(decision.decision_id)  # the cut-short re-run used it; the row is unknown again
+    assert host.ledger.rows[key].status == "unknown"
+    assert step(host) == Waiting(("call_0_0",))
+    assert host.world.emails == []
+    assert [c.status for c in host.approvals].count(CallStatus.UNKNOWN) == 2

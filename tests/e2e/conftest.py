@@ -157,8 +157,8 @@ def start_stack(logs: Path, *, env_extra: dict[str, str] | None = None, beat: bo
             env,
         ).start()
     try:
-        wait_until(lambda: _http_ok(stack.url + "/accounts/login/"), timeout=30, what="daphne")
-        wait_until(lambda: " ready." in worker.log_text(), timeout=30, what="the celery worker")
+        wait_until(lambda: _http_ok(stack.url + "/accounts/login/"), timeout=90, what="daphne")
+        wait_until(lambda: " ready." in worker.log_text(), timeout=90, what="the celery worker")
     except AssertionError:
         stack.stop()
         raise AssertionError("the stack did not start:\n" + stack.logs()) from None

@@ -1,4 +1,11 @@
-"""Idempotency-Key for POSTs (IETF draft): replay, 422 on a different body, 409 in flight."""
+"""Idempotency-Key for POSTs (IETF draft): replay, 422 on a different body, 409 in flight.
+
+The handler's writes and the stored response commit in one transaction that
+first locks the key's record and checks it still belongs to this request. So a
+request that died left nothing but an in-flight record, which a repeat may take
+over once it is older than DESK_IDEMPOTENCY_INFLIGHT_SECONDS; and a takeover of a
+request that is merely slow waits for it on that lock, then replays its answer.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ from reviewdesk.api.models import IdempotencyRecord
 from reviewdesk.errors import DeskError
 
 HEADER = "Idempotency-Key"
+IN_FLIGHT = IdempotencyRecord.State.IN_FLIGHT
 
 
 def idempotent(request, handler: Callable[[], Response]) -> Response:
@@ -37,49 +45,66 @@ def idempotent(request, handler: Callable[[], Response]) -> Response:
             )
     except IntegrityError:  # a concurrent first use won the insert
         record, created = IdempotencyRecord.objects.get(user=request.user, key=key), False
-    if not created and record.state == IdempotencyRecord.State.IN_FLIGHT and _abandoned(record):
-        # Its request died before finishing (the handler and the stored response commit
-        # together, so nothing of it was kept): take the key over and run it now.
-        IdempotencyRecord.objects.filter(pk=record.pk, state=IdempotencyRecord.State.IN_FLIGHT).update(
+    if not created and record.state == IN_FLIGHT and _abandoned(record):
+        created = _take_over(record, fingerprint)
+        record.refresh_from_db()
+    if not created:
+        return _repeat(record, fingerprint)
+    return _run_once(record, handler)
+
+
+def _take_over(record: IdempotencyRecord, fingerprint: str) -> bool:
+    """Compare-and-set on the stale claim: of several repeats, one takes the key over."""
+    return (
+        IdempotencyRecord.objects.filter(pk=record.pk, state=IN_FLIGHT, created_at=record.created_at).update(
             created_at=timezone.now(), request_sha256=fingerprint
         )
-        created = True
-    if not created:
-        if record.request_sha256 != fingerprint:
-            return problem(
-                422,
-                "Invalid input",
-                f"this {HEADER} was used with a different request",
-                code="idempotency_key_reused",
-            )
-        if record.state == IdempotencyRecord.State.IN_FLIGHT:
-            return problem(
-                409, "Conflict", f"a request with this {HEADER} is still in progress", code="in_flight"
-            )
-        replay = Response(record.response_body, status=record.response_status)
-        replay["Idempotent-Replayed"] = "true"
-        if record.response_status >= 400:
-            replay.content_type = "application/problem+json"
-        return replay
+        == 1
+    )
+
+
+def _repeat(record: IdempotencyRecord, fingerprint: str) -> Response:
+    if record.request_sha256 != fingerprint:
+        return problem(
+            422,
+            "Invalid input",
+            f"this {HEADER} was used with a different request",
+            code="idempotency_key_reused",
+        )
+    if record.state == IN_FLIGHT:
+        return problem(
+            409, "Conflict", f"a request with this {HEADER} is still in progress", code="in_flight"
+        )
+    replay = Response(record.response_body, status=record.response_status)
+    replay["Idempotent-Replayed"] = "true"
+    if record.response_status >= 400:
+        replay.content_type = "application/problem+json"
+    return replay
+
+
+def _run_once(record: IdempotencyRecord, handler: Callable[[], Response]) -> Response:
+    mine = IdempotencyRecord.objects.filter(pk=record.pk, state=IN_FLIGHT, created_at=record.created_at)
     try:
-        # The handler's writes and the stored response commit together: a crash in
-        # between keeps neither, and the key is taken over once it counts as abandoned.
         with transaction.atomic():
+            if not mine.select_for_update().exists():  # taken over while we were slow
+                return problem(
+                    409, "Conflict", f"a request with this {HEADER} is still in progress", code="in_flight"
+                )
             try:
                 response = handler()
             except (DeskError, APIException) as exc:
                 response = problem_exception_handler(exc, {})
             if response.status_code < 500:
-                IdempotencyRecord.objects.filter(pk=record.pk).update(
+                mine.update(
                     state=IdempotencyRecord.State.DONE,
                     response_status=response.status_code,
                     response_body=response.data,
                 )
     except Exception:
-        record.delete()  # nothing was committed for it: let the client retry
+        mine.delete()  # nothing was committed for it: let the client retry
         raise
     if response.status_code >= 500:
-        record.delete()
+        mine.delete()
     return response
 
 

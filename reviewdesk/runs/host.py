@@ -154,6 +154,8 @@ class DatabaseHost:
 def approval_raise(*, run: Run, attempt: Attempt | None, checkpoint_id, call: CallState) -> ApprovalRequest:
     """Create the approval request for a waiting call, audit it and tell the desk. Caller holds the run lock."""
     reconcile = call.status == CallStatus.UNKNOWN
+    # A reconciliation is about the effect that actually ran: with an edit, the edited arguments.
+    arguments = _arguments_that_ran(run, call) if reconcile else call.arguments
     reason = (
         f"{call.name} was interrupted between the ledger's pending and confirmed: it may or may "
         "not have taken effect. Check, then mark it done with a reference, re-run it, or reject it."
@@ -167,8 +169,8 @@ def approval_raise(*, run: Run, attempt: Attempt | None, checkpoint_id, call: Ca
         checkpoint_id=checkpoint_id,
         tool_call_id=call.id,
         tool=call.name,
-        arguments=call.arguments,
-        arguments_sha256=sha256_hex(call.arguments),
+        arguments=arguments,
+        arguments_sha256=sha256_hex(arguments),
         reason=reason,
         assignees=list(run.reviewers),
         expires_at=timezone.now() + timedelta(seconds=run.approval_ttl_seconds),
@@ -184,6 +186,17 @@ def approval_raise(*, run: Run, attempt: Attempt | None, checkpoint_id, call: Ca
         type="approval.created", data=approval_data(approval), run_id=run.pk, audience=run_audience(run)
     )
     return approval
+
+
+def _arguments_that_ran(run: Run, call: CallState) -> dict:
+    """The arguments of the last decision that authorised this call (an edit changes them)."""
+    decision = (
+        Decision.objects.filter(request__run=run, request__tool_call_id=call.id, consumed_at__isnull=False)
+        .exclude(verdict__in=[Verdict.REJECT, Verdict.CONFIRM])
+        .order_by("-decided_at")
+        .first()
+    )
+    return decision.arguments if decision else call.arguments
 
 
 class DatabaseLedger:

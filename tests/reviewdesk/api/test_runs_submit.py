@@ -195,3 +195,41 @@ def test_a_key_whose_first_request_died_is_taken_over_after_the_timeout(personas
     assert response.status_code == 201
     assert Run.objects.count() == 1
     assert submit(carol, VALID, HTTP_IDEMPOTENCY_KEY="died").json()["id"] == response.json()["id"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_repeats_racing_to_take_over_an_abandoned_key_run_it_once(personas, api_as, settings):
+    """Found in review: both repeats took the key over and each created a run."""
+    import threading
+    from datetime import timedelta
+
+    from django.db import connections
+    from django.utils import timezone
+
+    from reviewdesk.api.models import IdempotencyRecord
+
+    carol = api_as(personas.carol, "submit")
+    submit(carol, VALID, HTTP_IDEMPOTENCY_KEY="race")
+    Run.objects.all().delete()
+    IdempotencyRecord.objects.filter(key="race").update(
+        state="in_flight",
+        response_status=None,
+        response_body=None,
+        created_at=timezone.now() - timedelta(seconds=settings.DESK_IDEMPOTENCY_INFLIGHT_SECONDS + 1),
+    )
+    barrier, statuses = threading.Barrier(2), []
+
+    def repeat():
+        try:
+            barrier.wait()
+            statuses.append(submit(carol, VALID, HTTP_IDEMPOTENCY_KEY="race").status_code)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=repeat) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert Run.objects.count() == 1
+    assert sorted(statuses) in ([201, 201], [201, 409])  # a replay of the one run, or "in flight"

@@ -110,3 +110,37 @@ def test_a_tool_call_approval_is_not_answered_with_a_rerun(interrupted_run, pers
     _, approval = interrupted_run()
     response = answer(api_as, personas.bob, approval, verdict="rerun")
     assert response.status_code == 422
+
+
+def test_after_an_edit_the_reconciliation_and_its_rerun_use_the_edited_arguments(
+    interrupted_run, personas, api_as, mailoutbox
+):
+    """Found in review: the re-run used the model's original arguments the reviewer had edited away."""
+    run, approval = interrupted_run()
+    edited = {**approval.arguments, "to": "right@example.com"}
+    decision = approval_decide(
+        approval_id=approval.id,
+        reviewer=personas.alice,
+        verdict="edit",
+        arguments=edited,
+        checkpoint_id=str(approval.checkpoint_id),
+    )
+    # The edit was consumed and its effect cut short: as a real crash leaves it.
+    from django.utils import timezone
+
+    type(decision).objects.filter(pk=decision.pk).update(consumed_at=timezone.now())
+    SideEffect.objects.create(
+        run=run,
+        idempotency_key=f"{run.id}:{approval.tool_call_id}",
+        tool_call_id=approval.tool_call_id,
+        tool="send_email",
+        status="pending",
+        decision=decision,
+    )
+    run = finish(run)
+    reconcile = ApprovalRequest.objects.get(run=run, kind="reconcile")
+    assert reconcile.arguments == edited
+    answer(api_as, personas.bob, reconcile, verdict="rerun")
+    run = finish(run)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert [m.to for m in mailoutbox] == [["right@example.com"]]

@@ -9,6 +9,7 @@ cancelled) gets `LeaseLost` instead of writing.
 from __future__ import annotations
 
 import logging
+import threading
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -51,12 +52,19 @@ class DatabaseHost:
         self.call_id_prefix = f"call_b{run.branch}" if run.branch else "call"
         self.checkpoints = DatabaseCheckpointStore(attempt_id=attempt.id)
         self.ledger = DatabaseLedger(host=self)
+        self.lease_lost: threading.Event = threading.Event()  # set by the LeaseKeeper
         self.gate = ApprovalGate(
             keyring=FileKeyring(), ledger=self.ledger, reviewer_allowed=reviewer_may_decide_run
         )
 
+    def check_lease(self) -> None:
+        """Stop early once the heartbeat found the lease gone (cancelled, or taken over)."""
+        if self.lease_lost.is_set() and not faults.fencing_disabled():
+            raise LeaseLost(f"attempt {self.attempt.number} of run {self.run.pk} lost its lease")
+
     def fenced_run(self) -> Run:
         """Lock the run row and check this attempt still owns it. Call inside atomic()."""
+        self.check_lease()
         run = Run.objects.select_for_update().get(pk=self.run.pk)
         if faults.fencing_disabled():
             return run
@@ -112,6 +120,8 @@ class DatabaseHost:
         )
         if approval is None or approval.status == ApprovalStatus.PENDING:
             return None
+        if kind == ApprovalKind.RECONCILE and approval.status == ApprovalStatus.CANCELLED:
+            return None  # nobody answered: it waits (a retry raises a new one), never settles by itself
         if approval.status in (ApprovalStatus.EXPIRED, ApprovalStatus.CANCELLED):
             return Rejected(f"the request was {approval.status} before anyone decided")
         decision = approval.decision
@@ -234,6 +244,7 @@ class DatabaseLedger:
             status=status,
             decision_id=decision_id,
             result=result,
+            attempt=self.host.attempt,
         )
         # Crash points for the fault-injection tests (inert otherwise): just after this commits.
         after = "after_ledger_pending" if status == SideEffect.Status.PENDING else "after_ledger_confirmed"
@@ -243,16 +254,18 @@ class DatabaseLedger:
         faults.point("after_effect")
         # Not fenced: the effect has happened, and recording that is true whoever owns the run now.
         with transaction.atomic():
-            SideEffect.objects.filter(idempotency_key=key, status="pending").update(
-                status="confirmed", result=result, updated_at=timezone.now()
-            )
+            # Only this attempt's pending row: if the lease was lost and a reviewer has since
+            # authorised a re-run, that row belongs to the re-run's attempt.
+            SideEffect.objects.filter(
+                idempotency_key=key, status="pending", attempt=self.host.attempt
+            ).update(status="confirmed", result=result, updated_at=timezone.now())
         faults.point("after_ledger_confirmed")
 
     def reopen(self, key: str) -> None:
         # Fenced: only the attempt that owns the run may start the effect again.
         with self.atomic():
             SideEffect.objects.filter(idempotency_key=key, status="unknown").update(
-                status="pending", updated_at=timezone.now()
+                status="pending", attempt=self.host.attempt, updated_at=timezone.now()
             )
 
     def mark_unknown(self, key: str) -> None:

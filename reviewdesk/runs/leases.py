@@ -64,5 +64,6 @@ class LeaseKeeper:
                         return
                 except Exception:  # a database hiccup: try again next beat, the lease has slack
                     logger.exception("lease renewal failed for run %s", self.attempt.run_id)
+                    connection.close_if_unusable_or_obsolete()  # reconnect on the next beat
         finally:
             connection.close()  # this thread's own connection

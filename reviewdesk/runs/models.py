@@ -140,6 +140,8 @@ class SideEffect(models.Model):
     tool = models.CharField(max_length=100)
     status = models.CharField(max_length=20, choices=Status.choices)
     decision = models.ForeignKey("approvals.Decision", on_delete=models.PROTECT, null=True, blank=True)
+    # The attempt that wrote `pending` (or reopened it for a re-run): only it may confirm.
+    attempt = models.ForeignKey(Attempt, on_delete=models.SET_NULL, null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
     external_ref = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

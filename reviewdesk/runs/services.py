@@ -24,7 +24,7 @@ from agents.registry import UnknownAgent, get_agent
 from agents.state import AgentState, CallStatus
 from reviewdesk import faults
 from reviewdesk.accounts.roles import REVIEWERS, is_admin, is_submitter
-from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
+from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus
 from reviewdesk.approvals.selectors import user_may_decide
 from reviewdesk.audit.services import audit_record
 from reviewdesk.errors import Conflict, Forbidden, Invalid, NotFound
@@ -47,6 +47,7 @@ def _enqueue_on_commit(task_name: str, run: Run, *, countdown: float | None = No
 
     task = getattr(tasks, task_name)
     run_id, task_id = str(run.pk), str(uuid.uuid4())
+    run.task_id = task_id  # callers save the instance later: keep it current
     Run.objects.filter(pk=run.pk).update(task_id=task_id)
     # robust: a broker outage must not turn a committed run into a 500; the
     # sweeper re-enqueues queued runs whose message never arrived.
@@ -212,13 +213,15 @@ def _lost_in_a_row(run: Run) -> int:
     return lost
 
 
-class _CrashPoints:
-    """Wraps the model provider with the `after_model_call` fault point (inert in production)."""
+class _Guarded:
+    """The model provider, not called once the lease is lost (a cancelled or fenced-out worker
+    stops before paying for another model call), with the `after_model_call` fault point."""
 
-    def __init__(self, provider: ModelProvider) -> None:
-        self.provider = provider
+    def __init__(self, provider: ModelProvider, host: DatabaseHost) -> None:
+        self.provider, self.host = provider, host
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AssistantTurn:
+        self.host.check_lease()
         turn = self.provider.complete(messages, tools)
         faults.point("after_model_call")
         return turn
@@ -232,7 +235,8 @@ def run_execute(*, run_id, worker: str = "") -> Outcome | None:
     run = attempt.run
     host = DatabaseHost(run=run, attempt=attempt)
     try:
-        with LeaseKeeper(attempt, cancel_epoch=run.cancel_epoch):
+        with LeaseKeeper(attempt, cancel_epoch=run.cancel_epoch) as keeper:
+            host.lease_lost = keeper.lost
             provider = provider_for(
                 run.model,
                 openai_options={
@@ -243,7 +247,7 @@ def run_execute(*, run_id, worker: str = "") -> Outcome | None:
                 },
             )
             outcome = advance(
-                agent=get_agent(run.agent), provider=_CrashPoints(provider), host=host, limits=_limits()
+                agent=get_agent(run.agent), provider=_Guarded(provider, host), host=host, limits=_limits()
             )
     except LeaseLost as exc:
         _record_stale_write(attempt, str(exc))
@@ -348,6 +352,9 @@ def _fail(run: Run, error: str, *, kind: str, save: bool = True) -> None:
     """End the run as failed. Caller holds the run lock."""
     run.status, run.error, run.error_kind = RunStatus.FAILED, error, kind
     run.lease_expires_at = None
+    Attempt.objects.filter(run=run, status=Attempt.Status.RUNNING).update(
+        status=Attempt.Status.FAILED, ended_at=timezone.now(), error=error
+    )
     _cancel_open_approvals(run, why="the run failed")
     audit_record(
         actor=None,
@@ -437,6 +444,7 @@ def run_retry(*, run_id, user, checkpoint_id: str | None = None) -> Run:
             start = Checkpoint.objects.filter(run=run, pk=checkpoint_id).first()
             if start is None:
                 raise NotFound("no such checkpoint in this run")
+        refused = run.error_kind == "approval"  # the gate refused a decision: ask again
         run.status = RunStatus.QUEUED
         run.error, run.error_kind, run.next_attempt_at = None, "", None
         if start is not None and start != latest:
@@ -444,7 +452,7 @@ def run_retry(*, run_id, user, checkpoint_id: str | None = None) -> Run:
         run.revision += 1
         run.save()
         if start is not None:
-            _reraise_waiting_calls(run)
+            _reraise_waiting_calls(run, refused=refused)
         audit_record(
             actor=user,
             action="run.retried",
@@ -474,23 +482,38 @@ def _restart_from(run: Run, start: Checkpoint) -> None:
     )
 
 
-def _reraise_waiting_calls(run: Run) -> None:
-    """Calls waiting in the latest checkpoint whose request was cancelled get a new one."""
+def _reraise_waiting_calls(run: Run, *, refused: bool) -> None:
+    """Calls still waiting in the latest checkpoint get a new request when theirs can no
+    longer be answered: cancelled, expired, or (after a refusal) an approval the gate refused.
+    An unknown effect always gets a reconciliation: it never settles without a human."""
     latest = Checkpoint.objects.filter(run=run).order_by("-number").first()
     state = AgentState.from_snapshot(latest.snapshot)
-    live = set(
-        ApprovalRequest.objects.filter(run=run)
-        .exclude(status=ApprovalStatus.CANCELLED)
-        .values_list("tool_call_id", flat=True)
-    )
-    waiting = [c for c in state.open_calls(CallStatus.AWAITING) if c.id not in live]
-    if not waiting:
+    to_raise = []
+    for call in state.batch:
+        if call.status not in (CallStatus.AWAITING, CallStatus.UNKNOWN):
+            continue
+        kind = ApprovalKind.RECONCILE if call.status == CallStatus.UNKNOWN else ApprovalKind.TOOL_CALL
+        current = (
+            ApprovalRequest.objects.filter(run=run, tool_call_id=call.id, kind=kind)
+            .select_related("decision")
+            .order_by("-created_at")
+            .first()
+        )
+        if (
+            current is None
+            or current.status in (ApprovalStatus.CANCELLED, ApprovalStatus.EXPIRED)
+            or (
+                current.status == ApprovalStatus.APPROVED and refused and current.decision.consumed_at is None
+            )
+        ):
+            to_raise.append(call)
+    if not to_raise:
         return
-    for call in waiting:
+    for call in to_raise:
         call.checkpoint_id = str(latest.pk)
     latest.snapshot = state.to_snapshot()
     latest.save(update_fields=["snapshot"])
-    for call in waiting:
+    for call in to_raise:
         approval_raise(run=run, attempt=None, checkpoint_id=latest.pk, call=call)
 
 
@@ -527,7 +550,10 @@ def approvals_expire(*, now) -> int:
     """Expire overdue approvals. The agent's policy says what follows: by default the model
     is told the request expired and the run goes on; `fail` ends the run."""
     expired = 0
-    overdue = ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, expires_at__lte=now)
+    # A reconciliation never expires: an effect of unknown outcome waits for a human.
+    overdue = ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, expires_at__lte=now).exclude(
+        kind=ApprovalKind.RECONCILE
+    )
     for approval_id in overdue.values_list("id", flat=True):
         with transaction.atomic():
             approval = ApprovalRequest.objects.get(pk=approval_id)

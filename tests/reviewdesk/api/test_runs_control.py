@@ -139,3 +139,23 @@ def test_unknown_api_paths_answer_in_problem_json(personas, api_as):
     response = api_as(personas.carol, "submit").get("/api/v1/runs/not-a-uuid")
     assert response.status_code == 404
     assert response["Content-Type"] == "application/problem+json"
+
+
+def test_retry_after_a_refused_decision_asks_for_a_new_one(interrupted_run, personas, api_as):
+    """Found in review: the refused decision was reused on every retry, failing forever."""
+    from reviewdesk.approvals.services import approval_decide
+
+    run, approval = interrupted_run()
+    approval_decide(
+        approval_id=approval.id,
+        reviewer=personas.alice,
+        verdict="approve",
+        checkpoint_id=str(approval.checkpoint_id),
+    )
+    personas.alice.groups.clear()  # the gate will refuse alice's decision
+    run_execute(run_id=run.id)
+    run.refresh_from_db()
+    assert (run.status, run.error_kind) == (RunStatus.FAILED, "approval")
+    assert post(api_as(personas.carol, "submit"), f"/api/v1/runs/{run.id}/retry").status_code == 201
+    fresh = ApprovalRequest.objects.get(run=run, status="pending")
+    assert fresh.pk != approval.pk

@@ -144,3 +144,48 @@ def test_after_an_edit_the_reconciliation_and_its_rerun_use_the_edited_arguments
     run = finish(run)
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert [m.to for m in mailoutbox] == [["right@example.com"]]
+
+
+def test_a_reconciliation_never_expires(interrupted, personas):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from reviewdesk.runs.services import approvals_expire
+
+    run, reconcile = interrupted
+    ApprovalRequest.objects.filter(pk=reconcile.pk).update(expires_at=timezone.now() - timedelta(hours=1))
+    assert approvals_expire(now=timezone.now()) == 0
+    reconcile.refresh_from_db()
+    assert reconcile.status == "pending"
+
+
+def test_cancel_then_retry_asks_a_human_again_instead_of_settling_the_unknown_effect(
+    interrupted, personas, api_as, mailoutbox
+):
+    """Found in review: the retried run succeeded with the effect still unknown, nobody asked."""
+    run, reconcile = interrupted
+    carol = api_as(personas.carol, "submit")
+    carol.post(f"/api/v1/runs/{run.id}/cancel")
+    assert carol.post(f"/api/v1/runs/{run.id}/retry").status_code == 201
+    run = finish(run)
+    assert run.status == RunStatus.INPUT_REQUIRED
+    fresh = ApprovalRequest.objects.get(run=run, kind="reconcile", status="pending")
+    assert fresh.pk != reconcile.pk
+    assert SideEffect.objects.get(run=run).status == "unknown"
+    assert mailoutbox == []
+
+
+def test_a_late_confirm_cannot_flip_the_row_a_rerun_reopened(interrupted, personas, api_as):
+    """Found in review: a worker past its lease confirmed the re-run attempt's pending row."""
+    from reviewdesk.runs.host import DatabaseHost
+    from reviewdesk.runs.models import Attempt
+
+    run, reconcile = interrupted
+    effect = SideEffect.objects.get(run=run)
+    stale_attempt = run.attempts.order_by("number").first()
+    rerun_attempt = Attempt.objects.create(run=run, number=99, lease_epoch=99, expires_at=effect.created_at)
+    SideEffect.objects.filter(pk=effect.pk).update(status="pending", attempt=rerun_attempt)
+    DatabaseHost(run=run, attempt=stale_attempt).ledger.confirm(effect.idempotency_key, result={"late": True})
+    effect.refresh_from_db()
+    assert (effect.status, effect.result) == ("pending", None)

@@ -50,7 +50,7 @@ class DatabaseHost:
         self.run_input = run.input
         # A retry from an earlier checkpoint starts a new branch: its call ids never reuse old ones.
         self.call_id_prefix = f"call_b{run.branch}" if run.branch else "call"
-        self.checkpoints = DatabaseCheckpointStore(attempt_id=attempt.id)
+        self.checkpoints = DatabaseCheckpointStore(attempt_id=attempt.id, branch=run.branch)
         self.ledger = DatabaseLedger(host=self)
         self.lease_lost: threading.Event = threading.Event()  # set by the LeaseKeeper
         self.gate = ApprovalGate(

@@ -116,6 +116,7 @@ class Checkpoint(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
     attempt = models.ForeignKey(Attempt, on_delete=models.SET_NULL, null=True, blank=True)
     number = models.PositiveIntegerField()  # 1, 2, … within the run, in commit order
+    branch = models.PositiveIntegerField(default=0)  # Run.branch when written: its line of history
     schema_version = models.PositiveIntegerField()
     message_count = models.PositiveIntegerField()
     snapshot = models.JSONField()

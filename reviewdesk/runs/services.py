@@ -444,6 +444,11 @@ def run_retry(*, run_id, user, checkpoint_id: str | None = None) -> Run:
             start = Checkpoint.objects.filter(run=run, pk=checkpoint_id).first()
             if start is None:
                 raise NotFound("no such checkpoint in this run")
+            if start.branch != run.branch:
+                # Its messages were set aside by an earlier retry: resuming there would mix two histories.
+                raise Conflict(
+                    "that checkpoint belongs to an abandoned line of this run's history", code="abandoned"
+                )
         refused = run.error_kind == "approval"  # the gate refused a decision: ask again
         run.status = RunStatus.QUEUED
         run.error, run.error_kind, run.next_attempt_at = None, "", None
@@ -475,6 +480,7 @@ def _restart_from(run: Run, start: Checkpoint) -> None:
     number = Checkpoint.objects.filter(run=run).order_by("-number").values_list("number", flat=True).first()
     Checkpoint.objects.create(
         run=run,
+        branch=run.branch,
         number=number + 1,
         schema_version=start.schema_version,
         message_count=start.message_count,

@@ -23,8 +23,9 @@ def _stored(row: Checkpoint) -> StoredCheckpoint:
 
 
 class DatabaseCheckpointStore:
-    def __init__(self, *, attempt_id: int | None = None) -> None:
+    def __init__(self, *, attempt_id: int | None = None, branch: int = 0) -> None:
         self.attempt_id = attempt_id
+        self.branch = branch
 
     def put(
         self, run_id: str, snapshot: dict[str, Any], *, checkpoint_id: str | None = None
@@ -35,6 +36,7 @@ class DatabaseCheckpointStore:
             row = Checkpoint.objects.create(
                 run_id=run_id,
                 attempt_id=self.attempt_id,
+                branch=self.branch,
                 number=last + 1,
                 schema_version=snapshot.get("schema_version", SCHEMA_VERSION),
                 message_count=snapshot["message_count"],

@@ -159,3 +159,16 @@ def test_retry_after_a_refused_decision_asks_for_a_new_one(interrupted_run, pers
     assert post(api_as(personas.carol, "submit"), f"/api/v1/runs/{run.id}/retry").status_code == 201
     fresh = ApprovalRequest.objects.get(run=run, status="pending")
     assert fresh.pk != approval.pk
+
+
+def test_retry_from_a_checkpoint_on_an_abandoned_line_of_history_is_409(interrupted_run, personas, api_as):
+    """Found in review: it mixed the new branch's messages with the old branch's batch."""
+    run, _ = interrupted_run()
+    carol = api_as(personas.carol, "submit")
+    checkpoints = list(run.checkpoints.order_by("number"))
+    first, abandoned = checkpoints[0], checkpoints[-1]
+    carol.post(f"/api/v1/runs/{run.id}/cancel")
+    assert post(carol, f"/api/v1/runs/{run.id}/retry", {"checkpoint_id": str(first.id)}).status_code == 201
+    carol.post(f"/api/v1/runs/{run.id}/cancel")
+    response = post(carol, f"/api/v1/runs/{run.id}/retry", {"checkpoint_id": str(abandoned.id)})
+    assert response.status_code == 409 and response.json()["code"] == "abandoned"

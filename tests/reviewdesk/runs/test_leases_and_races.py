@@ -197,13 +197,73 @@ def test_two_reviewers_deciding_at_once_one_wins(personas, interrupted_run):
     assert losses[0].status == 409
 
 
-@pytest.mark.parametrize("attempt", range(5))
-def test_expiry_racing_a_decision_has_exactly_one_winner(personas, interrupted_run, attempt):
-    _, approval = interrupted_run()
-    deadline = timezone.now() + timedelta(milliseconds=50)
-    ApprovalRequest.objects.filter(pk=approval.pk).update(expires_at=deadline)
+def _hold_then(lock_taken: threading.Event, first, then):
+    """Run `first` inside a transaction that holds the run lock for a moment, then `then`."""
+    from django.db import transaction
 
-    def decide():
+    def body():
+        with transaction.atomic():
+            result = first()
+            lock_taken.set()
+            threading.Event().wait(0.3)  # the other side is now blocked on the lock
+            return then(result)
+
+    return body
+
+
+def test_a_decision_holding_the_lock_beats_the_expiry_waiting_for_it(personas, interrupted_run):
+    """The review found the earlier random race never raced; here each side holds the lock in turn."""
+    from reviewdesk.approvals.services import approval_check_decide, approval_do_decide
+
+    _run, approval = interrupted_run()
+    taken = threading.Event()
+
+    def check():
+        return approval_check_decide(
+            approval_id=approval.id,
+            reviewer=personas.alice,
+            verdict="approve",
+            arguments=None,
+            checkpoint_id=str(approval.checkpoint_id),
+        )
+
+    def do(locked):
+        locked_approval, locked_run = locked
+        return approval_do_decide(
+            approval=locked_approval,
+            run=locked_run,
+            reviewer=personas.alice,
+            verdict="approve",
+            reason="",
+            arguments=None,
+        )
+
+    def expire_once_the_lock_is_held():
+        taken.wait(5)
+        return approvals_expire(now=approval.expires_at + timedelta(seconds=1))
+
+    decided, expired = in_threads(_hold_then(taken, check, do), expire_once_the_lock_is_held)
+    approval.refresh_from_db()
+    assert not isinstance(decided, Exception), decided
+    assert (expired, approval.status) == (0, "approved")
+
+
+def test_an_expiry_holding_the_lock_beats_the_decision_waiting_for_it(personas, interrupted_run):
+    run, approval = interrupted_run()
+    ApprovalRequest.objects.filter(pk=approval.pk).update(
+        expires_at=timezone.now() + timedelta(milliseconds=100)
+    )
+    taken = threading.Event()
+
+    def lock_run():
+        threading.Event().wait(0.15)  # past expires_at
+        return Run.objects.select_for_update().get(pk=run.pk)
+
+    def expire(_):
+        return approvals_expire(now=timezone.now())
+
+    def decide_once_the_lock_is_held():
+        taken.wait(5)
         return approval_decide(
             approval_id=approval.id,
             reviewer=personas.alice,
@@ -211,16 +271,10 @@ def test_expiry_racing_a_decision_has_exactly_one_winner(personas, interrupted_r
             checkpoint_id=str(approval.checkpoint_id),
         )
 
-    def expire():
-        threading.Event().wait(0.05)
-        return approvals_expire(now=timezone.now())
-
-    decided, expired = in_threads(decide, expire)
+    expired, decided = in_threads(_hold_then(taken, lock_run, expire), decide_once_the_lock_is_held)
     approval.refresh_from_db()
-    if isinstance(decided, DeskError):
-        assert decided.status == 410 and approval.status == "expired"
-    else:
-        assert expired == 0 and approval.status == "approved"
+    assert expired == 1 and approval.status == "expired"
+    assert isinstance(decided, DeskError) and decided.status == 410
 
 
 # --- expiry policy ---------------------------------------------------------------------

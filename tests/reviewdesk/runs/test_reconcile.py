@@ -153,7 +153,7 @@ def test_a_reconciliation_never_expires(interrupted, personas):
 
     from reviewdesk.runs.services import approvals_expire
 
-    run, reconcile = interrupted
+    _run, reconcile = interrupted
     ApprovalRequest.objects.filter(pk=reconcile.pk).update(expires_at=timezone.now() - timedelta(hours=1))
     assert approvals_expire(now=timezone.now()) == 0
     reconcile.refresh_from_db()
@@ -181,7 +181,7 @@ def test_a_late_confirm_cannot_flip_the_row_a_rerun_reopened(interrupted, person
     from reviewdesk.runs.host import DatabaseHost
     from reviewdesk.runs.models import Attempt
 
-    run, reconcile = interrupted
+    run, _reconcile = interrupted
     effect = SideEffect.objects.get(run=run)
     stale_attempt = run.attempts.order_by("number").first()
     rerun_attempt = Attempt.objects.create(run=run, number=99, lease_epoch=99, expires_at=effect.created_at)

@@ -12,7 +12,7 @@ from django.conf import settings
 
 from reviewdesk.accounts.services import token_create
 from reviewdesk.audit.models import AuditEvent
-from reviewdesk.runs.models import Attempt
+from reviewdesk.runs.models import Attempt, SideEffect
 from tests.e2e.conftest import http, outbox_for, start_stack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -76,9 +76,11 @@ def test_the_same_resume_delivered_twice_at_once_by_celery_sends_one_email(live_
 def test_a_worker_frozen_past_its_lease_comes_back_to_find_its_writes_rejected(
     personas, redis_server, tmp_path
 ):
-    """SIGSTOP the worker process in the middle of a slow command; the sweeper gives the run
-    to another process; SIGCONT: the frozen one finishes its command, and every write it then
-    tries (ledger, checkpoint, outcome) is fenced off and recorded as stale."""
+    """SIGSTOP the worker process while its slow command runs (the ledger says pending); the
+    sweeper gives the run to another process, which finds the effect pending and raises a
+    reconciliation. SIGCONT: the frozen worker's confirm no longer matches (the row is
+    unknown now), and its fenced writes (checkpoint, outcome) are rejected and audited.
+    (The `sh -c` child is not stopped, so the command itself may finish during the freeze.)"""
     _, carol = token_create(user=personas.carol, scopes=["submit"])
     _, alice = token_create(user=personas.alice, scopes=["review"])
     env = {
@@ -109,6 +111,12 @@ def test_a_worker_frozen_past_its_lease_comes_back_to_find_its_writes_rejected(
             interval=0.05,
         )
         pid = int(executing.worker.split(":")[1])
+        wait_until(
+            lambda: SideEffect.objects.filter(run_id=run["id"], status="pending").exists(),
+            timeout=30,
+            what="the ledger to say pending",
+            interval=0.02,
+        )
         os.kill(pid, signal.SIGSTOP)
         try:
             # Past the lease, another process takes the run: the effect is pending, so unknown.

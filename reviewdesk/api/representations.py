@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reviewdesk.events.builders import _iso, approval_data, decision_data
+from reviewdesk.events.builders import approval_data, decision_data, iso
 from reviewdesk.runs.models import Run
 
 
@@ -22,8 +22,8 @@ def run_summary(run: Run) -> dict[str, Any]:
         "approval_ttl_seconds": run.approval_ttl_seconds,
         "metadata": run.metadata,
         "revision": run.revision,
-        "created_at": _iso(run.created_at),
-        "updated_at": _iso(run.updated_at),
+        "created_at": iso(run.created_at),
+        "updated_at": iso(run.updated_at),
     }
 
 
@@ -49,8 +49,8 @@ def run_detail(run: Run) -> dict[str, Any]:
                 "result": e.result,
                 "external_ref": e.external_ref or None,
                 "decision": str(e.decision_id) if e.decision_id else None,
-                "created_at": _iso(e.created_at),
-                "updated_at": _iso(e.updated_at),
+                "created_at": iso(e.created_at),
+                "updated_at": iso(e.updated_at),
             }
             for e in sorted(run.side_effects.all(), key=lambda e: e.created_at)
         ],
@@ -60,8 +60,8 @@ def run_detail(run: Run) -> dict[str, Any]:
                 "status": a.status,
                 "lease_epoch": a.lease_epoch,
                 "worker": a.worker,
-                "started_at": _iso(a.started_at),
-                "ended_at": _iso(a.ended_at),
+                "started_at": iso(a.started_at),
+                "ended_at": iso(a.ended_at),
             }
             for a in sorted(run.attempts.all(), key=lambda a: a.number)
         ],

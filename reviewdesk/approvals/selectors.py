@@ -6,6 +6,7 @@ from django.db.models import Q, QuerySet
 
 from reviewdesk.accounts.roles import is_admin, is_reviewer
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
+from reviewdesk.db import ids_naming
 from reviewdesk.errors import NotFound
 from reviewdesk.runs.models import Run
 
@@ -17,12 +18,7 @@ def approvals_visible_to(user) -> QuerySet[ApprovalRequest]:
         return approvals
     if not is_reviewer(user):
         return approvals.none()
-    # JSON containment is not portable to SQLite, so assigned approvals take an id pre-pass.
-    assigned_to_user = [
-        pk
-        for pk, assignees in approvals.exclude(assignees=[]).values_list("id", "assignees")
-        if user.get_username() in assignees
-    ]
+    assigned_to_user = ids_naming(approvals, "assignees", user.get_username())
     return approvals.filter(Q(assignees=[]) | Q(id__in=assigned_to_user))
 
 

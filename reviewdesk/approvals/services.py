@@ -28,14 +28,10 @@ from reviewdesk.approvals.models import (
 from reviewdesk.approvals.selectors import approval_get_for_reviewer, user_may_decide
 from reviewdesk.audit.services import audit_record
 from reviewdesk.errors import Conflict, Forbidden, Gone, Invalid
-from reviewdesk.events.builders import approval_data, run_data
+from reviewdesk.events.builders import approval_data, iso, run_data
 from reviewdesk.events.services import event_emit
 from reviewdesk.runs.models import ENDED, Checkpoint, Run, RunStatus, SideEffect
 from reviewdesk.runs.selectors import run_audience
-
-
-def _iso(value) -> str:
-    return value.isoformat().replace("+00:00", "Z")
 
 
 def approval_check_decide(
@@ -146,8 +142,8 @@ def approval_do_decide(
         "arguments_sha256": sha256_hex(to_run),
         "verdict": verdict,
         "reviewer": reviewer.get_username(),
-        "issued_at": _iso(now),
-        "not_after": _iso(now + timedelta(seconds=settings.DESK_DECISION_VALID_SECONDS)),
+        "issued_at": iso(now),
+        "not_after": iso(now + timedelta(seconds=settings.DESK_DECISION_VALID_SECONDS)),
         "nonce": secrets.token_hex(16),
         "key_id": key_id,
     }

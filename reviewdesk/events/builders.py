@@ -8,7 +8,8 @@ from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.runs.models import Run
 
 
-def _iso(value) -> str | None:
+def iso(value) -> str | None:
+    """RFC 3339 in UTC with a Z, as every timestamp the desk shows or signs."""
     return value.isoformat().replace("+00:00", "Z") if value else None
 
 
@@ -28,10 +29,10 @@ def approval_data(approval: ApprovalRequest) -> dict[str, Any]:
         "arguments_sha256": approval.arguments_sha256,
         "reason": approval.reason,
         "reviewer": reviewer_of(approval),
-        "expires_at": _iso(approval.expires_at),
+        "expires_at": iso(approval.expires_at),
         "checkpoint_id": str(approval.checkpoint_id),
         "status": approval.status,
-        "created_at": _iso(approval.created_at),
+        "created_at": iso(approval.created_at),
         "decision": decision_data(decision) if decision else None,
     }
 
@@ -46,11 +47,11 @@ def decision_data(decision) -> dict[str, Any]:
         "reviewer": decision.reviewer.username,
         "arguments_sha256": decision.arguments_sha256,
         "arguments": decision.arguments,
-        "decided_at": _iso(decision.decided_at),
+        "decided_at": iso(decision.decided_at),
         "payload": decision.payload,
         "signature": decision.signature,
         "key_id": decision.key_id,
-        "consumed_at": _iso(decision.consumed_at),
+        "consumed_at": iso(decision.consumed_at),
     }
 
 
@@ -61,5 +62,5 @@ def run_data(run: Run) -> dict[str, Any]:
         "status": run.status,
         "revision": run.revision,
         "error": run.error,
-        "updated_at": _iso(run.updated_at),
+        "updated_at": iso(run.updated_at),
     }

@@ -4,6 +4,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet
 
 from reviewdesk.accounts.roles import is_admin, is_reviewer
+from reviewdesk.db import ids_naming
 from reviewdesk.errors import NotFound
 from reviewdesk.runs.models import Run
 
@@ -23,12 +24,7 @@ def runs_visible_to(user) -> QuerySet[Run]:
         return runs
     if not is_reviewer(user):
         return runs.filter(submitted_by=user)
-    # JSON containment is not portable to SQLite: assigned runs take an id pre-pass.
-    assigned_to_user = [
-        pk
-        for pk, reviewers in runs.exclude(reviewers=[]).values_list("id", "reviewers")
-        if user.get_username() in reviewers
-    ]
+    assigned_to_user = ids_naming(runs, "reviewers", user.get_username())
     return runs.filter(Q(submitted_by=user) | Q(reviewers=[]) | Q(id__in=assigned_to_user))
 
 

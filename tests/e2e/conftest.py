@@ -204,6 +204,26 @@ def http(method: str, url: str, *, token: str | None = None, body=None, headers=
         return error.code, json.loads(error.read() or b"null")
 
 
+FINISHED = ("succeeded", "failed")
+
+
+def get_run(stack: Stack, token: str, run_id: str) -> dict:
+    status, run = http("GET", f"{stack.url}/api/v1/runs/{run_id}", token=token)
+    assert status == 200, run
+    return run
+
+
+def wait_for_run(stack: Stack, token: str, run_id: str, *statuses: str, timeout: float = 30) -> dict:
+    """Poll the run over the API until its status is one of `statuses` (default: finished)."""
+    wanted = statuses or FINISHED
+
+    def reached():
+        run = get_run(stack, token, run_id)
+        return run if run["status"] in wanted else None
+
+    return wait_until(reached, timeout=timeout, what=f"run {run_id} to reach {wanted}", interval=0.1)
+
+
 def session_cookie(user) -> str:
     client = Client()
     client.force_login(user)

@@ -14,7 +14,7 @@ from websockets.sync.client import connect
 from reviewdesk.accounts.services import token_create
 from reviewdesk.audit.services import audit_verify
 from tests.conftest import SEND_EMAIL_SCRIPT
-from tests.e2e.conftest import http, outbox_for, session_cookie, wait_until
+from tests.e2e.conftest import http, outbox_for, session_cookie, wait_for_run, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -115,11 +115,7 @@ def test_a_repeated_submit_with_the_same_key_runs_once(live_stack, personas):
     )
     assert first[0] == again[0] == 201 and first[1]["id"] == again[1]["id"]
 
-    def finished():
-        _, run = http("GET", f"{live_stack.url}/api/v1/runs/{first[1]['id']}", token=carol)
-        return run if run["status"] in ("succeeded", "failed") else None
-
-    run = wait_until(finished, timeout=20, what="the run to finish", interval=0.1)
+    run = wait_for_run(live_stack, carol, first[1]["id"])
     assert run["status"] == "succeeded" and run["output"] == "Hi."
     assert [a["number"] for a in run["attempts"]] == [1]
 
@@ -157,11 +153,7 @@ def test_an_openai_compatible_model_drives_the_run_through_the_worker(live_stack
     )
     assert status == 201
 
-    def finished():
-        _, current = http("GET", f"{live_stack.url}/api/v1/runs/{run['id']}", token=carol)
-        return current if current["status"] in ("succeeded", "failed") else None
-
-    final = wait_until(finished, timeout=20, what="the run to finish", interval=0.1)
+    final = wait_for_run(live_stack, carol, run["id"])
     assert final["status"] == "succeeded", final["error"]
     assert final["output"] == "Sent to Grace."
     assert len(outbox_for(run["id"])) == 1

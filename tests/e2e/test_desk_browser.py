@@ -15,7 +15,7 @@ from reviewdesk.accounts.services import token_create
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.events.services import event_emit
 from tests.conftest import SEND_EMAIL_SCRIPT
-from tests.e2e.conftest import http, outbox_for, wait_until
+from tests.e2e.conftest import http, outbox_for, wait_for_run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -92,11 +92,7 @@ def test_a_reviewer_sees_the_approval_arrive_and_approves_it(live_stack, logins,
     page.wait_for_selector(".flash.success", timeout=10_000)
     assert "Approved send_email" in page.text_content(".flash.success")
 
-    def finished():
-        _, current = http("GET", f"{live_stack.url}/api/v1/runs/{run['id']}", token=carol)
-        return current if current["status"] in ("succeeded", "failed") else None
-
-    final = wait_until(finished, timeout=20, what="the run to finish", interval=0.1)
+    final = wait_for_run(live_stack, carol, run["id"])
     assert final["status"] == "succeeded", final["error"]
     assert [(e["tool"], e["status"]) for e in final["side_effects"]] == [("send_email", "confirmed")]
     assert final["approvals"][0]["decision"]["reviewer"] == "alice"

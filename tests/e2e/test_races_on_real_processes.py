@@ -13,7 +13,7 @@ from django.conf import settings
 from reviewdesk.accounts.services import token_create
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.runs.models import Attempt, SideEffect
-from tests.e2e.conftest import http, outbox_for, start_stack, wait_until
+from tests.e2e.conftest import get_run, http, outbox_for, start_stack, wait_for_run, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -29,13 +29,9 @@ def submit(stack, token, script) -> dict:
     return run
 
 
-def current(stack, token, run_id) -> dict:
-    return http("GET", f"{stack.url}/api/v1/runs/{run_id}", token=token)[1]
-
-
 def waiting_approval(stack, token, run_id) -> dict:
     def pending():
-        run = current(stack, token, run_id)
+        run = get_run(stack, token, run_id)
         items = [a for a in run["approvals"] if a["status"] == "pending"]
         return items[0] if run["status"] == "input_required" and items else None
 
@@ -62,12 +58,7 @@ def test_the_same_resume_delivered_twice_at_once_by_celery_sends_one_email(live_
     for _ in range(2):
         resume.apply_async(args=[run["id"]], queue=queue)
 
-    final = wait_until(
-        lambda: (r := current(live_stack, carol, run["id"]))["status"] == "succeeded" and r,
-        timeout=30,
-        what="the run to succeed",
-        interval=0.1,
-    )
+    final = wait_for_run(live_stack, carol, run["id"], "succeeded")
     time.sleep(1)  # let the duplicates finish being turned away
     assert len(outbox_for(run["id"])) == 1
     assert [e["status"] for e in final["side_effects"]] == ["confirmed"]
@@ -154,12 +145,7 @@ def test_a_worker_frozen_past_its_lease_comes_back_to_find_its_writes_rejected(
             },
         )
         assert status == 201
-        final = wait_until(
-            lambda: (r := current(stack, carol, run["id"]))["status"] in ("succeeded", "failed") and r,
-            timeout=30,
-            what="the run to finish",
-            interval=0.1,
-        )
+        final = wait_for_run(stack, carol, run["id"])
     finally:
         stack.stop()
     assert final["status"] == "succeeded", final["error"]

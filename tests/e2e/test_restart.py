@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from reviewdesk.accounts.services import token_create
-from tests.e2e.conftest import http, outbox_for, start_stack, wait_until
+from tests.e2e.conftest import get_run, http, outbox_for, start_stack, wait_for_run, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -22,20 +22,6 @@ SCRIPT = [
     },
     {"content": "Emailed and refunded."},
 ]
-
-
-def run_state(stack, token, run_id) -> dict:
-    status, run = http("GET", f"{stack.url}/api/v1/runs/{run_id}", token=token)
-    assert status == 200, run
-    return run
-
-
-def settled(stack, token, run_id, *statuses):
-    def check():
-        run = run_state(stack, token, run_id)
-        return run if run["status"] in statuses else None
-
-    return wait_until(check, timeout=30, what=f"run {run_id} to reach {statuses}", interval=0.1)
 
 
 def approve(stack, token, approval) -> None:
@@ -69,22 +55,22 @@ def test_a_run_survives_killing_every_process_mid_run(personas, redis_server, tm
             },
         )
         assert status == 201
-        run = settled(first, carol, run["id"], "input_required")
+        run = wait_for_run(first, carol, run["id"], "input_required")
         email, refund = sorted(run["approvals"], key=lambda a: a["tool_call_id"])
         approve(first, alice, email)
         wait_until(
-            lambda: run_state(first, carol, run["id"])["side_effects"],
+            lambda: get_run(first, carol, run["id"])["side_effects"],
             timeout=30,
             what="the approved email to be sent while its sibling waits",
         )
-        run = settled(first, carol, run["id"], "input_required")
+        run = wait_for_run(first, carol, run["id"], "input_required")
     finally:
         first.kill()
 
     second = start_stack(tmp_path, env_extra=isolated)
     try:
         approve(second, alice, refund)
-        run = settled(second, carol, run["id"], "succeeded", "failed")
+        run = wait_for_run(second, carol, run["id"], "succeeded", "failed")
     finally:
         second.stop()
 

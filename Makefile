@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run test test-e2e bench chaos lint format clean
+.PHONY: run test test-e2e bench chaos lint mutants format clean
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,9 +24,15 @@ test: $(VENV)/.installed
 test-e2e: $(VENV)/.installed
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
-# Full-size benchmarks; figures print at the end. `make test` runs them small.
-bench: $(VENV)/.installed
-	DESK_BENCH=full $(PY) -m pytest tests/bench -m bench $(PYTEST_ARGS)
+# The desk's figures next to their floors, measured in one run (bench/run.py): starts its own
+# stack (DATABASE_URL/REDIS_URL when set, else the embedded default), prints the table, writes
+# var/bench/results.json and results.png. BENCH=short: a few seconds a figure (as CI runs it).
+$(VENV)/.installed-bench: $(VENV)/.installed requirements-bench.txt
+	$(PY) -m pip install -q -r requirements-bench.txt
+	touch $@
+
+bench: $(VENV)/.installed-bench
+	$(PY) -m bench.run
 
 # Long fault-injection loop: many runs, workers kill -9'd at every step boundary.
 # `make test` runs the same test short (8 runs).
@@ -34,9 +40,27 @@ chaos: $(VENV)/.installed
 	DESK_CHAOS_RUNS=$${DESK_CHAOS_RUNS:-60} DESK_CHAOS_TIMEOUT=$${DESK_CHAOS_TIMEOUT:-900} \
 		$(PY) -m pytest tests/e2e/test_crash_recovery.py -m chaos $(PYTEST_ARGS)
 
+# Every step runs even when an earlier one fails; the last line names the ones that failed.
+# The migration check runs on the embedded default (SQLite in var/): it needs no server, and
+# importing the settings starts none. mypy keeps its cache in var/mypy_cache.
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
+	@failed=; \
+	step() { name=$$1; shift; printf '\n== %s\n' "$$name"; start=$$(date +%s); \
+		"$$@" || failed="$${failed:+$$failed, }$$name"; printf -- '-- %s: %ss\n' "$$name" $$(( $$(date +%s) - start )); }; \
+	step "ruff check" $(VENV)/bin/ruff check .; \
+	step "ruff format --check" $(VENV)/bin/ruff format --check .; \
+	step "import contracts" $(VENV)/bin/lint-imports --no-logo --no-cache; \
+	step "migrations match the models" env -u DATABASE_URL -u REDIS_URL \
+		$(PY) manage.py makemigrations --check --dry-run; \
+	step "mypy" $(VENV)/bin/mypy; \
+	if [ -n "$$failed" ]; then printf '\nlint failed: %s\n' "$$failed"; exit 1; fi; \
+	printf '\nlint passed\n'
+
+# Guard-line mutations the suite must kill (tests/mutants.toml), each tried on a temporary copy
+# of the tree against only the tests it names. MUTANTS_ARGS="-k ledger" picks some by name.
+MUTANTS_ARGS ?=
+mutants: $(VENV)/.installed
+	$(PY) tests/mutants.py $(MUTANTS_ARGS)
 
 format: $(VENV)/.installed
 	$(VENV)/bin/ruff check --fix .

@@ -7,12 +7,17 @@ on Django's email backend and the database.
 
 from __future__ import annotations
 
-import subprocess
+import re
+import smtplib
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Protocol
 
+from agents.questions import ask_human_tool
 from agents.registry import Agent, register
-from agents.tools import ALWAYS, NEVER, Effect, Tool, ToolContext, ToolError
+from agents.routing import Condition, Quorum, Route
+from agents.sandbox import SandboxUnavailable, run_sandboxed
+from agents.tools import ALWAYS, NEVER, CallHistory, Effect, Tool, ToolContext, ToolError, ToolUnavailable
 
 CUSTOMERS: dict[str, dict[str, Any]] = {
     "ada@example.com": {
@@ -26,6 +31,13 @@ CUSTOMERS: dict[str, dict[str, Any]] = {
         "orders": [{"order_id": "G-2001", "amount": "99.00"}],
     },
 }
+# A bare address and nothing else: no display name, comment, group or second recipient (a
+# "to" such as 'evil@evil.org (x@example.com' ends with "@example.com" for a grant's endswith,
+# yet the SMTP envelope goes to evil.org). One @, none of whitespace ( ) < > , ; : " [ ] \.
+_ADDRESS_PART = r'[^\s@()<>,;:"\[\]\\]+'
+ADDRESS_PATTERN = f"^{_ADDRESS_PART}@{_ADDRESS_PART}$"
+_ADDRESS = re.compile(f"{_ADDRESS_PART}@{_ADDRESS_PART}")
+
 ORDERS = {order["order_id"]: order for c in CUSTOMERS.values() for order in c["orders"]}
 
 
@@ -44,50 +56,196 @@ def lookup_customer(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, An
     return customer
 
 
+def _world(ctx: ToolContext) -> DemoWorld:
+    world: DemoWorld = ctx.world  # the host hands the demo's tools a DemoWorld
+    return world
+
+
 def send_email(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-    message_id = ctx.world.send_email(
-        to=arguments["to"],
-        subject=arguments["subject"],
-        body=arguments["body"],
-        idempotency_key=ctx.idempotency_key,
-    )
+    """An EXTERNAL effect. Failures, by class:
+
+    - ToolUnavailable (retried): nothing reached the server: connection refused, no
+      greeting, or a 4xx before the message (the world maps the SMTP dialogue's phases);
+    - ToolError (the model hears it): a 5xx refusal, e.g. an unknown recipient;
+    - anything else, e.g. the connection dropped after DATA: the message may have been
+      accepted, so the outcome is unknown and a human reconciles it.
+    """
+    if not _ADDRESS.fullmatch(arguments["to"]):  # the schema says so too; this is what sends
+        raise ToolError(f"not a bare email address: {arguments['to']!r}")
+    try:
+        message_id = _world(ctx).send_email(
+            to=arguments["to"],
+            subject=arguments["subject"],
+            body=arguments["body"],
+            idempotency_key=ctx.idempotency_key,
+        )
+    except (ConnectionRefusedError, smtplib.SMTPConnectError) as exc:  # refused before any SMTP
+        raise ToolUnavailable(f"the mail server is unavailable: {exc}") from exc
+    except (smtplib.SMTPRecipientsRefused, smtplib.SMTPSenderRefused) as exc:  # 5xx: 4xx is transient
+        raise ToolError(f"the mail server refused the message: {exc}") from exc
     return {"sent": True, "to": arguments["to"], "message_id": message_id}
 
 
 def refund_payment(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    """A DATABASE effect: the refund commits with its ledger row or not at all, so any
+    failure but a ToolError rolls back and is retried (a lock timeout: the world raises
+    ToolUnavailable). A refund the order cannot take is a ToolError for the model."""
     order = ORDERS.get(arguments["order_id"])
     if order is None:
         raise ToolError(f"no order {arguments['order_id']}")
     amount = Decimal(str(arguments["amount"]))
-    left = Decimal(order["amount"]) - ctx.world.refunded(order["order_id"])
+    left = Decimal(order["amount"]) - _world(ctx).refunded(order["order_id"])
     if amount > left:
         raise ToolError(f"refund {amount} exceeds what is left to refund on {order['order_id']} ({left})")
-    return ctx.world.refund(order_id=order["order_id"], amount=amount, idempotency_key=ctx.idempotency_key)
+    return _world(ctx).refund(order_id=order["order_id"], amount=amount, idempotency_key=ctx.idempotency_key)
+
+
+# Characters that make what a reviewer reads differ from what runs: C0 controls other
+# than tab and newline, DEL, bidi embeddings/overrides/isolates, zero-width characters.
+_SPOOFING = frozenset(
+    [chr(c) for c in range(0x20) if chr(c) not in "\t\n"]
+    + ["\x7f"]
+    + [chr(c) for c in range(0x202A, 0x202F)]
+    + [chr(c) for c in range(0x2066, 0x206A)]
+    + ["\u200b", "\u200c", "\u200d", "\u200e", "\u200f", "\u061c", "\ufeff"]
+)
+
+
+def spoofing_characters(text: str) -> list[str]:
+    """The control and format characters in `text`, as U+XXXX, in order of first appearance."""
+    return list(dict.fromkeys(f"U+{ord(ch):04X}" for ch in text if ch in _SPOOFING))
 
 
 def execute(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-    from django.conf import settings
-
-    ctx.workdir.mkdir(parents=True, exist_ok=True)
+    command = arguments["command"]
+    found = spoofing_characters(command)
+    if found:
+        # The reviewer approved what the page showed; these make the shell run something else.
+        raise ToolError(f"command refused: it contains control or format characters ({', '.join(found)})")
     try:
-        completed = subprocess.run(
-            ["sh", "-c", arguments["command"]],
-            cwd=ctx.workdir,
-            capture_output=True,
-            text=True,
-            timeout=settings.DESK_EXECUTE_TIMEOUT_SECONDS,
+        completed = run_sandboxed(
+            ["sh", "-c", command],
+            run_id=ctx.run_id,
+            workdir=ctx.workdir,
+            timeout=ctx.timeout_seconds,
+            config=ctx.sandbox,
         )
-    except subprocess.TimeoutExpired as exc:
-        raise ToolError(f"command timed out after {exc.timeout}s") from None
+    except SandboxUnavailable as exc:
+        raise ToolError(str(exc)) from None
+    if completed.timed_out:
+        raise ToolError(f"command timed out after {ctx.timeout_seconds}s")
+    return {"exit_code": completed.exit_code, "stdout": completed.stdout, "stderr": completed.stderr}
+
+
+REFUND_APPROVAL_ABOVE = Decimal(100)
+
+
+def refund_needs_approval(arguments: Mapping[str, Any], history: CallHistory = ()) -> bool:
+    """Approval when the refunds on this order in this run, this one included, exceed 100.
+
+    Earlier refunds count with the amount they refunded (a reviewer may have edited it), or
+    the amount asked while they have not run; failed and rejected ones do not count.
+    """
+    order_id = arguments.get("order_id")
+    total = _amount(arguments.get("amount", 0))
+    for past in history:
+        if past.name != "refund_payment" or past.arguments.get("order_id") != order_id:
+            continue
+        if isinstance(past.outcome, Mapping) and "error" in past.outcome:
+            continue
+        done = past.outcome if isinstance(past.outcome, Mapping) and "amount" in past.outcome else None
+        total += _amount(done["amount"] if done is not None else past.arguments.get("amount", 0))
+    return total > REFUND_APPROVAL_ABOVE
+
+
+def _amount(value: Any) -> Decimal:
+    try:
+        amount = Decimal(str(value))
+    except ArithmeticError:
+        return Decimal(0)
+    return amount if amount.is_finite() else Decimal(0)
+
+
+# --- previews: what a call will do, shown to the reviewer before it is decided ----------
+# Read-only: they read the world (the refunds so far) and never act on it.
+
+
+def _preview_error(title: str, problem: str) -> dict[str, Any]:
+    return {"title": title, "rows": [], "body": None, "warnings": [problem]}
+
+
+def preview_send_email(arguments: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    """The message as the world will send it: its headers, then its body as written."""
+    to, subject, body = arguments.get("to"), arguments.get("subject"), arguments.get("body")
+    if not (isinstance(to, str) and isinstance(subject, str) and isinstance(body, str)):
+        return _preview_error("Email", "to, subject and body must all be text")
+    sender = getattr(ctx.world, "sender", None) or "the desk's sender (DEFAULT_FROM_EMAIL)"
+    warnings = []
+    if to.lower() not in CUSTOMERS:
+        warnings.append(f"{to} is not a known customer's address")
+    if "\n" in subject or "\r" in subject:
+        warnings.append("the subject contains a line break: the mail backend refuses it")
     return {
-        "exit_code": completed.returncode,
-        "stdout": completed.stdout[-10_000:],
-        "stderr": completed.stderr[-10_000:],
+        "title": "Email, sent as soon as you approve (irreversible)",
+        "rows": [
+            ["From", sender],
+            ["To", to],
+            ["Subject", subject],
+            ["Content-Type", 'text/plain; charset="utf-8"'],
+            ["X-Idempotency-Key", ctx.idempotency_key],
+        ],
+        "body": body,
+        "warnings": warnings,
     }
 
 
-def refund_needs_approval(arguments: dict[str, Any]) -> bool:
-    return Decimal(str(arguments.get("amount", 0))) > 100
+def preview_refund_payment(arguments: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    """The order's total, what is refunded already, this refund and what is left after it."""
+    order = ORDERS.get(str(arguments.get("order_id")))
+    if order is None:
+        return _preview_error("Refund", f"no order {arguments.get('order_id')}: the refund will fail")
+    try:
+        amount = Decimal(str(arguments.get("amount")))
+    except ArithmeticError:
+        amount = Decimal("NaN")
+    if not amount.is_finite():
+        return _preview_error("Refund", "the amount is not a number")
+    total = Decimal(order["amount"])
+    refunded = _world(ctx).refunded(order["order_id"])
+    left = total - refunded - amount
+    warnings = []
+    if left < 0:
+        warnings.append(f"this refund exceeds what is left to refund ({total - refunded}): it will fail")
+    return {
+        "title": f"Refund on order {order['order_id']}",
+        "rows": [
+            ["Order total", f"{total:.2f}"],
+            ["Already refunded", f"{refunded:.2f}"],
+            ["This refund", f"{amount:.2f}"],
+            ["Left after it", f"{left:.2f}"],
+        ],
+        "body": None,
+        "warnings": warnings,
+    }
+
+
+def preview_execute(arguments: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    """The command, where it runs, for how long, and inside which limits."""
+    command = arguments.get("command")
+    if not isinstance(command, str):
+        return _preview_error("Command", "the command must be text")
+    limits = getattr(ctx.world, "sandbox_limits", None)
+    return {
+        "title": "Shell command, run as soon as you approve (irreversible)",
+        "rows": [
+            ["Shell", "sh -c"],
+            ["Working directory", str(ctx.workdir)],
+            ["Time limit", f"{ctx.timeout_seconds:g} s, then the command is killed"],
+            ["Sandbox limits", limits or "none declared: the worker's user and its environment"],
+        ],
+        "body": command,
+        "warnings": [],
+    }
 
 
 DEMO = register(
@@ -117,7 +275,7 @@ DEMO = register(
                 parameters={
                     "type": "object",
                     "properties": {
-                        "to": {"type": "string", "minLength": 3},
+                        "to": {"type": "string", "minLength": 3, "pattern": ADDRESS_PATTERN},
                         "subject": {"type": "string", "minLength": 1, "maxLength": 200},
                         "body": {"type": "string"},
                     },
@@ -127,10 +285,11 @@ DEMO = register(
                 effect=Effect.EXTERNAL,
                 approval=ALWAYS,
                 func=send_email,
+                preview=preview_send_email,
             ),
             Tool(
                 name="refund_payment",
-                description="Refund part or all of an order. Refunds over 100 need approval.",
+                description="Refund part or all of an order. Refunds over 100 on an order, in total, need approval.",
                 parameters={
                     "type": "object",
                     "properties": {
@@ -143,6 +302,9 @@ DEMO = register(
                 effect=Effect.DATABASE,
                 approval=refund_needs_approval,
                 func=refund_payment,
+                preview=preview_refund_payment,
+                # Large refunds are finance's to decide, whoever the run named.
+                routing=(Route(to=("group:finance",), when=(Condition("amount", ">", 1000),)),),
             ),
             Tool(
                 name="execute",
@@ -156,7 +318,11 @@ DEMO = register(
                 effect=Effect.EXTERNAL,
                 approval=ALWAYS,
                 func=execute,
+                preview=preview_execute,
+                quorum=Quorum(approvals=2),  # four eyes on a shell: two reviewers, two signatures
+                grantable=False,  # runs anything: every command is judged on its own
             ),
+            ask_human_tool(),  # a question to a reviewer: the signed answer is its result
         ),
     )
 )

@@ -3,164 +3,52 @@
 It sits inside the tool's execution path, not in any view: whatever asked for
 the call, a tool that needs approval runs only after the gate has verified an
 Ed25519-signed decision bound to exactly this run, checkpoint, call, tool and
-argument hash, consumed it, and written the ledger row.
+argument hash, consumed it, and written the ledger row; or, for a call a standing
+grant allows, verified the grant (agents/grants.py) and counted its use with the row.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-from collections.abc import Callable
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from agents.decisions import (
+    ANSWER_VERDICTS,
+    APPROVING_VERDICTS,
+    RERUN_VERDICTS,
+    SignedDecision,
+    answer_matches,
+)
+from agents.failures import DecisionRefused, EffectUnknown, RolledBack, TransientFailure, describe
+from agents.grants import GrantRefused, SignedGrant
+from agents.ledger import CallBinding, Keyring, Ledger, LedgerEntry, LedgerStatus
+from agents.questions import asks_human
+from agents.tools import Effect, Tool, ToolContext, ToolError, ToolUnavailable
+from agents.verifier import DecisionVerifier
 
-from agents.canonical import canonical_json, sha256_hex
-from agents.tools import Effect, Tool, ToolContext, ToolError
-
-APPROVING_VERDICTS = ("approve", "edit")
-# Authorises running again a call whose effect is unknown (its worker died mid-call).
-RERUN_VERDICTS = ("rerun",)
-
-
-class DecisionRefused(Exception):
-    """The decision does not authorise this call; the tool did not run."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class EffectUnknown(Exception):
-    """A previous attempt may or may not have performed this effect: a human must say."""
-
-
-@dataclass(frozen=True)
-class SignedDecision:
-    decision_id: str
-    verdict: str
-    arguments: dict[str, Any]  # the arguments to run: the edited ones for an edit
-    payload: dict[str, Any]
-    signature: str  # base64
-    key_id: str
+__all__ = [
+    "APPROVING_VERDICTS",
+    "RERUN_VERDICTS",
+    "ApprovalGate",
+    "CallBinding",
+    "DecisionRefused",
+    "EffectUnknown",
+    "GrantRefused",
+    "Keyring",
+    "Ledger",
+    "LedgerEntry",
+    "LedgerStatus",
+    "SignedDecision",
+    "SignedGrant",
+    "TransientFailure",
+]
 
 
-@dataclass(frozen=True)
-class CallBinding:
-    run_id: str
-    checkpoint_id: str | None
-    tool_call_id: str
-    tool: str
+class ApprovalGate(DecisionVerifier):
+    """The verifier (agents/verifier.py) plus the ledger: verify, consume, record, then run."""
 
-    @property
-    def idempotency_key(self) -> str:
-        return f"{self.run_id}:{self.tool_call_id}"
-
-
-@dataclass(frozen=True)
-class LedgerEntry:
-    key: str
-    status: str  # pending | confirmed | unknown
-    result: Any
-
-
-class Keyring(Protocol):
-    def public_key(self, key_id: str) -> Ed25519PublicKey | None: ...
-
-
-class Ledger(Protocol):
-    def atomic(self) -> AbstractContextManager[Any]: ...
-
-    def entry(self, key: str) -> LedgerEntry | None: ...
-
-    def consume(self, decision_id: str) -> bool:
-        """Mark the decision consumed; False when it already was (compare-and-set)."""
-        ...
-
-    def record(
-        self,
-        key: str,
-        *,
-        binding: CallBinding,
-        status: str,
-        decision_id: str | None,
-        result: Any = None,
-    ) -> None: ...
-
-    def confirm(self, key: str, *, result: Any) -> None: ...
-
-    def mark_unknown(self, key: str) -> None: ...
-
-    def reopen(self, key: str) -> None:
-        """unknown -> pending, for a re-run a reviewer authorised."""
-        ...
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-class ApprovalGate:
-    def __init__(
-        self,
-        *,
-        keyring: Keyring,
-        ledger: Ledger,
-        reviewer_allowed: Callable[[str, str], bool],
-        now: Callable[[], datetime] = _utcnow,
-    ) -> None:
-        self.keyring = keyring
+    def __init__(self, *, ledger: Ledger, **verifier_options: Any) -> None:
+        super().__init__(**verifier_options)
         self.ledger = ledger
-        self.reviewer_allowed = reviewer_allowed
-        self.now = now
-
-    def verify(
-        self,
-        decision: SignedDecision,
-        binding: CallBinding,
-        *,
-        verdicts: tuple[str, ...] = APPROVING_VERDICTS,
-    ) -> None:
-        """Raise DecisionRefused unless `decision` authorises exactly this call."""
-        payload = decision.payload
-        public_key = self.keyring.public_key(decision.key_id)
-        if public_key is None:
-            raise DecisionRefused(f"unknown signing key {decision.key_id!r}")
-        if payload.get("key_id") != decision.key_id:
-            raise DecisionRefused("key id does not match the signed payload")
-        try:
-            signature = base64.b64decode(decision.signature, validate=True)
-            public_key.verify(signature, canonical_json(payload))
-        except (InvalidSignature, binascii.Error, ValueError):
-            raise DecisionRefused("signature does not verify") from None
-        expected = {
-            "decision_id": decision.decision_id,
-            "run_id": binding.run_id,
-            "checkpoint_id": binding.checkpoint_id,
-            "tool_call_id": binding.tool_call_id,
-            "tool": binding.tool,
-            "verdict": decision.verdict,
-            "arguments_sha256": sha256_hex(decision.arguments),
-        }
-        for name, value in expected.items():
-            if payload.get(name) != value:
-                raise DecisionRefused(f"decision is not bound to this call ({name} differs)")
-        if decision.verdict not in verdicts:
-            raise DecisionRefused(f"verdict {decision.verdict!r} does not approve this call")
-        try:
-            not_after = datetime.fromisoformat(payload["not_after"])
-        except (KeyError, TypeError, ValueError):
-            raise DecisionRefused("decision has no valid not_after") from None
-        if not_after.tzinfo is None:  # comparing it with an aware now() would raise TypeError
-            raise DecisionRefused("decision has no valid not_after (no time zone)")
-        if self.now() >= not_after:
-            raise DecisionRefused("decision has expired")
-        if not self.reviewer_allowed(str(payload.get("reviewer")), binding.run_id):
-            raise DecisionRefused("reviewer is no longer allowed to approve this run")
 
     def execute(
         self,
@@ -170,80 +58,270 @@ class ApprovalGate:
         arguments: dict[str, Any],
         decision: SignedDecision | None,
         ctx: ToolContext,
+        grant: SignedGrant | None = None,
     ) -> Any:
-        """Run the tool at most once for this call; return its (possibly recorded) result."""
+        """Run the tool at most once for this call; return its (possibly recorded) result.
+        `grant`: a standing grant the host found for a call that would otherwise ask."""
         key = binding.idempotency_key
         entry = self.ledger.entry(key)
-        if entry is not None and entry.status == "confirmed":
+        if entry is not None and entry.status == LedgerStatus.CONFIRMED:
             return entry.result  # finished before: never run twice, reuse the result
+        if asks_human(tool):
+            return self._answer(binding, decision)
+        if entry is not None and entry.status == LedgerStatus.RETRYING:
+            return self._retry(
+                tool=tool,
+                binding=binding,
+                entry=entry,
+                arguments=arguments,
+                decision=decision,
+                ctx=ctx,
+                grant=grant,
+            )
         if entry is not None and not (
-            entry.status == "pending" and tool.effect == Effect.IDEMPOTENT_EXTERNAL
+            entry.status == LedgerStatus.PENDING and tool.effect == Effect.IDEMPOTENT_EXTERNAL
         ):
             # A re-run applies to an effect a human found unknown. A `pending` one means the
             # previous attempt (perhaps itself a re-run) was cut short: that goes to a human again.
-            if entry.status == "unknown" and decision is not None and decision.verdict in RERUN_VERDICTS:
+            if (
+                entry.status == LedgerStatus.UNKNOWN
+                and decision is not None
+                and decision.verdict in RERUN_VERDICTS
+            ):
                 return self._rerun(tool=tool, binding=binding, decision=decision, ctx=ctx)
-            if entry.status == "pending":
+            if entry.status == LedgerStatus.PENDING:
                 self.ledger.mark_unknown(key)
             raise EffectUnknown(f"{tool.name} may already have run for {binding.tool_call_id}")
         if decision is not None and decision.verdict in RERUN_VERDICTS:
             raise DecisionRefused("a re-run decision only applies to an effect whose outcome is unknown")
 
-        if decision is None and tool.needs_approval(arguments):
-            raise DecisionRefused("this call needs an approved decision and has none")
         if decision is not None:
+            grant = None  # a signed decision answers for this call: no grant is used
             self.verify(decision, binding)
+            self.verify_quorum(decision, binding, required=tool.quorum.approvals)
             arguments = decision.arguments
+        elif grant is not None:
+            self.verify_grant(grant, tool, binding, arguments)
+        elif tool.needs_approval(arguments):
+            raise DecisionRefused("this call needs an approved decision and has none")
 
-        if tool.effect == Effect.READ and decision is None:
-            return _run(tool, arguments, ctx)
+        if tool.effect == Effect.READ and decision is None and grant is None:
+            try:
+                return _run(tool, arguments, ctx)
+            except ToolUnavailable as exc:
+                raise self._transient(binding, decision, exc) from exc
         if tool.effect in (Effect.READ, Effect.DATABASE):
-            # The effect, the consumption and the ledger row commit together.
+            return self._in_transaction(
+                tool=tool,
+                binding=binding,
+                arguments=arguments,
+                decision=decision,
+                ctx=ctx,
+                mode="first",
+                grant=grant,
+            )
+
+        if entry is None:
             with self.ledger.atomic():
-                self._consume(decision)
+                self._authorise(decision, grant, binding)
+                self.ledger.record(
+                    key,
+                    binding=binding,
+                    status=LedgerStatus.PENDING,
+                    decision_id=_decision_id(decision),
+                )
+        return self._external(tool=tool, binding=binding, arguments=arguments, decision=decision, ctx=ctx)
+
+    def _in_transaction(
+        self,
+        *,
+        tool: Tool,
+        binding: CallBinding,
+        arguments: dict[str, Any],
+        decision: SignedDecision | None,
+        ctx: ToolContext,
+        mode: str,
+        grant: SignedGrant | None = None,
+    ) -> Any:
+        """A READ or DATABASE effect: the effect, the consumption and the ledger row commit
+        together, so any failure of the tool rolls all three back: certainly undone,
+        hence retried as transient."""
+        key = binding.idempotency_key
+        try:
+            with self.ledger.atomic():
+                if mode == "rerun":
+                    self._consume_rerun(tool, binding, decision)
+                else:
+                    if mode == "retry" and not self.ledger.resume_retry(key):
+                        raise EffectUnknown(f"another attempt is already retrying {binding.tool_call_id}")
+                    self._authorise(decision, grant, binding)
                 try:
                     with self.ledger.atomic():  # a savepoint: a ToolError undoes the effect only
                         result = tool.run(arguments, ctx)
                 except ToolError as exc:
                     result = {"error": str(exc)}
-                self.ledger.record(
-                    key,
-                    binding=binding,
-                    status="confirmed",
-                    decision_id=decision and decision.decision_id,
-                    result=result,
-                )
-            return result
+                except Exception as exc:
+                    raise RolledBack(exc) from exc
+                if mode != "first":
+                    self.ledger.confirm(key, result=result)
+                else:
+                    self.ledger.record(
+                        key,
+                        binding=binding,
+                        status=LedgerStatus.CONFIRMED,
+                        decision_id=_decision_id(decision),
+                        result=result,
+                    )
+        except RolledBack as rolled_back:
+            raise self._transient(binding, decision, rolled_back.cause) from rolled_back.cause
+        return result
 
-        if entry is None:
-            with self.ledger.atomic():
-                self._consume(decision)
-                self.ledger.record(
-                    key,
-                    binding=binding,
-                    status="pending",
-                    decision_id=decision and decision.decision_id,
-                )
-        result = _run(tool, arguments, ctx)
+    def _external(
+        self,
+        *,
+        tool: Tool,
+        binding: CallBinding,
+        arguments: dict[str, Any],
+        decision: SignedDecision | None,
+        ctx: ToolContext,
+    ) -> Any:
+        """Run an external effect whose ledger row says `pending`, and classify how it ended."""
+        key = binding.idempotency_key
+        try:
+            result = _run(tool, arguments, ctx)
+        except ToolUnavailable as exc:
+            raise self._transient(binding, decision, exc) from exc
+        except Exception as exc:
+            if tool.effect == Effect.IDEMPOTENT_EXTERNAL:
+                # It took our idempotency key: a repeat is safe, whatever happened.
+                raise self._transient(binding, decision, exc) from exc
+            # Sent, perhaps: nobody can tell from here. A human reconciles it; never re-run blindly.
+            self.ledger.mark_unknown(key)
+            raise EffectUnknown(f"{tool.name} failed with its outcome unknown: {describe(exc)}") from exc
         self.ledger.confirm(key, result=result)
         return result
+
+    def _retry(
+        self,
+        *,
+        tool: Tool,
+        binding: CallBinding,
+        entry: LedgerEntry,
+        arguments: dict[str, Any],
+        decision: SignedDecision | None,
+        ctx: ToolContext,
+        grant: SignedGrant | None = None,
+    ) -> Any:
+        """Try again a call whose last try certainly did not take effect (`retrying`)."""
+        if grant is not None and decision is None:
+            self.verify_grant(grant, tool, binding, arguments)
+        elif decision is None and tool.needs_approval(arguments):
+            raise DecisionRefused("this call needs an approved decision and has none")
+        if decision is not None:
+            # Still bound to this call and in date; it was consumed by the first try.
+            rerun = decision.verdict in RERUN_VERDICTS
+            self.verify(decision, binding, verdicts=RERUN_VERDICTS if rerun else APPROVING_VERDICTS)
+            if not rerun:
+                self.verify_quorum(decision, binding, required=tool.quorum.approvals)
+            arguments = decision.arguments
+        if tool.effect in (Effect.READ, Effect.DATABASE):
+            # Its first try rolled back with its consumption (or grant use): consumed now, with the effect.
+            return self._in_transaction(
+                tool=tool,
+                binding=binding,
+                arguments=arguments,
+                decision=decision,
+                ctx=ctx,
+                mode="retry",
+                grant=grant if decision is None else None,
+            )
+        # The decision was consumed with the first `pending`; the row goes back to pending
+        # before the effect is tried, so a crash from here on leaves it for a human.
+        with self.ledger.atomic():
+            if not self.ledger.resume_retry(binding.idempotency_key):
+                raise EffectUnknown(f"another attempt is already retrying {binding.tool_call_id}")
+        return self._external(tool=tool, binding=binding, arguments=arguments, decision=decision, ctx=ctx)
+
+    def _transient(
+        self, binding: CallBinding, decision: SignedDecision | None, exc: Exception
+    ) -> TransientFailure:
+        error = describe(exc)
+        call_retries = self.ledger.note_retry(
+            binding.idempotency_key, binding=binding, decision_id=_decision_id(decision), error=error
+        )
+        return TransientFailure(
+            error, call_retries=call_retries, run_retries=self.ledger.retries_spent(binding.run_id)
+        )
 
     def _rerun(self, *, tool: Tool, binding: CallBinding, decision: SignedDecision, ctx: ToolContext) -> Any:
         """A reviewer checked that an interrupted effect did not happen and signed a re-run."""
         self.verify(decision, binding, verdicts=RERUN_VERDICTS)
+        if tool.effect in (Effect.READ, Effect.DATABASE):
+            return self._in_transaction(
+                tool=tool,
+                binding=binding,
+                arguments=decision.arguments,
+                decision=decision,
+                ctx=ctx,
+                mode="rerun",
+            )
         with self.ledger.atomic():
-            if not self.ledger.consume(decision.decision_id):
-                # Used already: that re-run started and was cut short before a new
-                # reconciliation could be saved. Back to a human; never run it again here.
-                raise EffectUnknown(f"the authorised re-run of {tool.name} was interrupted")
-            self.ledger.reopen(binding.idempotency_key)
-        result = _run(tool, decision.arguments, ctx)
-        self.ledger.confirm(binding.idempotency_key, result=result)
-        return result
+            self._consume_rerun(tool, binding, decision)
+        return self._external(
+            tool=tool, binding=binding, arguments=decision.arguments, decision=decision, ctx=ctx
+        )
+
+    def _consume_rerun(self, tool: Tool, binding: CallBinding, decision: SignedDecision | None) -> None:
+        if decision is None or not self.ledger.consume(decision.decision_id):
+            # Used already: that re-run started and was cut short before a new
+            # reconciliation could be saved. Back to a human; never run it again here.
+            raise EffectUnknown(f"the authorised re-run of {tool.name} was interrupted")
+        self.ledger.reopen(binding.idempotency_key)
+
+    def _answer(self, binding: CallBinding, decision: SignedDecision | None) -> Any:
+        """A question's result is the answer a reviewer signed, verified, consumed and recorded."""
+        if decision is None:
+            raise DecisionRefused("a question needs a signed answer and has none")
+        self.verify(decision, binding, verdicts=ANSWER_VERDICTS)
+        if not answer_matches(decision.payload, decision.answer):
+            raise DecisionRefused("the answer does not match what the reviewer signed")
+        with self.ledger.atomic():
+            self._consume(decision)
+            self.ledger.record(
+                binding.idempotency_key,
+                binding=binding,
+                status=LedgerStatus.CONFIRMED,
+                decision_id=decision.decision_id,
+                result=decision.answer,
+            )
+        return decision.answer
+
+    def escalate(self, binding: CallBinding) -> None:
+        """Retries are spent and the tool's policy asks a human: the `retrying` row becomes
+        `unknown`, which the desk shows as a reconciliation (re-run, or reject)."""
+        self.ledger.mark_unknown(binding.idempotency_key)
 
     def _consume(self, decision: SignedDecision | None) -> None:
-        if decision is not None and not self.ledger.consume(decision.decision_id):
-            raise DecisionRefused("decision has already been used")
+        """Consume the decision and, under a quorum, every co-decision: each authorises once."""
+        votes = () if decision is None else (decision, *decision.co_decisions)
+        for vote in votes:
+            if not self.ledger.consume(vote.decision_id):
+                raise DecisionRefused("decision has already been used")
+
+    def _authorise(
+        self, decision: SignedDecision | None, grant: SignedGrant | None, binding: CallBinding
+    ) -> None:
+        """Consume the decision, or count one use of the grant against its signed limit: the
+        ledger re-reads the grant's row now, so a revoked, expired or used-up grant is refused."""
+        self._consume(decision)
+        if grant is not None and not self.ledger.use_grant(
+            grant.grant_id, binding=binding, max_uses=int(grant.payload["max_uses"])
+        ):
+            raise GrantRefused("the grant is revoked, expired or used up")
+
+
+def _decision_id(decision: SignedDecision | None) -> str | None:
+    return None if decision is None else decision.decision_id
 
 
 def _run(tool: Tool, arguments: dict[str, Any], ctx: ToolContext) -> Any:

@@ -11,18 +11,30 @@ crash resumes from the last committed step.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any, Protocol
 
-from agents.canonical import canonical_json
-from agents.gate import ApprovalGate, CallBinding, DecisionRefused, EffectUnknown, SignedDecision
-from agents.providers import AssistantTurn, ModelProvider, ProviderError, ToolCall
+from agents.calls import call_history, prepare_batch, with_run_unique_ids
+from agents.gate import (
+    ApprovalGate,
+    CallBinding,
+    DecisionRefused,
+    EffectUnknown,
+    GrantRefused,
+    SignedDecision,
+    SignedGrant,
+    TransientFailure,
+)
+from agents.grants import GrantSource, allow_by_grants, grant_of
+from agents.providers import ModelProvider, ProviderError
 from agents.registry import Agent
 from agents.state import AgentState, CallState, CallStatus, Step
-from agents.tools import ToolContext
+from agents.tools import OnRetriesExhausted, Tool, ToolContext
 
 
 @dataclass(frozen=True)
@@ -32,6 +44,21 @@ class Limits:
     max_invalid_calls: int = 10
     # A run resumed after waiting longer than this tells the model how long it waited.
     wait_notice_after: timedelta = timedelta(minutes=5)
+    # Transient tool failures (ToolUnavailable): tries again after backoff, doubled each time
+    # from tool_retry_backoff up to tool_retry_backoff_max seconds, at most tool_retries times
+    # per call and tool_retries_per_run times in the whole run. A wait up to tool_retry_inline
+    # seconds happens in the task (the lease is kept); a longer one releases the run (`Retrying`).
+    tool_retries: int = 5
+    tool_retries_per_run: int = 20
+    tool_retry_backoff: float = 1.0
+    tool_retry_backoff_max: float = 60.0
+    tool_retry_inline: float = 5.0
+
+    def tool_retry_delay(self, call_retries: int) -> float:
+        """The wait before try number `call_retries + 1` (after `call_retries` failures)."""
+        return float(
+            min(self.tool_retry_backoff * 2 ** max(call_retries - 1, 0), self.tool_retry_backoff_max)
+        )
 
 
 def _utcnow() -> datetime:
@@ -41,6 +68,11 @@ def _utcnow() -> datetime:
 @dataclass(frozen=True)
 class Rejected:
     reason: str
+    # The reviewer's signed rejection, whose signature covers `reason` (None when the desk,
+    # not a reviewer, wrote the reason: an expired or cancelled request).
+    decision: SignedDecision | None = None
+    # True when no human decided at all (the request expired or was cancelled): not a rejection.
+    undecided: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,17 +96,37 @@ class Waiting:
 
 
 @dataclass(frozen=True)
+class Retrying:
+    """A tool failed transiently and the wait before its next try is long: release the run
+    and resume it after `delay` seconds (the ledger row says `retrying`)."""
+
+    call_id: str
+    delay: float
+    error: str
+
+
+class FailureKind(StrEnum):
+    TRANSIENT = "transient"  # the model server failed in a way a later retry may fix
+    MODEL = "model"  # the model's own fault: a refused request, too many calls or invalid calls
+    TOOL = "tool"
+    UNAVAILABLE = "unavailable"  # a tool stayed unavailable through its retry budget
+    APPROVAL = "approval"  # the gate refused a decision: the approval must be asked again
+    INTERNAL = "internal"
+
+
+@dataclass(frozen=True)
 class Failed:
     error: str
-    kind: str  # transient | model | tool | approval | internal
+    kind: FailureKind
     call_id: str | None = None
 
 
-Outcome = Finished | Waiting | Failed
+Outcome = Finished | Waiting | Retrying | Failed
 
 
-class Host(Protocol):
-    """What the loop needs from whoever runs it (the desk implements it on the database)."""
+class Host(GrantSource, Protocol):
+    """What the loop needs from whoever runs it (the desk implements it on the database);
+    GrantSource: finding and loading standing grants."""
 
     run_id: str
     run_input: str
@@ -98,7 +150,10 @@ class Host(Protocol):
     def decision_for(self, call: CallState) -> DecisionState: ...
 
     def reviewer_notes(self, call_ids: list[str]) -> list[str]:
-        """Reviewers' notes on these calls' decisions, to steer the next model call."""
+        """Reviewers' notes on these calls' decisions, to steer the next model call.
+
+        Each note must match its signed decision (`ApprovalGate.verify_texts`): the host
+        raises DecisionRefused rather than hand the model a note nobody signed."""
         ...
 
     def tool_context(self, call: CallState) -> ToolContext: ...
@@ -111,7 +166,9 @@ def advance(
     host: Host,
     limits: Limits = Limits(),
     now: Callable[[], datetime] = _utcnow,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> Outcome:
+    """`sleep` waits before a short in-task retry of a transiently failed tool call."""
     state = host.load()
     if state is None:
         state = AgentState(step=Step.MODEL, message_count=2)
@@ -126,12 +183,13 @@ def advance(
             return Finished(state.output)
         if state.step == Step.MODEL:
             if state.model_calls >= limits.max_model_calls:
-                return Failed(f"stopped after {limits.max_model_calls} model calls", kind="model")
+                return Failed(f"stopped after {limits.max_model_calls} model calls", kind=FailureKind.MODEL)
+            messages = host.messages(state.message_count)
             try:
-                turn = provider.complete(host.messages(state.message_count), agent.tool_specs())
+                turn = provider.complete(messages, agent.tool_specs())
             except ProviderError as exc:
-                return Failed(str(exc), kind="transient" if exc.transient else "model")
-            turn = _with_run_unique_ids(turn, state.model_calls, getattr(host, "call_id_prefix", "call"))
+                return Failed(str(exc), kind=FailureKind.TRANSIENT if exc.transient else FailureKind.MODEL)
+            turn = with_run_unique_ids(turn, state.model_calls, getattr(host, "call_id_prefix", "call"))
             state.model_calls += 1
             state.message_count += 1
             if not turn.tool_calls:
@@ -139,7 +197,8 @@ def advance(
                 _commit(host, state, [turn.as_message()])
                 continue
             state.step = Step.TOOLS
-            state.batch = [_prepare(agent, call) for call in turn.tool_calls]
+            state.batch = prepare_batch(agent, turn.tool_calls, call_history(messages))
+            allow_by_grants(agent, host, state.batch)  # a call a standing grant allows asks no one
             state.invalid_calls += len(state.open_calls(CallStatus.INVALID))
             checkpoint_id = str(uuid.uuid4())
             awaiting = state.open_calls(CallStatus.AWAITING)
@@ -151,11 +210,11 @@ def advance(
             if state.invalid_calls > limits.max_invalid_calls:
                 return Failed(
                     f"the model made {state.invalid_calls} invalid tool calls (limit {limits.max_invalid_calls})",
-                    kind="model",
+                    kind=FailureKind.MODEL,
                 )
             continue
 
-        outcome = _settle_batch(agent, host, state)
+        outcome = _settle_batch(agent, host, state, limits, sleep)
         if outcome is not None:
             return outcome
         call_ids = [call.id for call in state.batch]
@@ -164,7 +223,11 @@ def advance(
             {"role": "tool", "tool_call_id": call.id, "content": json.dumps(call.result)}
             for call in state.batch
         ]
-        new_messages += [{"role": "user", "content": note} for note in host.reviewer_notes(call_ids)]
+        try:  # the host checks each note against its signed decision (Host.reviewer_notes)
+            notes = host.reviewer_notes(call_ids)
+        except DecisionRefused as exc:
+            return Failed(f"decision refused: {exc.reason}", kind=FailureKind.APPROVAL)
+        new_messages += [{"role": "user", "content": note} for note in notes]
         notice = _wait_notice(state, now(), limits)
         if notice:
             new_messages.append({"role": "user", "content": notice})
@@ -193,24 +256,41 @@ def _duration(delta: timedelta) -> str:
     return " ".join(parts)
 
 
-def _settle_batch(agent: Agent, host: Host, state: AgentState) -> Outcome | None:
+def _settle_batch(
+    agent: Agent, host: Host, state: AgentState, limits: Limits, sleep: Callable[[float], None]
+) -> Outcome | None:
     """Run what can run now; None when every call of the batch has its result."""
     for call in state.batch:
+        decision: SignedDecision | None
         if call.status == CallStatus.READY:
             decision = None
         elif call.status in (CallStatus.AWAITING, CallStatus.UNKNOWN):
-            decision = host.decision_for(call)
-            if decision is None:
+            answer = host.decision_for(call)
+            if answer is None:
                 continue
-            if isinstance(decision, Rejected):
-                call.result = {"error": _rejection(call, decision.reason)}
+            if isinstance(answer, Rejected):
+                if answer.decision is not None:  # the reason reaches the model in the reviewer's name
+                    binding = CallBinding(host.run_id, call.checkpoint_id, call.id, call.name)
+                    try:
+                        host.gate.verify_texts(answer.decision, binding, reason=answer.reason)
+                    except DecisionRefused as exc:
+                        return Failed(
+                            f"decision refused: {exc.reason}", kind=FailureKind.APPROVAL, call_id=call.id
+                        )
+                # Nobody rejected an expired or cancelled request: the model is told so, in the host's words.
+                call.result = {
+                    "error": answer.reason if answer.undecided else _rejection(call, answer.reason)
+                }
                 call.status = CallStatus.REJECTED
                 _commit(host, state, [])
                 continue
-            if isinstance(decision, Reconciled):
-                decision = None  # the ledger now holds the result the reviewer confirmed
+            # Reconciled: the ledger now holds the result the reviewer confirmed.
+            decision = None if isinstance(answer, Reconciled) else answer
         else:
             continue
+        tool = agent.tool(call.name)
+        if tool is None or call.arguments is None:  # _prepare made such a call invalid: it never runs
+            raise LookupError(f"{call.id} ({call.name}) has no tool or no arguments to run with")
         binding = CallBinding(
             run_id=host.run_id,
             checkpoint_id=call.checkpoint_id,
@@ -218,21 +298,22 @@ def _settle_batch(agent: Agent, host: Host, state: AgentState) -> Outcome | None
             tool=call.name,
         )
         try:
-            call.result = host.gate.execute(
-                tool=agent.tool(call.name),
-                binding=binding,
-                arguments=call.arguments,
-                decision=decision,
-                ctx=host.tool_context(call),
-            )
+            grant = grant_of(host, call) if call.grant_id and call.status == CallStatus.READY else None
+            result = _execute_with_retries(host, tool, binding, call, decision, limits, sleep, grant)
+        except GrantRefused:
+            _ask_instead(host, state, call)
+            continue
         except DecisionRefused as exc:
-            return Failed(f"decision refused: {exc.reason}", kind="approval", call_id=call.id)
+            return Failed(f"decision refused: {exc.reason}", kind=FailureKind.APPROVAL, call_id=call.id)
         except EffectUnknown:
             # Never run again blindly: ask a human whether it happened.
             call.status = CallStatus.UNKNOWN
             call.checkpoint_id = str(uuid.uuid4())
             _commit(host, state, [], [call], checkpoint_id=call.checkpoint_id)
             continue
+        if isinstance(result, Retrying | Failed):
+            return result
+        call.result = result
         call.status = CallStatus.DONE
         _commit(host, state, [])
     waiting = [c for c in state.batch if c.status in (CallStatus.AWAITING, CallStatus.UNKNOWN)]
@@ -241,53 +322,65 @@ def _settle_batch(agent: Agent, host: Host, state: AgentState) -> Outcome | None
     return None
 
 
+def _execute_with_retries(
+    host: Host,
+    tool: Tool,
+    binding: CallBinding,
+    call: CallState,
+    decision: SignedDecision | None,
+    limits: Limits,
+    sleep: Callable[[float], None],
+    grant: SignedGrant | None = None,
+) -> Any:
+    """Run the call through the gate; on a transient failure wait and try again, in the task
+    while the wait is short, else hand back `Retrying`. A spent budget follows the tool's
+    policy: `Failed`, or (ask) EffectUnknown so that a human is asked whether to try again."""
+    while True:
+        try:
+            return host.gate.execute(
+                tool=tool,
+                binding=binding,
+                arguments=call.arguments or {},
+                decision=decision,
+                ctx=host.tool_context(call),
+                grant=grant,
+            )
+        except TransientFailure as failure:
+            if (
+                failure.call_retries > limits.tool_retries
+                or failure.run_retries > limits.tool_retries_per_run
+            ):
+                spent = (
+                    f"{tool.name} stayed unavailable after {failure.call_retries} tries "
+                    f"(budget {limits.tool_retries} a call, {limits.tool_retries_per_run} a run): {failure.error}"
+                )
+                if tool.on_retries_exhausted == OnRetriesExhausted.ASK:
+                    host.gate.escalate(binding)
+                    raise EffectUnknown(spent) from failure
+                return Failed(spent, kind=FailureKind.UNAVAILABLE, call_id=call.id)
+            delay = limits.tool_retry_delay(failure.call_retries)
+            if delay > limits.tool_retry_inline:
+                return Retrying(call_id=call.id, delay=delay, error=failure.error)
+            sleep(delay)
+
+
+def _ask_instead(host: Host, state: AgentState, call: CallState) -> None:
+    """The grant no longer allows this call (revoked, used up, expired, or refused by the
+    gate): it waits for a human like any call its policy gates."""
+    call.status, call.grant_id = CallStatus.AWAITING, None
+    call.checkpoint_id = str(uuid.uuid4())
+    state.waiting_since = state.waiting_since or _utcnow().isoformat()
+    _commit(host, state, [], [call], checkpoint_id=call.checkpoint_id)
+
+
 def _rejection(call: CallState, reason: str) -> str:
+    reason = reason or "no reason given"
     if call.status == CallStatus.UNKNOWN:
         return (
             "This call was interrupted and it is unknown whether it took effect; "
             f"a reviewer chose not to run it again: {reason}"
         )
     return f"A reviewer rejected this call: {reason}"
-
-
-def _with_run_unique_ids(turn: AssistantTurn, model_call: int, prefix: str) -> AssistantTurn:
-    """Give each call an id of our own, unique in the run: the ledger and approvals are keyed
-    on it, and some OpenAI-compatible servers omit or reuse ids across turns."""
-    calls = tuple(
-        ToolCall(id=f"{prefix}_{model_call}_{n}", name=call.name, arguments=call.arguments)
-        for n, call in enumerate(turn.tool_calls)
-    )
-    return AssistantTurn(content=turn.content, tool_calls=calls)
-
-
-def _prepare(agent: Agent, call: ToolCall) -> CallState:
-    """Check a model's tool call; garbage becomes an error result, never an approval."""
-    tool = agent.tool(call.name)
-    if tool is None:
-        return _invalid(call, None, f"unknown tool {call.name!r}")
-    try:
-        arguments = json.loads(call.arguments or "{}")
-    except json.JSONDecodeError as exc:
-        return _invalid(call, None, f"arguments are not valid JSON: {exc}")
-    try:
-        canonical_json(arguments)  # approvals hash and sign exactly these bytes
-    except ValueError as exc:  # 1e400 (inf), integers beyond 2**53, lone surrogates
-        return _invalid(call, None, f"arguments are not representable as canonical JSON (RFC 8785): {exc}")
-    errors = tool.validation_errors(arguments)
-    if errors:
-        return _invalid(call, arguments, "invalid arguments: " + "; ".join(errors))
-    status = CallStatus.AWAITING if tool.needs_approval(arguments) else CallStatus.READY
-    return CallState(id=call.id, name=call.name, arguments=arguments, status=status)
-
-
-def _invalid(call: ToolCall, arguments: Any, error: str) -> CallState:
-    return CallState(
-        id=call.id,
-        name=call.name,
-        arguments=arguments if isinstance(arguments, dict) else None,
-        status=CallStatus.INVALID,
-        result={"error": error},
-    )
 
 
 def _commit(

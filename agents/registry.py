@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
+from agents.providers import ProviderName
+from agents.routing import Route, routed_to
 from agents.tools import Tool
 
 
@@ -12,22 +15,47 @@ class UnknownAgent(LookupError):
     pass
 
 
+class OnApprovalExpired(StrEnum):
+    """What a run does when one of its approvals expires."""
+
+    CONTINUE = "continue"  # tell the model the approval expired, and carry on
+    FAIL = "fail"  # end the run
+
+
 @dataclass(frozen=True)
 class Agent:
     name: str
     system_prompt: str
     tools: tuple[Tool, ...]
-    default_model: dict[str, Any] = field(default_factory=lambda: {"provider": "scripted"})
+    default_model: dict[str, Any] = field(default_factory=lambda: {"provider": ProviderName.SCRIPTED.value})
     approval_ttl_seconds: int | None = None  # None: the desk's default
-    # When an approval expires: "continue" tells the model it expired; "fail" ends the run.
-    on_approval_expired: str = "continue"
+    on_approval_expired: OnApprovalExpired = OnApprovalExpired.CONTINUE
+    # Every approval of this agent's calls must be signed by the reviewer's device key.
+    requires_device_keys: bool = False
+    # Defaults for tools that set none (see Tool.response_target_seconds, Tool.escalation).
+    response_target_seconds: int | None = None
+    escalation: tuple[str, ...] = ()
+    # Who must decide this agent's calls when the tool's own routes do not say (agents.routing).
+    routing: tuple[Route, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.on_approval_expired not in ("continue", "fail"):
-            raise ValueError("on_approval_expired is 'continue' or 'fail'")
+        try:
+            on_expiry = OnApprovalExpired(self.on_approval_expired)  # also accepts the plain string
+        except ValueError:
+            raise ValueError("on_approval_expired is 'continue' or 'fail'") from None
+        object.__setattr__(self, "on_approval_expired", on_expiry)
 
     def tool(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)
+
+    def requires_device_decision(self, tool_name: str) -> bool:
+        tool = self.tool(tool_name)
+        return self.requires_device_keys or bool(tool and tool.requires_device_keys)
+
+    def deciders(self, tool: Tool, arguments: dict[str, Any]) -> tuple[str, ...] | None:
+        """Who the tool's routes, then the agent's, name for this call; None when neither does."""
+        named = routed_to(tool.routing, arguments)
+        return named if named is not None else routed_to(self.routing, arguments)
 
     def tool_specs(self) -> list[dict[str, Any]]:
         return [t.spec() for t in self.tools]

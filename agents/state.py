@@ -7,11 +7,11 @@ the snapshot records how many of them it covers (`message_count`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 class SnapshotError(ValueError):
@@ -44,6 +44,8 @@ class CallState:
     result: Any = None
     # The checkpoint at which this call's approval was raised (decisions bind it).
     checkpoint_id: str | None = None
+    # v4: a standing grant found to allow this call without asking (the gate verifies and uses it).
+    grant_id: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CallState:
@@ -63,6 +65,22 @@ class AgentState:
 
     def open_calls(self, status: CallStatus) -> list[CallState]:
         return [call for call in self.batch if call.status == status]
+
+    def followed_up(self) -> AgentState:
+        """The state a follow-up user message starts from (a thread's next turn): the finished
+        conversation plus that one message, which the host appends to the log at position
+        `message_count`; the model speaks next. Counters carry on, so the run's limits hold
+        across the whole thread and new call ids never repeat old ones."""
+        if self.step != Step.DONE:
+            raise SnapshotError(f"only a finished conversation takes a follow-up; this one is at {self.step}")
+        return replace(
+            self,
+            step=Step.MODEL,
+            message_count=self.message_count + 1,
+            batch=[],
+            output=None,
+            waiting_since=None,
+        )
 
     def to_snapshot(self) -> dict[str, Any]:
         data = asdict(self)
@@ -90,8 +108,14 @@ def _v2_to_v3(snapshot: dict[str, Any]) -> dict[str, Any]:
     return dict(snapshot)
 
 
+def _v3_to_v4(snapshot: dict[str, Any]) -> dict[str, Any]:
+    # v4 adds each call's `grant_id`; a v3 call was never allowed by a grant.
+    batch = [{**call, "grant_id": None} for call in snapshot.get("batch") or []]
+    return {**snapshot, "batch": batch}
+
+
 # MIGRATORS[n] upgrades a version-n snapshot to version n + 1.
-MIGRATORS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+MIGRATORS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def migrate(snapshot: dict[str, Any]) -> dict[str, Any]:

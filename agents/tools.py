@@ -15,13 +15,18 @@ The effect kind tells the approval gate how to record the call in the ledger
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import jsonschema
+
+from agents.routing import Quorum, Route
+from agents.sandbox import SandboxConfig
 
 
 class Effect(StrEnum):
@@ -31,7 +36,33 @@ class Effect(StrEnum):
     EXTERNAL = "external"  # external, no key: pending before, confirmed after
 
 
-ApprovalPolicy = Callable[[Mapping[str, Any]], bool]
+@dataclass(frozen=True)
+class PastCall:
+    """An earlier tool call of the same run, as an approval policy sees it (read-only).
+
+    `outcome` is the result the model was shown ({"error": ...} for a failed, rejected or
+    invalid call), or None for a call of the current batch that has not run yet.
+    """
+
+    name: str
+    arguments: Mapping[str, Any]
+    outcome: Any = None
+
+    @classmethod
+    def of(cls, name: str, arguments: Mapping[str, Any] | None, outcome: Any = None) -> PastCall:
+        return cls(name=name, arguments=MappingProxyType(dict(arguments or {})), outcome=outcome)
+
+
+CallHistory = Sequence[PastCall]
+# A policy takes the call's arguments, and optionally the run's earlier calls (oldest first):
+# `def policy(arguments)` or `def policy(arguments, history)`.
+ApprovalPolicy = Callable[..., bool]
+
+# What a call will do, for the reviewer, before it is decided: a read-only function of the
+# arguments and the context the call would run in (its world, working directory, time limit).
+# It returns {"title": str, "rows": [[label, value], ...], "body": str | None,
+# "warnings": [str, ...]} and must never perform the effect.
+Preview = Callable[[Mapping[str, Any], "ToolContext"], dict[str, Any]]
 
 
 def ALWAYS(arguments: Mapping[str, Any]) -> bool:  # noqa: N802 - reads as a constant
@@ -42,8 +73,39 @@ def NEVER(arguments: Mapping[str, Any]) -> bool:  # noqa: N802
     return False
 
 
+DEFAULT_TIMEOUT_SECONDS = 30.0
+
+
 class ToolError(Exception):
     """A failure the model should see as the call's result (bad order id, ...)."""
+
+
+# --- Failure classes: what a tool raises says what the runtime may do next -----------
+#
+#   raise ToolError("no order X-1")      the model hears it as the call's result; the call is done
+#   raise ToolUnavailable("503 ...")     transient: the effect certainly did NOT happen; the call
+#                                        is retried with backoff under the retry budget
+#   anything else                        for an EXTERNAL effect, the outcome is unknown: the ledger
+#                                        row becomes `unknown` and a human reconciles it.
+#                                        A DATABASE effect rolls back with its ledger row, so any
+#                                        failure there is certainly undone: retried as transient.
+
+
+class ToolUnavailable(Exception):
+    """Transient: the service was unavailable and the effect certainly did not happen
+    (connection refused, a 503 before the request body was accepted, a lock timeout).
+
+    Raise it only when you know nothing reached the world: the runtime will run the
+    call again. When in doubt (the request was sent, the reply never came), raise
+    anything else and let a human reconcile it.
+    """
+
+
+class OnRetriesExhausted(StrEnum):
+    """What happens to a call whose transient failures used up the retry budget."""
+
+    FAIL = "fail"  # the run fails (error_kind "unavailable")
+    ASK = "ask"  # a reviewer is asked, through a reconciliation item, whether to try again
 
 
 @dataclass(frozen=True)
@@ -54,6 +116,11 @@ class ToolContext:
     workdir: Path
     # Host-provided services a tool may need (for the demo: `DemoWorld`).
     world: Any = None
+    # How long the tool may wait on one blocking step (a process, a request) before giving up.
+    # The desk fills it from DESK_EXECUTE_TIMEOUT_SECONDS; the default is that setting's.
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    # How a tool that starts processes isolates them (agents.sandbox); the desk fills it from DESK_SANDBOX*.
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
 
 
 @dataclass(frozen=True)
@@ -64,13 +131,36 @@ class Tool:
     effect: Effect
     func: Callable[[dict[str, Any], ToolContext], Any]
     approval: ApprovalPolicy = NEVER
+    on_retries_exhausted: OnRetriesExhausted = OnRetriesExhausted.FAIL
+    preview: Preview | None = None  # see `Preview`; None: the desk shows the arguments only
+    # Only a decision signed by the reviewer's own device key runs it (agents.trust).
+    requires_device_keys: bool = False
+    # Time and escalation: a reviewer is reminded at half the target and, past it, the item
+    # escalates to the next entry of `escalation` (a username or "group:NAME"). None: the agent's.
+    response_target_seconds: int | None = None
+    escalation: tuple[str, ...] = ()
+    # Who must decide (agents.routing): the first route that applies names them.
+    routing: tuple[Route, ...] = ()
+    # How many different reviewers must approve; the gate counts their signed decisions.
+    quorum: Quorum = field(default_factory=Quorum)
+    # False: no standing grant may ever allow it (irreversible or quorum tools); every call asks.
+    grantable: bool = True
     _validator: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         jsonschema.Draft202012Validator.check_schema(self.parameters)
         object.__setattr__(self, "_validator", jsonschema.Draft202012Validator(self.parameters))
 
-    def needs_approval(self, arguments: Mapping[str, Any]) -> bool:
+    @property
+    def accepts_grants(self) -> bool:
+        """Whether a standing grant may allow a call: one reviewer's grant never stands in
+        for a quorum of several, whatever `grantable` says."""
+        return self.grantable and self.quorum.approvals == 1
+
+    def needs_approval(self, arguments: Mapping[str, Any], history: CallHistory = ()) -> bool:
+        """Ask the policy; one that takes a second parameter also gets the run's earlier calls."""
+        if _takes_history(self.approval):
+            return bool(self.approval(arguments, tuple(history)))
         return bool(self.approval(arguments))
 
     def validation_errors(self, arguments: Any) -> list[str]:
@@ -91,3 +181,14 @@ class Tool:
                 "parameters": self.parameters,
             },
         }
+
+
+def _takes_history(policy: ApprovalPolicy) -> bool:
+    try:
+        parameters = inspect.signature(policy).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: the one-argument form
+        return False
+    positional = [
+        p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+    ]
+    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in positional)

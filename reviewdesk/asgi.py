@@ -8,12 +8,36 @@ django_asgi_app = get_asgi_application()  # before importing consumers: it sets 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.urls import path, re_path  # noqa: E402
 
+from reviewdesk.api.streams import event_stream_app  # noqa: E402
 from reviewdesk.events.routing import websocket_urlpatterns  # noqa: E402
+
+
+def _name_missing_reason_phrases() -> None:
+    """Daphne writes the status line with twisted, whose table lacks 422 and 429: without
+    this a 422 goes out as "422 Unknown Status". RFC 9110 names them (ASGI carries no phrase)."""
+    try:
+        from twisted.web import http as twisted_http
+    except ImportError:  # served by another ASGI server
+        return
+    twisted_http.RESPONSES.update(
+        {413: b"Content Too Large", 422: b"Unprocessable Content", 429: b"Too Many Requests"}
+    )
+
+
+_name_missing_reason_phrases()
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # The API's Server-Sent Events streams (issue 12) are Channels consumers; all else is Django.
+        "http": URLRouter(
+            [
+                path("api/v1/stream", AuthMiddlewareStack(event_stream_app)),
+                path("api/v1/runs/<uuid:run_id>/stream", AuthMiddlewareStack(event_stream_app)),
+                re_path(r"", django_asgi_app),
+            ]
+        ),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

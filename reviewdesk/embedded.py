@@ -18,8 +18,30 @@ _MAX_SOCKET_PATH = 100
 
 
 def ensure_var_dir(var_dir: Path) -> Path:
-    var_dir.mkdir(parents=True, exist_ok=True)
+    """Create var/ private to this user (0700), tightening one created before with a looser mode.
+
+    It holds the database, the secret key, the signing key and the demo password: another
+    local user must not read a session key out of db.sqlite3 (issue 8).
+    """
+    var_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if var_dir.stat().st_mode & 0o777 != 0o700:
+        var_dir.chmod(0o700)
     return var_dir
+
+
+def ensure_private_file(path: Path) -> Path:
+    """Create `path` empty with mode 0600 unless it exists, and make an existing one 0600.
+
+    SQLite creates its database file with the process umask (usually 0644) and its -wal and
+    -shm files with the database file's mode: creating the file first makes all three private.
+    An empty file is a valid empty SQLite database.
+    """
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        if path.stat().st_mode & 0o777 != 0o600:
+            path.chmod(0o600)
+    return path
 
 
 def read_or_create_secret(path: Path, *, nbytes: int = 48) -> str:

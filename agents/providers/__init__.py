@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 from agents.providers.base import AssistantTurn, ModelProvider, ProviderError, ToolCall
@@ -11,21 +12,27 @@ __all__ = [
     "AssistantTurn",
     "ModelProvider",
     "ProviderError",
+    "ProviderName",
     "ToolCall",
     "model_spec_errors",
     "provider_for",
 ]
 
-PROVIDERS = ("scripted", "openai")
+
+class ProviderName(StrEnum):
+    """The `provider` of a run's model spec."""
+
+    SCRIPTED = "scripted"  # deterministic turns from the spec's script, no credentials
+    OPENAI = "openai"  # any OpenAI-compatible Chat Completions server
 
 
 def model_spec_errors(spec: Any, tool_names: set[str]) -> list[str]:
     if not isinstance(spec, dict):
         return ["model: must be an object"]
     provider = spec.get("provider")
-    if provider == "scripted":
+    if provider == ProviderName.SCRIPTED:
         return script_errors(spec.get("script"), tool_names)
-    if provider == "openai":
+    if provider == ProviderName.OPENAI:
         errors = []
         if not isinstance(spec.get("name"), str) or not spec["name"]:
             errors.append("model/name: the model name is required for the openai provider")
@@ -35,11 +42,11 @@ def model_spec_errors(spec: Any, tool_names: set[str]) -> list[str]:
         if unknown:
             errors.append(f"model: unknown fields {', '.join(sorted(unknown))}")
         return errors
-    return [f"model/provider: must be one of {', '.join(PROVIDERS)}"]
+    return [f"model/provider: must be one of {', '.join(ProviderName)}"]
 
 
 def provider_for(spec: dict[str, Any], *, openai_options: dict[str, Any] | None = None) -> ModelProvider:
-    if spec["provider"] == "scripted":
+    if spec["provider"] == ProviderName.SCRIPTED:
         return ScriptedProvider(spec["script"])
     from agents.providers.openai import OpenAIProvider
 

@@ -8,9 +8,12 @@ raised as `ProviderError`, classified for the run's retry logic: transient
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from agents.providers.base import AssistantTurn, ProviderError, ToolCall
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnionParam
 
 TRANSIENT_STATUS = {408, 409, 429}
 
@@ -40,21 +43,23 @@ class OpenAIProvider:
         )
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AssistantTurn:
-        openai = self._openai
         try:
             if self.stream:
                 return self._complete_streamed(messages, tools)
             response = self.client.chat.completions.create(
-                model=self.model, messages=messages, tools=tools or openai.NOT_GIVEN
+                model=self.model, messages=_messages(messages), tools=self._tools(tools)
             )
             if not response.choices:
                 raise ProviderError("the model returned no choices", transient=True)
             message = response.choices[0].message
-            calls = tuple(
-                ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "{}")
-                for c in (message.tool_calls or [])
-            )
-            return AssistantTurn(content=message.content, tool_calls=calls)
+            calls = []
+            for call in message.tool_calls or []:
+                if call.type != "function":  # we declare function tools only
+                    raise ProviderError(f"the model made a {call.type!r} tool call", transient=False)
+                calls.append(
+                    ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments or "{}")
+                )
+            return AssistantTurn(content=message.content, tool_calls=tuple(calls))
         except ProviderError:
             raise
         except Exception as exc:
@@ -64,7 +69,7 @@ class OpenAIProvider:
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
     ) -> AssistantTurn:
         stream = self.client.chat.completions.create(
-            model=self.model, messages=messages, tools=tools or self._openai.NOT_GIVEN, stream=True
+            model=self.model, messages=_messages(messages), tools=self._tools(tools), stream=True
         )
         content: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
@@ -91,6 +96,15 @@ class OpenAIProvider:
             for index, call in sorted(calls.items())
         )
         return AssistantTurn(content="".join(content) or None, tool_calls=tool_calls)
+
+    def _tools(self, tools: list[dict[str, Any]]) -> Any:
+        # No tools: leave the parameter out (some servers refuse an empty list).
+        return cast("list[ChatCompletionToolUnionParam]", tools) if tools else self._openai.omit
+
+
+def _messages(messages: list[dict[str, Any]]) -> list[ChatCompletionMessageParam]:
+    # Our messages are the Chat Completions shapes already, as plain dicts.
+    return cast("list[ChatCompletionMessageParam]", messages)
 
 
 def classify(exc: Exception) -> ProviderError:

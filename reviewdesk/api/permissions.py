@@ -10,6 +10,7 @@ def token_scope_permission(scope: str) -> type[BasePermission]:
 
     class HasScope(BasePermission):
         message = f"this token lacks the {scope!r} scope"
+        code = "missing_scope"
 
         def has_permission(self, request, view) -> bool:
             if not (request.user and request.user.is_authenticated):
@@ -28,6 +29,9 @@ CanReview = token_scope_permission("review")
 
 class CanSubmitOrReview(BasePermission):
     """Cancel: the submitter (submit scope) or a reviewer (review scope); the service decides who."""
+
+    message = "this token lacks both the 'submit' and the 'review' scope"
+    code = "missing_scope"
 
     def has_permission(self, request, view) -> bool:
         return CanSubmit().has_permission(request, view) or CanReview().has_permission(request, view)

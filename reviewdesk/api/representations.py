@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from reviewdesk.approvals.grants import grant_status
+from reviewdesk.approvals.models import Grant
 from reviewdesk.events.builders import approval_data, decision_data, iso
 from reviewdesk.runs.models import Run
 
@@ -48,11 +50,24 @@ def run_detail(run: Run) -> dict[str, Any]:
                 "status": e.status,
                 "result": e.result,
                 "external_ref": e.external_ref or None,
+                "retries": e.retries,  # transient failures so far (issue 14)
+                "last_error": e.last_error or None,
                 "decision": str(e.decision_id) if e.decision_id else None,
                 "created_at": iso(e.created_at),
                 "updated_at": iso(e.updated_at),
             }
             for e in sorted(run.side_effects.all(), key=lambda e: e.created_at)
+        ],
+        # The follow-up messages that reopened it, each the start of a turn (threads).
+        "thread": [
+            {
+                "number": f.number,
+                "input": f.input,
+                "position": f.position,
+                "posted_by": f.posted_by.username,
+                "created_at": iso(f.created_at),
+            }
+            for f in sorted(run.follow_ups.all(), key=lambda f: f.number)
         ],
         "attempts": [
             {
@@ -68,4 +83,30 @@ def run_detail(run: Run) -> dict[str, Any]:
     }
 
 
-__all__ = ["approval_data", "decision_data", "run_detail", "run_summary"]
+def grant_data(grant: Grant) -> dict[str, Any]:
+    return {
+        "id": str(grant.id),
+        "tool": grant.tool,
+        "agent": grant.agent,
+        "scope": grant.scope,
+        "run": str(grant.run_id) if grant.run_id else None,
+        "match": "exact" if grant.constraints is None else grant.constraints,
+        "arguments_sha256": grant.arguments_sha256 or None,
+        "arguments": grant.arguments,
+        "max_uses": grant.max_uses,
+        "uses": grant.uses,
+        "expires_at": iso(grant.expires_at),
+        "status": grant_status(grant),
+        "granted_by": grant.granted_by.get_username(),
+        "approval": str(grant.approval_id),
+        "decision": str(grant.decision_id),
+        "created_at": iso(grant.created_at),
+        "revoked_at": iso(grant.revoked_at),
+        "revoked_by": grant.revoked_by.get_username() if grant.revoked_by else None,
+        "payload": grant.payload,
+        "signature": grant.signature,
+        "key_id": grant.key_id,
+    }
+
+
+__all__ = ["approval_data", "decision_data", "grant_data", "run_detail", "run_summary"]

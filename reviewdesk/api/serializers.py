@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from reviewdesk.approvals.models import Verdict
+from reviewdesk.approvals.validation import EXTERNAL_REF_MAX, TEXT_MAX
 
 
 class StrictSerializer(serializers.Serializer):
@@ -32,20 +34,70 @@ class RetrySerializer(StrictSerializer):
     checkpoint_id = serializers.UUIDField(required=False)
 
 
+# A decision is only parsed here: its rules (lengths, which verdict answers which kind of
+# request, what an edit or a confirm needs) are `approvals.validation.decision_input_check`,
+# which the decide service runs for the API and the desk form alike. The fields below are
+# plain strings whose OpenAPI schema still shows the verdicts and the limits.
+@extend_schema_field(serializers.ChoiceField(choices=Verdict.values))
+class VerdictField(serializers.CharField):
+    pass
+
+
+@extend_schema_field({"type": "string", "maxLength": TEXT_MAX})
+class DecisionTextField(serializers.CharField):
+    pass
+
+
+@extend_schema_field({"type": "string", "maxLength": EXTERNAL_REF_MAX})
+class ExternalRefField(serializers.CharField):
+    pass
+
+
 class DecisionSerializer(StrictSerializer):
-    verdict = serializers.ChoiceField(choices=Verdict.values)
-    reason = serializers.CharField(max_length=10_000, required=False, allow_blank=True, default="")
-    note = serializers.CharField(max_length=10_000, required=False, allow_blank=True, default="")
-    external_ref = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    verdict = VerdictField(trim_whitespace=False)  # " approve" is no verdict, as before
+    reason = DecisionTextField(required=False, allow_blank=True, default="")
+    note = DecisionTextField(required=False, allow_blank=True, default="")
+    external_ref = ExternalRefField(required=False, allow_blank=True, default="")
+    # Absent becomes None for the validator; an explicit null is refused here, as it always was.
     arguments = serializers.JSONField(required=False)
+    # A question's answer (verdict "answer"): any JSON but null, checked against the question.
+    answer = serializers.JSONField(required=False)
     checkpoint_id = serializers.UUIDField()
+    # With an approve: a standing grant (approvals.grants checks it with the decision).
+    grant = serializers.JSONField(required=False)
+    # A device-signed decision (issue 13): all three, or none.
+    signature = serializers.CharField(required=False, max_length=200)
+    key_id = serializers.CharField(required=False, max_length=64)
+    payload = serializers.DictField(required=False, help_text="the payload from /payload, as signed")
 
     def validate(self, attrs):
         attrs = super().validate(attrs)
-        if attrs["verdict"] == Verdict.EDIT and not isinstance(attrs.get("arguments"), dict):
+        given = [name for name in ("signature", "key_id", "payload") if name in attrs]
+        if given and len(given) != 3:
             raise serializers.ValidationError(
-                {"arguments": ["an edit needs the changed arguments as an object"]}
+                {
+                    name: ["a device-signed decision sends signature, key_id and payload together"]
+                    for name in given
+                }
             )
-        if attrs["verdict"] != Verdict.EDIT and "arguments" in attrs:
-            raise serializers.ValidationError({"arguments": ["only an edit carries arguments"]})
         return attrs
+
+
+class DecisionPayloadQuerySerializer(StrictSerializer):
+    """The decision about to be signed, as query parameters (`arguments` as JSON, for an edit)."""
+
+    verdict = VerdictField(trim_whitespace=False)
+    key_id = serializers.CharField(max_length=64)
+    checkpoint_id = serializers.UUIDField()
+    reason = DecisionTextField(required=False, allow_blank=True, default="")
+    note = DecisionTextField(required=False, allow_blank=True, default="")
+    external_ref = ExternalRefField(required=False, allow_blank=True, default="")
+    arguments = serializers.JSONField(required=False, binary=True)
+    answer = serializers.JSONField(required=False, binary=True)  # a question's answer, as JSON
+
+
+class HandoverSerializer(StrictSerializer):
+    """Only parsed here: who may receive the item is `approvals.handover`'s to judge (422)."""
+
+    to = serializers.CharField(max_length=160, trim_whitespace=False)
+    note = DecisionTextField(required=False, allow_blank=True, default="", trim_whitespace=False)

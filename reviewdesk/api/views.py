@@ -1,58 +1,116 @@
-"""Thin API views: parse, fetch by id, call one service, render."""
+"""Thin API views: parse, fetch by id, call one service, render.
+
+Every list pages with a cursor (`paging`); every error is problem+json (`errors`);
+what each operation answers is declared for the OpenAPI document (`schema`).
+"""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db.models import Prefetch
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from django.http import JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from reviewdesk.api import paging
+from reviewdesk.api import schema as doc
 from reviewdesk.api.idempotency import idempotent
+from reviewdesk.api.parsers import body_too_large
 from reviewdesk.api.permissions import CanRead, CanReview, CanSubmit, CanSubmitOrReview
-from reviewdesk.api.representations import approval_data, decision_data, run_detail
-from reviewdesk.api.serializers import DecisionSerializer, RetrySerializer, RunSubmitSerializer
-from reviewdesk.approvals.models import ApprovalStatus
+from reviewdesk.api.representations import approval_data, decision_data, grant_data, run_detail
+from reviewdesk.api.serializers import (
+    DecisionSerializer,
+    HandoverSerializer,
+    RetrySerializer,
+    RunSubmitSerializer,
+)
+from reviewdesk.approvals.device import DeviceSignature
+from reviewdesk.approvals.handover import approval_handover
+from reviewdesk.approvals.models import ApprovalKind, ApprovalStatus
 from reviewdesk.approvals.selectors import approval_get_for_reviewer, approvals_visible_to
 from reviewdesk.approvals.services import approval_decide
-from reviewdesk.errors import Invalid
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.runs.models import Checkpoint, Run, RunStatus
 from reviewdesk.runs.selectors import run_get_for_user, runs_visible_to
 from reviewdesk.runs.services import run_cancel, run_retry, run_submit
 
-LIST_LIMIT = 100
+
+class DeskAPIView(APIView):
+    """Refuses a body over DESK_MAX_BODY_BYTES by its Content-Length, before reading it."""
+
+    def initial(self, request, *args, **kwargs):
+        length = request.META.get("CONTENT_LENGTH") or "0"
+        if length.isdigit() and int(length) > settings.DESK_MAX_BODY_BYTES:
+            raise body_too_large(int(length))
+        super().initial(request, *args, **kwargs)
 
 
 def _with_details(runs):
     return runs.select_related("submitted_by").prefetch_related(
-        "approvals__decision__reviewer",
+        "approvals__decisions__reviewer",
         "messages",
         "side_effects",
         "attempts",
+        "follow_ups__posted_by",
         Prefetch("checkpoints", queryset=Checkpoint.objects.only("id", "number", "run_id")),
     )
 
 
-def _status_filter(request, choices) -> str | None:
-    value = request.query_params.get("status")
-    if value is not None and value not in choices:
-        raise Invalid(f"status must be one of {', '.join(choices)}")
-    return value
+RUN_FILTERS = ("status", "agent", "created_after", "created_before", "limit", "cursor")
+APPROVAL_FILTERS = (
+    "status",
+    "kind",
+    "agent",
+    "tool",
+    "run",
+    "created_after",
+    "created_before",
+    "limit",
+    "cursor",
+)
+EVENT_FILTERS = ("after", "type", "limit")
 
 
-class RunListCreateView(APIView):
+class RunListCreateView(DeskAPIView):
     def get_permissions(self):
         return [CanSubmit()] if self.request.method == "POST" else [CanRead()]
 
-    @extend_schema(parameters=[OpenApiParameter("status", str)], responses={200: dict})
+    @extend_schema(
+        operation_id="runs_list",
+        summary="List the runs this user may see, newest first",
+        description="Scope: any. Paged: follow `next` until it is null.",
+        parameters=[
+            doc.query("status", str, "only runs in this status", enum=RunStatus.values),
+            doc.query("agent", str, "only runs of this agent"),
+            doc.CREATED_AFTER,
+            doc.CREATED_BEFORE,
+            doc.LIMIT,
+            doc.CURSOR,
+        ],
+        responses={200: doc.RunPage, **doc.READ_PROBLEMS},
+        extensions=doc.scopes(),
+    )
     def get(self, request):
-        runs = runs_visible_to(request.user)
-        status = _status_filter(request, RunStatus.values)
-        if status:
+        paging.check_parameters(request, RUN_FILTERS)
+        runs = paging.time_filters(request, runs_visible_to(request.user))
+        if status := paging.choice_parameter(request, "status", RunStatus.values):
             runs = runs.filter(status=status)
-        return Response({"results": [run_detail(r) for r in _with_details(runs)[:LIST_LIMIT]]})
+        if agent := paging.text_parameter(request, "agent"):
+            runs = runs.filter(agent=agent)
+        return paging.keyset_page(request, _with_details(runs), run_detail)
 
-    @extend_schema(request=RunSubmitSerializer, responses={201: dict})
+    @extend_schema(
+        operation_id="runs_submit",
+        summary="Submit a run",
+        description="Scope: submit. Unknown fields are refused (422 `invalid`). Idempotency-Key honoured.",
+        request=RunSubmitSerializer,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses={201: doc.RunOutSerializer, **doc.WRITE_PROBLEMS, 429: doc.problem_response(429)},
+        examples=[doc.SUBMIT_EXAMPLE],
+        extensions=doc.scopes("submit"),
+    )
     def post(self, request):
         def submit() -> Response:
             serializer = RunSubmitSerializer(data=request.data)
@@ -63,55 +121,116 @@ class RunListCreateView(APIView):
         return idempotent(request, submit)
 
 
-class RunDetailView(APIView):
+class RunDetailView(DeskAPIView):
     permission_classes = [CanRead]
 
-    @extend_schema(responses={200: dict})
+    @extend_schema(
+        operation_id="runs_get",
+        summary="One run, with its approvals, messages, side effects and attempts",
+        description="Scope: any. 404 when missing or not this user's to see.",
+        responses={200: doc.RunOutSerializer, **doc.ONE_PROBLEMS},
+        extensions=doc.scopes(),
+    )
     def get(self, request, run_id):
         run = run_get_for_user(run_id=run_id, user=request.user)
         return Response(run_detail(_with_details(Run.objects.filter(pk=run.pk)).get()))
 
 
-class RunEventsView(APIView):
+class RunEventsView(DeskAPIView):
     permission_classes = [CanRead]
 
-    @extend_schema(parameters=[OpenApiParameter("after", int)], responses={200: dict})
+    @extend_schema(
+        operation_id="runs_events",
+        summary="The run's desk events after a sequence number, oldest first",
+        description="Scope: any. Paged: `next` carries `after=` the page's last sequence number.",
+        parameters=[doc.AFTER, doc.query("type", str, "only events of this type"), doc.LIMIT],
+        responses={200: doc.EventPage, **doc.ONE_PROBLEMS},
+        extensions=doc.scopes(),
+    )
     def get(self, request, run_id):
+        paging.check_parameters(request, EVENT_FILTERS)
         run = run_get_for_user(run_id=run_id, user=request.user)
-        try:
-            after = int(request.query_params.get("after", 0))
-        except ValueError:
-            raise Invalid("after must be an integer sequence number") from None
-        events = DeskEvent.objects.filter(run=run, id__gt=after).order_by("id")[:500]
-        return Response({"results": [e.as_message() for e in events]})
+        events = DeskEvent.objects.filter(run=run)
+        if event_type := paging.text_parameter(request, "type"):
+            events = events.filter(type=event_type)
+        return paging.sequence_page(request, events, DeskEvent.as_message)
 
 
-class ApprovalListView(APIView):
+class ApprovalListView(DeskAPIView):
     permission_classes = [CanRead]
 
-    @extend_schema(parameters=[OpenApiParameter("status", str)], responses={200: dict})
+    @extend_schema(
+        operation_id="approvals_list",
+        summary="List the approvals this user may see, newest first",
+        description="Scope: any. Paged: follow `next` until it is null.",
+        parameters=[
+            doc.query("status", str, "only approvals in this status", enum=ApprovalStatus.values),
+            doc.query("kind", str, "only approvals of this kind", enum=ApprovalKind.values),
+            doc.query("agent", str, "only approvals raised by runs of this agent"),
+            doc.query("tool", str, "only approvals of calls to this tool"),
+            doc.query("run", str, "only approvals of this run (its id)"),
+            doc.CREATED_AFTER,
+            doc.CREATED_BEFORE,
+            doc.LIMIT,
+            doc.CURSOR,
+        ],
+        responses={200: doc.ApprovalPage, **doc.READ_PROBLEMS},
+        extensions=doc.scopes(),
+    )
     def get(self, request):
-        approvals = approvals_visible_to(request.user)
-        status = _status_filter(request, ApprovalStatus.values)
-        if status:
+        paging.check_parameters(request, APPROVAL_FILTERS)
+        approvals = paging.time_filters(request, approvals_visible_to(request.user))
+        if status := paging.choice_parameter(request, "status", ApprovalStatus.values):
             approvals = approvals.filter(status=status)
-        return Response(
-            {"results": [approval_data(a) for a in approvals.order_by("-created_at")[:LIST_LIMIT]]}
-        )
+        if kind := paging.choice_parameter(request, "kind", ApprovalKind.values):
+            approvals = approvals.filter(kind=kind)
+        if agent := paging.text_parameter(request, "agent"):
+            approvals = approvals.filter(run__agent=agent)
+        if tool := paging.text_parameter(request, "tool"):
+            approvals = approvals.filter(tool=tool)
+        if run_id := paging.uuid_parameter(request, "run"):
+            approvals = approvals.filter(run_id=run_id)
+        return paging.keyset_page(request, approvals, approval_data)
 
 
-class ApprovalDetailView(APIView):
+class ApprovalDetailView(DeskAPIView):
     permission_classes = [CanRead]
 
-    @extend_schema(responses={200: dict})
+    @extend_schema(
+        operation_id="approvals_get",
+        summary="One approval",
+        description="Scope: any. 404 when missing or not this user's to see.",
+        responses={200: doc.ApprovalOutSerializer, **doc.ONE_PROBLEMS},
+        extensions=doc.scopes(),
+    )
     def get(self, request, approval_id):
         return Response(approval_data(approval_get_for_reviewer(approval_id=approval_id, user=request.user)))
 
 
-class ApprovalDecisionView(APIView):
+class ApprovalDecisionView(DeskAPIView):
     permission_classes = [CanReview]
 
-    @extend_schema(request=DecisionSerializer, responses={201: dict})
+    @extend_schema(
+        operation_id="approvals_decide",
+        summary="Decide an approval: a signed decision",
+        description=(
+            "Scope: review. 403 not allowed, 409 decided / stale / cancelled, 410 expired, 422 invalid. "
+            "Unknown fields are refused. Idempotency-Key honoured. With an approve, an optional `grant` "
+            '{"match": "exact" or {field: {operator: value}}, "scope": "run"|"agent"|"global", '
+            '"expires_at", "max_uses"} allows matching calls ahead of time (403 scope global by a '
+            "non-admin; 422 a bad grant, `not_grantable` for a tool that never is)."
+        ),
+        request=DecisionSerializer,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses={
+            201: doc.DecisionOutSerializer,
+            **doc.WRITE_PROBLEMS,
+            410: doc.problem_response(410),
+            429: doc.problem_response(429),
+        },
+        examples=[doc.DECISION_EXAMPLE, doc.GRANT_DECISION_EXAMPLE, doc.PROBLEM_EXAMPLE],
+        extensions=doc.scopes("review"),
+    )
     def post(self, request, approval_id):
         def decide() -> Response:
             serializer = DecisionSerializer(data=request.data)
@@ -126,24 +245,84 @@ class ApprovalDecisionView(APIView):
                 external_ref=data["external_ref"],
                 arguments=data.get("arguments"),
                 checkpoint_id=str(data["checkpoint_id"]),
+                device=(
+                    DeviceSignature(
+                        payload=data["payload"], signature=data["signature"], key_id=data["key_id"]
+                    )
+                    if "signature" in data
+                    else None
+                ),
+                answer=data.get("answer"),
+                grant=data.get("grant"),
             )
-            return Response(decision_data(decision), status=201)
+            grant = getattr(decision, "grant", None)
+            return Response(
+                {**decision_data(decision), "grant": grant_data(grant) if grant else None}, status=201
+            )
 
         return idempotent(request, decide)
 
 
-class RunCancelView(APIView):
+class ApprovalHandoverView(DeskAPIView):
+    permission_classes = [CanReview]
+
+    @extend_schema(
+        operation_id="approvals_handover",
+        summary="Hand a pending approval to a colleague or a group, with a note",
+        description=(
+            'Scope: review. `to` is a username or "group:NAME". 403 when the caller may not decide '
+            "this approval, 409 decided / cancelled, 410 expired, 422 when the target may not decide "
+            "it (the run's submitter, not a reviewer, an empty group, a reviewer who already voted). "
+            "Audited and pushed live. Idempotency-Key honoured."
+        ),
+        request=HandoverSerializer,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses={200: doc.ApprovalOutSerializer, **doc.WRITE_PROBLEMS, 410: doc.problem_response(410)},
+        examples=[doc.HANDOVER_EXAMPLE],
+        extensions=doc.scopes("review"),
+    )
+    def post(self, request, approval_id):
+        def hand_over() -> Response:
+            serializer = HandoverSerializer(data=request.data)
+            serializer.is_valid(raise_exception=True)
+            data = serializer.validated_data
+            # The caller may no longer see it once handed over: answer with what the service returned.
+            approval = approval_handover(
+                approval_id=approval_id, by=request.user, to=data["to"], note=data["note"]
+            )
+            return Response(approval_data(approval))
+
+        return idempotent(request, hand_over)
+
+
+class RunCancelView(DeskAPIView):
     permission_classes = [CanSubmitOrReview]
 
-    @extend_schema(request=None, responses={200: dict})
+    @extend_schema(
+        operation_id="runs_cancel",
+        summary="Cancel a run",
+        description="Scope: submit (the submitter) or review (its reviewers). Idempotency-Key honoured.",
+        request=None,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses={200: doc.RunOutSerializer, **doc.WRITE_PROBLEMS},
+        extensions=doc.scopes("submit", "review"),
+    )
     def post(self, request, run_id):
         return idempotent(request, lambda: Response(run_detail(run_cancel(run_id=run_id, user=request.user))))
 
 
-class RunRetryView(APIView):
+class RunRetryView(DeskAPIView):
     permission_classes = [CanSubmit]
 
-    @extend_schema(request=RetrySerializer, responses={201: dict})
+    @extend_schema(
+        operation_id="runs_retry",
+        summary="Retry a failed or cancelled run, from its latest or a named checkpoint",
+        description="Scope: submit. Idempotency-Key honoured.",
+        request=RetrySerializer,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses={201: doc.RunOutSerializer, **doc.WRITE_PROBLEMS},
+        extensions=doc.scopes("submit"),
+    )
     def post(self, request, run_id):
         def retry() -> Response:
             serializer = RetrySerializer(data=request.data or {})
@@ -157,9 +336,9 @@ class RunRetryView(APIView):
         return idempotent(request, retry)
 
 
+@csrf_exempt  # it changes nothing; without this a POST got Django's HTML 403 CSRF page
 def api_not_found(request, *args, **kwargs):
     """Unknown API paths and malformed ids answer in problem+json, like every other API error."""
-    from django.http import JsonResponse
 
     return JsonResponse(
         {
@@ -167,6 +346,7 @@ def api_not_found(request, *args, **kwargs):
             "title": "Not found",
             "status": 404,
             "detail": f"no such endpoint: {request.path}",
+            "code": "not_found",
         },
         status=404,
         content_type="application/problem+json",

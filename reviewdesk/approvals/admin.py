@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from reviewdesk.approvals.models import ApprovalRequest, Decision
+from reviewdesk.approvals.models import ApprovalRequest, Decision, Grant
 from reviewdesk.runs.admin import ReadOnlyAdmin
 
 
@@ -16,3 +16,12 @@ class DecisionAdmin(ReadOnlyAdmin):
     list_display = ("id", "verdict", "reviewer", "decided_at", "consumed_at", "key_id")
     list_filter = ("verdict",)
     list_select_related = ("reviewer",)
+
+
+@admin.register(Grant)
+class GrantAdmin(ReadOnlyAdmin):
+    """Read-only: grants are made with an approve and revoked on /grants/ (approvals.grants)."""
+
+    list_display = ("id", "tool", "scope", "uses", "max_uses", "expires_at", "granted_by", "revoked_at")
+    list_filter = ("scope", "tool")
+    list_select_related = ("granted_by",)

@@ -18,14 +18,27 @@ class ApprovalKind(models.TextChoices):
     TOOL_CALL = "tool_call"
     # An effect cut between the ledger's pending and confirmed: did it happen?
     RECONCILE = "reconcile"
-    # A later kind, `question`, shares this lifecycle: the answer becomes the tool result.
+    # The agent asks (agents.questions): the validated, signed answer becomes the tool result.
+    QUESTION = "question"
+
+
+class Verdict(models.TextChoices):
+    APPROVE = "approve"
+    REJECT = "reject"
+    EDIT = "edit"
+    CONFIRM = "confirm"  # reconcile: the effect did happen (with its external reference)
+    RERUN = "rerun"  # reconcile: it did not; run it again (signed, verified by the gate)
+    ANSWER = "answer"  # question: the answer, checked against its options or JSON Schema
 
 
 # What each kind may be answered with.
-KIND_VERDICTS = {
-    "tool_call": ("approve", "reject", "edit"),
-    "reconcile": ("confirm", "rerun", "reject"),
+KIND_VERDICTS: dict[str, tuple[str, ...]] = {
+    ApprovalKind.TOOL_CALL: (Verdict.APPROVE, Verdict.REJECT, Verdict.EDIT),
+    ApprovalKind.RECONCILE: (Verdict.CONFIRM, Verdict.RERUN, Verdict.REJECT),
+    ApprovalKind.QUESTION: (Verdict.ANSWER, Verdict.REJECT),
 }
+# The kinds raised for a call waiting on a human's say (CallStatus.AWAITING).
+AWAITING_KINDS = (ApprovalKind.TOOL_CALL, ApprovalKind.QUESTION)
 
 
 class ApprovalRequest(models.Model):
@@ -41,9 +54,28 @@ class ApprovalRequest(models.Model):
     arguments = models.JSONField()
     arguments_sha256 = models.CharField(max_length=64)
     reason = models.TextField(blank=True)
-    # Empty: any member of the reviewers group. Otherwise only these usernames.
+    # Empty: any member of the reviewers group. Otherwise only these targets: usernames and
+    # "group:NAME" (agents.routing), set when raised and changed by a hand-over.
     assignees = models.JSONField(default=list, blank=True)
+    # Quorum: how many different reviewers must approve, and (when not empty) the groups a
+    # counted vote must come from. Copied from the tool when raised.
+    required_approvals = models.PositiveSmallIntegerField(default=1)
+    quorum_groups = models.JSONField(default=list, blank=True)
+    # The latest hand-over: who handed the item on, when, and the note they left for the next.
+    handed_over_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    handed_over_at = models.DateTimeField(null=True, blank=True)
+    handover_note = models.TextField(blank=True)
     expires_at = models.DateTimeField()
+    # Time and escalation (approvals/clock.py): the response-time target's deadline, when the
+    # assignees were reminded at its half, and how many steps up the chain the item has gone.
+    respond_by = models.DateTimeField(null=True, blank=True)
+    reminded_at = models.DateTimeField(null=True, blank=True)
+    escalation_level = models.PositiveSmallIntegerField(default=0)
+    # Notifications (approvals/notify.py): when the assignees were emailed for this item's
+    # current assignment (None: not yet; cleared again by an escalation).
+    notified_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=20, choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -55,7 +87,7 @@ class ApprovalRequest(models.Model):
             # a retry raises a fresh approval, an interrupted re-run a fresh reconciliation.
             models.UniqueConstraint(
                 fields=["run", "tool_call_id", "kind"],
-                condition=models.Q(status="pending"),
+                condition=models.Q(status=ApprovalStatus.PENDING),
                 name="approval_one_pending_per_call_and_kind",
             ),
             models.CheckConstraint(
@@ -65,25 +97,36 @@ class ApprovalRequest(models.Model):
                 condition=models.Q(kind__in=ApprovalKind.values), name="approval_kind_valid"
             ),
         ]
-        indexes = [models.Index(fields=["status", "expires_at"])]
+        indexes = [
+            models.Index(fields=["status", "expires_at"]),
+            # The desk's queue order (approvals.routing.in_queue_order): a page without sorting every row.
+            models.Index(fields=["status", "expires_at", "created_at", "id"], name="approval_queue_order"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.tool} for run {self.run_id} ({self.status})"
 
+    @property
+    def decision(self) -> Decision | None:
+        """The decision that settled the request: its rejection, or the approval that completed
+        its quorum (the latest). None while it is pending, and once cancelled or expired."""
+        if self.status not in (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED):
+            return None
+        decisions = sorted(self.decisions.all(), key=lambda d: d.decided_at)  # prefetched or not
+        return decisions[-1] if decisions else None
 
-class Verdict(models.TextChoices):
-    APPROVE = "approve"
-    REJECT = "reject"
-    EDIT = "edit"
-    CONFIRM = "confirm"  # reconcile: the effect did happen (with its external reference)
-    RERUN = "rerun"  # reconcile: it did not; run it again (signed, verified by the gate)
+    def approving_decisions(self) -> list[Decision]:
+        """The quorum's votes so far, oldest first."""
+        approving = (Verdict.APPROVE, Verdict.EDIT)
+        return sorted((d for d in self.decisions.all() if d.verdict in approving), key=lambda d: d.decided_at)
 
 
 class Decision(models.Model):
     """The approval record: what the reviewer decided, signed with the desk's Ed25519 key."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    request = models.OneToOneField(ApprovalRequest, on_delete=models.PROTECT, related_name="decision")
+    # One per request, except under a quorum: one per voting reviewer (ApprovalRequest.decision).
+    request = models.ForeignKey(ApprovalRequest, on_delete=models.PROTECT, related_name="decisions")
     verdict = models.CharField(max_length=10, choices=Verdict.choices)
     reason = models.TextField(blank=True)
     # Steering: reaches the model as a user message before its next call.
@@ -99,6 +142,7 @@ class Decision(models.Model):
     key_id = models.CharField(max_length=64)
     consumed_at = models.DateTimeField(null=True, blank=True)
     external_ref = models.CharField(max_length=200, blank=True)  # confirm: where the effect is recorded
+    answer = models.JSONField(null=True, blank=True)  # answer: the question's answer (its hash is signed)
 
     class Meta:
         ordering = ["decided_at"]
@@ -106,4 +150,94 @@ class Decision(models.Model):
             models.CheckConstraint(
                 condition=models.Q(verdict__in=Verdict.values), name="decision_verdict_valid"
             ),
+            # A reviewer counts once towards a quorum, and decides a request at most once.
+            models.UniqueConstraint(fields=["request", "reviewer"], name="decision_one_per_reviewer"),
+        ]
+
+
+class ApprovalLink(models.Model):
+    """A one-time link, emailed to one assignee, that opens one approval's page (never decides).
+
+    The emailed token is this row's id signed with django.core.signing (salted, with an
+    expiry); `used_at` records the single use (set by compare-and-set)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    request = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE, related_name="links")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    used_at = models.DateTimeField(null=True, blank=True)
+
+
+class GrantScope(models.TextChoices):
+    """Where a standing grant applies (agents.grants.GrantScope)."""
+
+    RUN = "run"
+    AGENT = "agent"
+    GLOBAL = "global"
+
+
+class Grant(models.Model):
+    """A standing approval ("always allow"), signed with the desk's key like a decision.
+
+    The signed `payload` is what the gate trusts; the columns repeat it for queries and
+    pages. `uses` only grows, by a conditional UPDATE bounded by the signed `max_uses`
+    (approvals.grants.grant_use); `revoked_at` ends it at once, because every use re-reads it.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    approval = models.ForeignKey(ApprovalRequest, on_delete=models.PROTECT, related_name="grants")
+    decision = models.OneToOneField(Decision, on_delete=models.PROTECT, related_name="grant")
+    tool = models.CharField(max_length=100)
+    agent = models.CharField(max_length=100)
+    scope = models.CharField(max_length=10, choices=GrantScope.choices)
+    run = models.ForeignKey(
+        "runs.Run", on_delete=models.CASCADE, null=True, blank=True, related_name="grants"
+    )
+    # Exactly one of: the exact call's argument hash (and its arguments, to show), or constraints.
+    arguments_sha256 = models.CharField(max_length=64, blank=True)
+    arguments = models.JSONField(null=True, blank=True)
+    constraints = models.JSONField(null=True, blank=True)
+    max_uses = models.PositiveIntegerField()
+    uses = models.PositiveIntegerField(default=0)
+    expires_at = models.DateTimeField()
+    granted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="grants")
+    created_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    payload = models.JSONField()
+    signature = models.TextField()
+    key_id = models.CharField(max_length=64)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(scope__in=GrantScope.values), name="grant_scope_valid"),
+            # The database refuses a use beyond the limit even if a service forgot to ask.
+            models.CheckConstraint(
+                condition=models.Q(uses__lte=models.F("max_uses")), name="grant_uses_within_limit"
+            ),
+            models.CheckConstraint(condition=models.Q(max_uses__gte=1), name="grant_max_uses_positive"),
+        ]
+        indexes = [models.Index(fields=["tool", "revoked_at", "expires_at"])]
+
+    def __str__(self) -> str:
+        return f"grant {self.pk} for {self.tool} ({self.scope})"
+
+
+class GrantUse(models.Model):
+    """One call a grant allowed, written with its ledger row: one use per call, ever."""
+
+    grant = models.ForeignKey(Grant, on_delete=models.PROTECT, related_name="grant_uses")
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="grant_uses")
+    tool_call_id = models.CharField(max_length=200)
+    idempotency_key = models.CharField(max_length=300, unique=True)  # the ledger row's key
+    number = models.PositiveIntegerField()  # this use's number, 1 to max_uses
+    used_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["used_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["grant", "number"], name="grant_use_number_unique"),
         ]

@@ -4,13 +4,13 @@ Not HMAC and not django.core.signing: workers load Django settings, so anything
 keyed on SECRET_KEY could be forged by a compromised worker. The private key
 file is read only by `sign`; the keyring file holds public keys by key id, so
 keys can rotate (add the new public key, keep the old one until its decisions
-are consumed).
+are consumed). What is signed, and how key ids are formed, is the decision
+contract in `agents.decisions`; this module only keeps the keys.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import os
 from functools import lru_cache
@@ -21,12 +21,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from django.conf import settings
 
-from agents.canonical import canonical_json
-
-
-def key_id_for(public_key: Ed25519PublicKey) -> str:
-    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return "ed25519:" + hashlib.sha256(raw).hexdigest()[:16]
+from agents.decisions import key_id_for, sign_payload
 
 
 def _write_private(path: Path, data: bytes) -> None:
@@ -61,10 +56,10 @@ def _private_key() -> Ed25519PrivateKey:
             pass  # another process won the race: use its key
         else:
             _add_to_keyring(Path(settings.DESK_VERIFY_KEYS_FILE), key.public_key())
-    key = serialization.load_pem_private_key(path.read_bytes(), password=None)
-    if not isinstance(key, Ed25519PrivateKey):
+    loaded = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    if not isinstance(loaded, Ed25519PrivateKey):
         raise ValueError(f"{path} is not an Ed25519 private key")
-    return key
+    return loaded
 
 
 def ensure_keys() -> str:
@@ -82,8 +77,8 @@ def current_key_id() -> str:
 
 
 def sign(payload: dict[str, Any]) -> str:
-    """Base64 Ed25519 signature over the RFC 8785 canonical payload."""
-    return base64.b64encode(_private_key().sign(canonical_json(payload))).decode()
+    """Base64 Ed25519 signature over the RFC 8785 canonical payload, with the desk's key."""
+    return sign_payload(_private_key(), payload)
 
 
 class FileKeyring:
@@ -101,3 +96,43 @@ class FileKeyring:
         if encoded is None:
             return None
         return Ed25519PublicKey.from_public_bytes(base64.b64decode(encoded))
+
+
+# --- Keys held apart: what a worker may hold ----------------------------------------------
+def is_production_configuration() -> bool:
+    """DEBUG off, not the embedded default (DATABASE_URL or REDIS_URL set), and not a test process.
+
+    The embedded default (`make run`) keeps web and worker on one machine as one user, so the
+    worker can read the private key there; a deployment must not.
+    """
+    embedded = not settings.DATABASE_URL and not settings.REDIS_URL
+    return not settings.DEBUG and not embedded and os.environ.get("DESK_TESTING") != "1"
+
+
+def worker_key_problems() -> list[str]:
+    """Why this process, as a worker, holds more than public keys read-only; empty when it does not.
+
+    `os.access` answers for this process's uid. As root it says yes to everything, and root
+    can write a 0444 file; so for root the check reads the modes instead: the keyring file and
+    its directory must have no write bit. That checks the operator's intent only: a worker run
+    as root can still do anything. Run the worker as its own user (README, "Web and worker as
+    different users").
+    """
+    problems = []
+    private = Path(settings.DESK_SIGNING_KEY_FILE)
+    if private.exists() and os.access(private, os.R_OK):
+        problems.append(f"it can read the private signing key {private} (DESK_SIGNING_KEY_FILE)")
+    keyring = Path(settings.DESK_VERIFY_KEYS_FILE)
+    if os.geteuid() == 0:
+        for path in (keyring, keyring.parent):
+            if path.exists() and path.stat().st_mode & 0o222:
+                problems.append(
+                    f"it runs as root and {path} has a write bit (mode {path.stat().st_mode & 0o777:o})"
+                )
+    else:
+        for path in (keyring, keyring.parent):
+            if os.access(path, os.W_OK) or (path.exists() and path.stat().st_uid == os.geteuid()):
+                problems.append(
+                    f"it can write (or chmod) {path}, where the keyring lives (DESK_VERIFY_KEYS_FILE)"
+                )
+    return problems

@@ -1,79 +1,201 @@
-"""The audit trail: append-only rows in a SHA-256 hash chain."""
+"""The audit trail: append-only rows in a keyed hash chain, anchored outside the database.
+
+See chain.py for the hash rules and anchors.py for the anchor file. What this
+catches, and what it cannot, is written in the README's "Audit trail".
+"""
 
 from __future__ import annotations
 
-import hashlib
-from typing import Any
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from agents.canonical import canonical_json
-from reviewdesk.audit.models import AuditEvent
+from reviewdesk.audit.anchors import Anchor, AnchorFileInvalid, anchor_append, anchors_read, chain_head
+from reviewdesk.audit.chain import GENESIS, row_hash
+from reviewdesk.audit.keys import AuditKeyMissing, audit_key
+from reviewdesk.audit.models import AuditEvent, ChainVersion
 from reviewdesk.db import serialize_writers
 
-GENESIS = "0" * 64
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
-
-def _row_hash(prev_hash: str, fields: dict[str, Any]) -> str:
-    return hashlib.sha256(prev_hash.encode() + canonical_json(fields)).hexdigest()
-
-
-def _fields(*, at, actor_name, action, subject_type, subject_id, data) -> dict[str, Any]:
-    return {
-        "at": at.isoformat(),
-        "actor": actor_name,
-        "action": action,
-        "subject_type": subject_type,
-        "subject_id": str(subject_id),
-        "data": data,
-    }
+logger = logging.getLogger(__name__)
 
 
 def audit_record(
-    *, actor, action: str, subject_type: str, subject_id, data: dict | None = None
+    *, actor: User | None, action: str, subject_type: str, subject_id: Any, data: dict[str, Any] | None = None
 ) -> AuditEvent:
     """Append to the chain inside the caller's transaction (or a new one)."""
-    with transaction.atomic():
+    key = audit_key()
+    # No savepoint: a failed audit write must undo the caller's action anyway (two round trips
+    # saved per row; issue 11).
+    with transaction.atomic(savepoint=False):
         serialize_writers("audit-chain")
         prev = AuditEvent.objects.order_by("-id").values_list("hash", flat=True).first() or GENESIS
-        at = timezone.now()
         actor_name = actor.get_username() if actor is not None else "system"
-        data = data or {}
-        fields = _fields(
-            at=at,
-            actor_name=actor_name,
-            action=action,
-            subject_type=subject_type,
-            subject_id=subject_id,
-            data=data,
-        )
-        return AuditEvent.objects.create(
-            at=at,
+        # The keyed hash covers the row id, known only after the insert: insert with a unique
+        # placeholder, then set the hash in the same transaction (no one sees the placeholder).
+        row = AuditEvent.objects.create(
+            at=timezone.now(),
             actor=actor,
             actor_name=actor_name,
             action=action,
             subject_type=subject_type,
             subject_id=str(subject_id),
-            data=data,
+            data=data or {},
             prev_hash=prev,
-            hash=_row_hash(prev, fields),
+            hash=secrets.token_hex(32),
+            version=ChainVersion.KEYED,
         )
+        row.hash = row_hash(row, key=key)
+        AuditEvent.objects.filter(pk=row.pk).update(hash=row.hash)
+        return row
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """What `audit_check` found: `first_bad` names the first bad row (or the missing anchored one)."""
+
+    intact: bool
+    first_bad: int | None
+    problem: str
+    rows: int
+    anchors: int
+    last_anchor: Anchor | None
+
+    def describe(self) -> str:
+        if not self.intact:
+            where = f"row {self.first_bad}" if self.first_bad is not None else "the anchors"
+            return f"audit trail BROKEN at {where}: {self.problem}"
+        if self.last_anchor is None:
+            anchored = "no anchor yet: a truncated tail could not be detected"
+        else:
+            anchored = f"last anchor: row {self.last_anchor.last_id} at {self.last_anchor.at}"
+        return f"audit trail intact: {self.rows} rows, {self.anchors} anchors; {anchored}"
+
+
+class _Broken(Exception):
+    def __init__(self, row_id: int | None, problem: str) -> None:
+        self.row_id = row_id
+        self.problem = problem
+
+
+def _row_problem(row: AuditEvent, prev: str, keyed_seen: bool, plain_until: int | None) -> str | None:
+    if row.version == ChainVersion.PLAIN:
+        # Anyone can compute an unkeyed row: only those written before the upgrade are genuine,
+        # and once anchored they are pinned by the anchor's hash.
+        if keyed_seen:
+            return "an unkeyed row after keyed rows (the chain was rewritten without the key)"
+        if plain_until is not None and row.id > plain_until:
+            return "an unkeyed row that no anchor covers (the chain was rewritten without the key)"
+    if row.prev_hash != prev:
+        return "it does not follow the row before it (a row before it was deleted or rewritten)"
+    try:
+        key = audit_key(create=False) if row.version == ChainVersion.KEYED else None
+    except AuditKeyMissing as exc:
+        return str(exc)
+    if row.hash != row_hash(row, key=key):
+        return "its hash does not match its contents (edited, or recomputed without the key)"
+    return None
+
+
+def _walk(anchors: list[Anchor], start: Anchor | None, upto: int | None = None) -> tuple[int, Anchor | None]:
+    """Check the rows after `start` (all when None), up to id `upto`, against the chain and the anchors.
+
+    Unkeyed (PLAIN) rows are accepted only up to the newest anchor, except while there is
+    no anchor at all: the first anchor after the upgrade trusts the old rows it finds.
+    Returns (rows seen, the newest anchor matched); raises _Broken at the first bad row.
+    """
+    plain_until = max((a.last_id for a in anchors), default=start.last_id if start else None)
+    rows = AuditEvent.objects.order_by("id")
+    prev, count, keyed_seen = GENESIS, 0, False
+    if start is not None:
+        anchored = AuditEvent.objects.filter(pk=start.last_id).values_list("hash", "version").first()
+        if anchored is None or anchored[0] != start.hash:
+            raise _Broken(start.last_id, f"the row anchored at {start.at} is gone or changed")
+        prev, count, keyed_seen = start.hash, start.count, anchored[1] == ChainVersion.KEYED
+        rows = rows.filter(pk__gt=start.last_id)
+    if upto is not None:
+        rows = rows.filter(pk__lte=upto)
+    pending = sorted(
+        (a for a in anchors if start is None or a.last_id > start.last_id), key=lambda a: a.last_id
+    )
+    matched: Anchor | None = start
+    index = 0
+    for row in rows.iterator():
+        if index < len(pending) and pending[index].last_id < row.id:
+            gone = pending[index]
+            raise _Broken(gone.last_id, f"row {gone.last_id}, anchored at {gone.at}, was deleted")
+        count += 1
+        problem = _row_problem(row, prev, keyed_seen, plain_until)
+        if problem is not None:
+            raise _Broken(row.id, problem)
+        keyed_seen = keyed_seen or row.version == ChainVersion.KEYED
+        while index < len(pending) and pending[index].last_id == row.id:
+            anchor = pending[index]
+            # The anchored hash pins every row up to here (each hash covers the one before),
+            # so the anchor's row count needs no separate check.
+            if anchor.hash != row.hash:
+                raise _Broken(row.id, f"its hash differs from the anchor of {anchor.at}")
+            matched, index = anchor, index + 1
+        prev = row.hash
+    if index < len(pending):
+        gone = pending[index]
+        raise _Broken(
+            gone.last_id,
+            f"the tail was cut: row {gone.last_id}, anchored at {gone.at}, is gone ({count} rows left)",
+        )
+    return count, matched
+
+
+def audit_check() -> AuditReport:
+    """Walk the whole chain: each row's hash under its version, the links, and every anchor."""
+    try:
+        anchors = anchors_read()
+    except AnchorFileInvalid as exc:
+        return AuditReport(False, None, str(exc), AuditEvent.objects.count(), 0, None)
+    try:
+        count, matched = _walk(anchors, start=None)
+    except _Broken as broken:
+        return AuditReport(
+            False, broken.row_id, broken.problem, AuditEvent.objects.count(), len(anchors), None
+        )
+    return AuditReport(True, None, "", count, len(anchors), matched)
 
 
 def audit_verify() -> tuple[bool, int | None]:
-    """Walk the chain; return (intact, id of the first bad row)."""
-    prev = GENESIS
-    for row in AuditEvent.objects.order_by("id").iterator():
-        fields = _fields(
-            at=row.at,
-            actor_name=row.actor_name,
-            action=row.action,
-            subject_type=row.subject_type,
-            subject_id=row.subject_id,
-            data=row.data,
-        )
-        if row.prev_hash != prev or row.hash != _row_hash(prev, fields):
-            return False, row.id
-        prev = row.hash
-    return True, None
+    """(intact, id of the first bad row): the audit page's summary of `audit_check`."""
+    report = audit_check()
+    return report.intact, report.first_bad
+
+
+def audit_anchor() -> AuditReport:
+    """Anchor the chain head, once the rows since the previous anchor check out.
+
+    Only the rows after the newest anchor are walked (that anchor vouches for the
+    ones before it), so this stays cheap as the chain grows. A broken chain is
+    reported and not anchored: an anchor must never vouch for a rewritten chain.
+    An unchanged head is not anchored again.
+    """
+    try:
+        anchors = anchors_read()
+    except AnchorFileInvalid as exc:
+        logger.error("audit anchor refused: %s", exc)
+        return AuditReport(False, None, str(exc), 0, 0, None)
+    newest = anchors[-1] if anchors else None
+    head = chain_head()  # read first: rows appended while we walk wait for the next anchor
+    if head is None or (newest is not None and newest.last_id == head[0]):
+        return AuditReport(True, None, "", head[2] if head else 0, len(anchors), newest)
+    last_id, last_hash, count = head
+    try:
+        _walk([], start=newest, upto=last_id)
+    except _Broken as broken:
+        report = AuditReport(False, broken.row_id, broken.problem, count, len(anchors), newest)
+        logger.error("audit anchor refused: %s", report.describe())
+        return report
+    anchor = anchor_append(last_id=last_id, hash=last_hash, count=count)
+    return AuditReport(True, None, "", count, len(anchors) + 1, anchor)

@@ -7,23 +7,59 @@ import json
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
-from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_http_methods
 
 from agents.canonical import canonical_json
+from agents.registry import agent_names, get_agent
+from reviewdesk.accounts.devicekeys import endorsed_key_ids
 from reviewdesk.accounts.roles import is_admin, is_reviewer
-from reviewdesk.approvals.selectors import approval_get_for_reviewer, approvals_pending_for, user_may_decide
+from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus, Verdict
+from reviewdesk.approvals.routing import user_qualifies
+from reviewdesk.approvals.selectors import (
+    QUEUE_FILTER_NAMES,
+    QUEUE_PAGE_SIZE,
+    approval_context,
+    approval_get_for_reviewer,
+    approval_preview,
+    approval_tool,
+    approvals_queue_for,
+    queue_view_from,
+)
 from reviewdesk.approvals.services import approval_decide
-from reviewdesk.audit.models import AuditEvent
-from reviewdesk.audit.services import audit_verify
-from reviewdesk.errors import DeskError, Invalid, NotFound
+from reviewdesk.approvals.validation import EXTERNAL_REF_MAX, TEXT_MAX
+
+# What the decision templates compare with and limit to, so that they spell no enum value or limit.
+from reviewdesk.desk.grant_views import grant_form_context, posted_grant
+from reviewdesk.desk.questions import posted_answer, question_form
+from reviewdesk.errors import DeskError, Invalid, NotFound, explain
 from reviewdesk.events.builders import approval_data
+from reviewdesk.events.routing import websocket_urlpatterns
 from reviewdesk.events.services import latest_seq
-from reviewdesk.runs.models import ENDED
-from reviewdesk.runs.selectors import run_get_for_user, runs_visible_to
-from reviewdesk.runs.services import run_cancel, run_retry
+from reviewdesk.jsonlimits import json_depth_exceeds
+
+DECISION_CONTEXT = {
+    "ApprovalKind": ApprovalKind,
+    "ApprovalStatus": ApprovalStatus,
+    "Verdict": Verdict,
+    "TEXT_MAX": TEXT_MAX,
+    "EXTERNAL_REF_MAX": EXTERNAL_REF_MAX,
+}
+
+# The desk socket's path, read from its route (events/routing.py) so that it is written once.
+(_DESK_SOCKET_ROUTE,) = websocket_urlpatterns
+DESK_SOCKET_PATH = "/" + str(_DESK_SOCKET_ROUTE.pattern)
+
+DONE = {
+    Verdict.APPROVE: "Approved",
+    Verdict.REJECT: "Rejected",
+    Verdict.EDIT: "Edited and approved",
+    Verdict.CONFIRM: "Marked done",
+    Verdict.RERUN: "Authorised a re-run of",
+    Verdict.ANSWER: "Answered",
+}
 
 
 def _require_reviewer(request: HttpRequest) -> None:
@@ -33,9 +69,39 @@ def _require_reviewer(request: HttpRequest) -> None:
 
 @login_required
 def desk(request: HttpRequest) -> HttpResponse:
+    """The queue: the user's pending approvals, mine first then by expiry, filtered by the
+    URL's agent, tool, run and assignee, one page of QUEUE_PAGE_SIZE at a time."""
     _require_reviewer(request)
-    approvals = [approval_data(a) for a in approvals_pending_for(request.user)]
-    return render(request, "desk/desk.html", {"approvals": approvals, "seq": latest_seq()})
+    filters, offset = queue_view_from(request.GET)
+    page = approvals_queue_for(request.user, filters, offset=offset)
+    kept = {name: getattr(filters, name) for name in FILTERS if getattr(filters, name)}
+    tools = sorted({tool.name for name in agent_names() for tool in get_agent(name).tools})
+    return render(
+        request,
+        "desk/desk.html",
+        {
+            "approvals": [approval_data(a) for a in page.approvals],
+            "page": page,
+            "page_last": page.offset + len(page.approvals),
+            "page_size": QUEUE_PAGE_SIZE,
+            "filters": filters,
+            "filtered": bool(kept),
+            "prev_query": urlencode({**kept, "offset": page.prev_offset})
+            if page.prev_offset is not None
+            else None,
+            "next_query": urlencode({**kept, "offset": page.next_offset})
+            if page.next_offset is not None
+            else None,
+            "agents": agent_names(),
+            "tools": tools,
+            "seq": latest_seq(),
+            "socket_path": DESK_SOCKET_PATH,
+            **DECISION_CONTEXT,
+        },
+    )
+
+
+FILTERS = QUEUE_FILTER_NAMES
 
 
 @login_required
@@ -47,104 +113,134 @@ def approval_page(request: HttpRequest, approval_id) -> HttpResponse:
     except NotFound:
         raise Http404("no such approval") from None
     if request.method == "POST":
-        verdict = request.POST.get("verdict", "")
-        try:
-            approval_decide(
-                approval_id=approval.id,
-                reviewer=request.user,
-                verdict=verdict,
-                reason=request.POST.get("reason", "").strip(),
-                note=request.POST.get("note", "").strip(),
-                external_ref=request.POST.get("external_ref", "").strip(),
-                arguments=_edited_arguments(request) if verdict == "edit" else None,
-                checkpoint_id=request.POST.get("checkpoint_id", ""),
-            )
-        except DeskError as exc:
-            detail = exc.detail + (
-                "".join(f" {e}." for e in exc.errors) if isinstance(exc.errors, list) else ""
-            )
-            messages.error(request, f"Not decided: {detail}")
-            return redirect("approval", approval_id=approval.id)
-        done = {
-            "approve": "Approved",
-            "reject": "Rejected",
-            "edit": "Edited and approved",
-            "confirm": "Marked done",
-            "rerun": "Authorised a re-run of",
-        }[verdict]
-        messages.success(request, f"{done} {approval.tool} for run {approval.run_id}.")
-        next_url = request.POST.get("next", "")
-        if not url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()}):
-            next_url = "desk"
-        return redirect(next_url)
-    data = approval_data(approval)
+        return _decide(request, approval)
+    tool = approval_tool(approval)
+    qualifies = approval.status == ApprovalStatus.PENDING and user_qualifies(
+        request.user, approval, approval.run
+    )
+    # A vote still waiting for its quorum; once settled, the page shows the decision itself.
+    voted = approval.status == ApprovalStatus.PENDING and any(
+        d.reviewer_id == request.user.pk for d in approval.approving_decisions()
+    )
     return render(
         request,
         "desk/approval.html",
         {
-            "approval": data,
+            "approval": approval_data(approval),
+            "context": approval_context(approval),
+            "preview": approval_preview(approval, approval.arguments),
+            "schema": tool.parameters if tool else {},
             "canonical_arguments": canonical_json(approval.arguments).decode(),
-            "pretty_arguments": json.dumps(approval.arguments, indent=2, ensure_ascii=False),
-            "may_decide": approval.status == "pending" and user_may_decide(request.user, approval.run),
+            "may_decide": qualifies and not voted,
+            "may_handover": qualifies and not voted,
+            "voted": voted,
+            "question": question_form(approval.arguments) if approval.kind == ApprovalKind.QUESTION else None,
+            **grant_form_context(request.user, approval, tool),
+            "socket_path": DESK_SOCKET_PATH,
+            # The browser signs with its own device key when it holds one of these (issue 13).
+            "device_key_ids": endorsed_key_ids(request.user),
+            **DECISION_CONTEXT,
         },
     )
 
 
-def _edited_arguments(request: HttpRequest) -> object:
-    try:
-        return json.loads(request.POST.get("arguments", ""))
-    except json.JSONDecodeError as exc:
-        raise Invalid(f"the edited arguments are not valid JSON ({exc.msg}, line {exc.lineno})") from None
-
-
-@login_required
-def run_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "desk/runs.html", {"runs": runs_visible_to(request.user)[:200]})
-
-
-@login_required
-def run_page(request: HttpRequest, run_id) -> HttpResponse:
-    try:
-        run = run_get_for_user(run_id=run_id, user=request.user)
-    except NotFound:
-        raise Http404("no such run") from None
-    return render(
-        request,
-        "desk/run.html",
-        {
-            "run": run,
-            "messages_log": run.messages.order_by("position"),
-            "approvals": run.approvals.select_related("decision", "decision__reviewer"),
-            "side_effects": run.side_effects.all(),
-            "attempts": run.attempts.all(),
-            "ended": run.status in ENDED,
-        },
-    )
+# The largest edited-arguments body the preview endpoint reads, and the deepest nesting.
+PREVIEW_MAX_BYTES = 64 * 1024
+PREVIEW_MAX_DEPTH = 32
 
 
 @login_required
 @require_http_methods(["POST"])
-def run_control(request: HttpRequest, run_id, action: str) -> HttpResponse:
-    """The run page's Cancel and Retry buttons (session + CSRF); the services check who may."""
-    service = {"cancel": run_cancel, "retry": run_retry}[action]
+def approval_preview_json(request: HttpRequest, approval_id) -> JsonResponse:
+    """What the call would do with the edited arguments: {"preview", "errors"} as JSON.
+
+    The approval page calls it as the reviewer edits (session + CSRF). Reviewers only,
+    and only for an approval they may see; it reads and never acts.
+    """
+    _require_reviewer(request)
     try:
-        service(run_id=run_id, user=request.user)
+        approval = approval_get_for_reviewer(approval_id=approval_id, user=request.user)
     except NotFound:
-        raise Http404("no such run") from None
+        return JsonResponse({"detail": "no such approval"}, status=404)
+    if len(request.body) > PREVIEW_MAX_BYTES:
+        return JsonResponse({"detail": f"the body is larger than {PREVIEW_MAX_BYTES} bytes"}, status=413)
+    try:
+        body = json.loads(request.body)
+    except (ValueError, RecursionError):
+        return JsonResponse({"detail": "the body is not JSON"}, status=400)
+    if not isinstance(body, dict) or "arguments" not in body:
+        return JsonResponse({"detail": 'send {"arguments": {...}}'}, status=400)
+    if json_depth_exceeds(body["arguments"], PREVIEW_MAX_DEPTH):
+        return JsonResponse({"detail": f"the arguments nest deeper than {PREVIEW_MAX_DEPTH}"}, status=400)
+    result = approval_preview(approval, body["arguments"])
+    return JsonResponse(result, status=422 if result["errors"] and result["preview"] is None else 200)
+
+
+def _decide(request: HttpRequest, approval: ApprovalRequest) -> HttpResponse:
+    """The decision forms: parse the POST, let the decide service judge it, say what happened."""
+    verdict = request.POST.get("verdict", "")
+    try:
+        arguments = _posted_arguments(request)
+        reason = request.POST.get("reason", "").strip()
+        note = request.POST.get("note", "").strip()
+        external_ref = request.POST.get("external_ref", "").strip()
+        answer = posted_answer(request.POST, approval.arguments) if verdict == Verdict.ANSWER else None
+        decision = approval_decide(
+            approval_id=approval.id,
+            reviewer=request.user,
+            verdict=verdict,
+            reason=reason,
+            note=note,
+            external_ref=external_ref,
+            arguments=arguments,
+            answer=answer,
+            checkpoint_id=request.POST.get("checkpoint_id", ""),
+            grant=posted_grant(request),
+        )
     except DeskError as exc:
-        messages.error(request, f"Could not {action}: {exc.detail}")
-    else:
-        messages.success(request, {"cancel": "Run cancelled.", "retry": "Run queued again."}[action])
-    return redirect("run", run_id=run_id)
+        if _wants_json(request):  # a batch on the desk reports each refusal with its item
+            detail = f"Not decided: {explain(exc)}{_decided_by(approval, exc)}"
+            return JsonResponse({"decided": False, "detail": detail, "code": exc.code}, status=exc.status)
+        messages.error(request, f"Not decided: {explain(exc)}")
+        return redirect("approval", approval_id=approval.id)
+    done = f"{DONE[verdict]} {approval.tool} for run {approval.run_id}."
+    if decision.request.status == ApprovalStatus.PENDING:  # a quorum vote: others must add theirs
+        votes = len(decision.request.approving_decisions())
+        done = f"{done[:-1]}: {votes} of {decision.request.required_approvals}, waiting for another reviewer."
+    if _wants_json(request):  # desk.js decides in place and keeps the reviewer in the queue
+        return JsonResponse({"decided": True, "detail": done})
+    messages.success(request, done)
+    next_url = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()}):
+        next_url = "desk"
+    return redirect(next_url)
 
 
-@login_required
-def audit_page(request: HttpRequest) -> HttpResponse:
-    if not is_admin(request.user):
-        raise PermissionDenied("the audit trail is for admins")
-    intact, first_bad = audit_verify()
-    events = AuditEvent.objects.select_related("actor").order_by("-id")[:500]
-    return render(request, "desk/audit.html", {"events": events, "intact": intact, "first_bad": first_bad})
+def _decided_by(approval: ApprovalRequest, exc: DeskError) -> str:
+    """Who decided first, when that is why this decision was refused."""
+    if exc.code != "decided":
+        return ""
+    names = sorted({d.reviewer.get_username() for d in approval.decisions.select_related("reviewer")})
+    return f" by {', '.join(names)}" if names else ""
+
+
+def _wants_json(request: HttpRequest) -> bool:
+    return request.headers.get("Accept", "").startswith("application/json")
+
+
+def _posted_arguments(request: HttpRequest) -> object:
+    """The edit form's arguments as JSON, or None when the form sent none."""
+    if "arguments" not in request.POST:
+        return None
+    try:
+        return json.loads(request.POST["arguments"])
+    except json.JSONDecodeError as exc:
+        raise Invalid(f"the edited arguments are not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    except RecursionError:  # the decoder gave up: far past the documented depth limit
+        raise Invalid("the edited arguments nest too deeply") from None
+
+
+# The runs list and the audit page: one page of this many rows at a time.
 
 
 def api_docs(request: HttpRequest) -> HttpResponse:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from reviewdesk.approvals.models import ApprovalRequest
+from agents.decisions import is_device_signed
+from agents.registry import UnknownAgent, get_agent
+from reviewdesk.accounts.targets import usernames_named
+from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
 from reviewdesk.runs.models import Run
 
 
@@ -14,11 +17,36 @@ def iso(value) -> str | None:
 
 
 def reviewer_of(approval: ApprovalRequest) -> dict[str, Any]:
-    return {"users": list(approval.assignees), "group": "reviewers"}
+    """Who may decide: `targets` as named (usernames, "group:NAME"; empty: any reviewer) and
+    `users`, the usernames they name with groups expanded (the desk's "mine")."""
+    return {
+        "users": usernames_named(approval.assignees),
+        "targets": list(approval.assignees),
+        "group": "reviewers",
+    }
+
+
+def quorum_of(approval: ApprovalRequest) -> dict[str, Any]:
+    """How many approvals the request needs and who has given theirs: the desk's "1 of 2"."""
+    return {
+        "required": approval.required_approvals,
+        "approved_by": [d.reviewer.get_username() for d in approval.approving_decisions()],
+        "groups": list(approval.quorum_groups),
+    }
+
+
+def handover_of(approval: ApprovalRequest) -> dict[str, Any] | None:
+    if approval.handed_over_by_id is None:
+        return None
+    return {
+        "by": approval.handed_over_by.get_username() if approval.handed_over_by else None,
+        "at": iso(approval.handed_over_at),
+        "note": approval.handover_note,
+    }
 
 
 def approval_data(approval: ApprovalRequest) -> dict[str, Any]:
-    decision = getattr(approval, "decision", None) if approval.status != "pending" else None
+    decision = approval.decision if approval.status != ApprovalStatus.PENDING else None
     return {
         "id": str(approval.id),
         "kind": approval.kind,
@@ -30,11 +58,34 @@ def approval_data(approval: ApprovalRequest) -> dict[str, Any]:
         "reason": approval.reason,
         "reviewer": reviewer_of(approval),
         "expires_at": iso(approval.expires_at),
+        # The response-time clock (approvals/clock.py): null when the tool sets no target.
+        "respond_by": iso(approval.respond_by),
+        "reminded_at": iso(approval.reminded_at),
+        "escalation_level": approval.escalation_level,
         "checkpoint_id": str(approval.checkpoint_id),
         "status": approval.status,
         "created_at": iso(approval.created_at),
         "decision": decision_data(decision) if decision else None,
+        "quorum": quorum_of(approval),
+        "handover": handover_of(approval),
+        # What the desk's card shows besides the call: who asked, for what, and its risk.
+        "agent": approval.run.agent,
+        "submitted_by": approval.run.submitted_by.get_username(),
+        "task": approval.run.input[:TASK_SHOWN],
+        "effect": _effect(approval),
     }
+
+
+TASK_SHOWN = 280  # characters of the run's input on a card; the approval page shows it whole
+
+
+def _effect(approval: ApprovalRequest) -> str:
+    """The tool's effect kind ("external" is irreversible), or "" when it is not declared."""
+    try:
+        tool = get_agent(approval.run.agent).tool(approval.tool)
+    except UnknownAgent:
+        return ""
+    return str(tool.effect) if tool else ""
 
 
 def decision_data(decision) -> dict[str, Any]:
@@ -51,7 +102,9 @@ def decision_data(decision) -> dict[str, Any]:
         "payload": decision.payload,
         "signature": decision.signature,
         "key_id": decision.key_id,
+        "signer": "device" if is_device_signed(decision.payload) else "server",
         "consumed_at": iso(decision.consumed_at),
+        "answer": decision.answer,
     }
 
 
@@ -64,3 +117,8 @@ def run_data(run: Run) -> dict[str, Any]:
         "error": run.error,
         "updated_at": iso(run.updated_at),
     }
+
+
+def run_follow_up_data(run: Run, follow_up) -> dict[str, Any]:
+    """`run.updated` when a follow-up message reopens a succeeded run (webhooks: `run.follow_up`)."""
+    return {**run_data(run), "follow_up": {"number": follow_up.number, "position": follow_up.position}}

@@ -4,13 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
+from collections.abc import Mapping
+from importlib import import_module
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
+from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.db import DatabaseError
+from django.utils.crypto import constant_time_compare
 
 from reviewdesk.accounts.roles import is_admin, is_reviewer
-from reviewdesk.approvals.selectors import approvals_pending_for
+from reviewdesk.approvals.selectors import (
+    QUEUE_PAGE_SIZE,
+    QueueFilters,
+    approvals_queue_for,
+    queue_view_from,
+)
 from reviewdesk.events.builders import approval_data
 from reviewdesk.events.services import (
     ADMINS_GROUP,
@@ -20,7 +34,71 @@ from reviewdesk.events.services import (
     user_group,
 )
 
+logger = logging.getLogger(__name__)
+
 CLOSE_FORBIDDEN = 4403
+# Sequence numbers are a database bigint: anything outside is not a position in the stream.
+MAX_SEQ = 2**63 - 1
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+# --- who may hold the socket: origin, and rights re-checked while it is open (issue 8) ------
+
+
+def _origin_key(value: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an origin such as "https://desk.example.com:8443"; None if malformed."""
+    try:
+        parts = urlsplit(value.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme, host = parts.scheme.lower(), (parts.hostname or "")
+    if (
+        scheme not in _DEFAULT_PORTS
+        or not host
+        or parts.username
+        or parts.password
+        or parts.path not in ("", "/")
+    ):
+        return None
+    return scheme, host.lower(), port if port is not None else _DEFAULT_PORTS[scheme]
+
+
+def origin_allowed(origin: str | None, allowed: list[str]) -> bool:
+    """Whether `origin` is exactly one of `allowed`: same scheme, host and port (80/443 implied)."""
+    key = _origin_key(origin) if origin else None
+    return key is not None and any(key == _origin_key(entry) for entry in allowed)
+
+
+def _header(scope: dict[str, Any], name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+@database_sync_to_async
+def _rights_now(user_pk: Any, session_key: str | None) -> tuple[bool, bool]:
+    """(may hold the desk socket, is admin) now: the session still logs this user in (not
+    logged out, password unchanged) and the user is still an active reviewer or admin."""
+    user = get_user_model().objects.filter(pk=user_pk, is_active=True).first()
+    if user is None or session_key is None:
+        return False, False
+    data = import_module(settings.SESSION_ENGINE).SessionStore(session_key).load()
+    if str(data.get(SESSION_KEY)) != str(user.pk) or not constant_time_compare(
+        data.get(HASH_SESSION_KEY, ""), user.get_session_auth_hash()
+    ):
+        return False, False
+    return is_reviewer(user) or is_admin(user), is_admin(user)
+
+
+def replay_after(content: Any) -> int | None:
+    """The `after` of a replay request, or None when it is not an integer sequence (1e400, "7",
+    true, -1, 2**70): a bad frame gets an error message, never a closed socket."""
+    after = content.get("after", 0)
+    if type(after) is not int or not 0 <= after <= MAX_SEQ:
+        return None
+    return after
 
 
 @database_sync_to_async
@@ -28,14 +106,40 @@ def _may_connect(user) -> tuple[bool, bool]:
     return is_reviewer(user) or is_admin(user), is_admin(user)
 
 
+def snapshot_view(scope: Mapping[str, Any]) -> tuple[QueueFilters, int]:
+    """Which page of the queue the socket's snapshot holds: the one its URL's query names, as
+    the desk page's (`?agent=&tool=&run=&assignee=&offset=`); by default the first, unfiltered."""
+    query = scope.get("query_string", b"").decode("latin-1")
+    try:
+        params = dict(parse_qsl(query, max_num_fields=20))
+    except ValueError:  # more fields than any page sends: read it as the first page
+        params = {}
+    return queue_view_from(params)
+
+
 @database_sync_to_async
-def _snapshot(user) -> dict:
+def _snapshot(user, view: tuple[QueueFilters, int] = (QueueFilters(), 0)) -> dict:
+    """One page of the user's pending approvals, in the desk's order, and how many there are.
+
+    A window, not the whole queue: with 10,000 pending the snapshot stays one page. `total`
+    counts every approval pending for the user (filters aside, the desk's count), `matching`
+    those the filters keep, and `more` says whether matching ones follow the window.
+    """
     # Read the sequence first: anything committed after it arrives as a delta.
     seq = latest_seq()
+    filters, offset = view
+    page = approvals_queue_for(user, filters, offset=offset)
     return {
         "seq": seq,
         "type": "snapshot",
-        "data": {"approvals": [approval_data(a) for a in approvals_pending_for(user)]},
+        "data": {
+            "approvals": [approval_data(a) for a in page.approvals],
+            "total": page.total,
+            "matching": page.matching,
+            "offset": page.offset,
+            "limit": QUEUE_PAGE_SIZE,
+            "more": page.next_offset is not None,
+        },
     }
 
 
@@ -58,7 +162,13 @@ class DeskConsumer(AsyncJsonWebsocketConsumer):
         if not (self.user and self.user.is_authenticated):
             await self.close(code=CLOSE_FORBIDDEN)
             return
+        if not origin_allowed(_header(self.scope, b"origin"), settings.DESK_WS_ALLOWED_ORIGINS):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        session = self.scope.get("session")
+        self.session_key = getattr(session, "session_key", None)
         allowed, admin = await _may_connect(self.user)
+        self.admin = admin
         if not allowed:
             await self.close(code=CLOSE_FORBIDDEN)
             return
@@ -67,7 +177,7 @@ class DeskConsumer(AsyncJsonWebsocketConsumer):
         for group in self.groups:
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
-        await self.send_json(await _snapshot(self.user))
+        await self.send_json(await _snapshot(self.user, snapshot_view(self.scope)))
         self.heartbeat = asyncio.create_task(self._beat())
 
     async def disconnect(self, code) -> None:
@@ -78,16 +188,39 @@ class DeskConsumer(AsyncJsonWebsocketConsumer):
         for group in self.groups:
             await self.channel_layer.group_discard(group, self.channel_name)
 
-    async def receive_json(self, content, **kwargs) -> None:
-        if not isinstance(content, dict) or content.get("type") != "replay":
-            await self.send_json(
-                {"type": "error", "data": {"detail": "expected {'type': 'replay', 'after': SEQ}"}}
-            )
+    async def receive(self, text_data=None, bytes_data=None, **kwargs) -> None:
+        """Parse a frame; one that is not a JSON text gets an error message, not a closed socket."""
+        if text_data is None:
+            await self._error("frames must be JSON text")
             return
         try:
-            after = int(content.get("after", 0))
-        except (TypeError, ValueError):
-            await self.send_json({"type": "error", "data": {"detail": "after must be an integer"}})
+            content = json.loads(text_data)
+        except (ValueError, RecursionError):
+            await self._error("the frame is not valid JSON")
+            return
+        await self.receive_json(content, **kwargs)
+
+    async def _error(self, detail: str) -> None:
+        await self.send_json({"type": "error", "data": {"detail": detail}})
+
+    async def _still_allowed(self) -> bool:
+        """Re-check the user's rights; close the socket when they are gone (or changed)."""
+        allowed, admin = await _rights_now(self.user.pk, self.session_key)
+        if allowed and admin == self.admin:
+            return True
+        # Rights changed: a client with the reviewer role still reconnects and gets its new groups.
+        await self.close(code=CLOSE_FORBIDDEN)
+        return False
+
+    async def receive_json(self, content, **kwargs) -> None:
+        if not isinstance(content, dict) or content.get("type") != "replay":
+            await self._error("expected {'type': 'replay', 'after': SEQ}")
+            return
+        after = replay_after(content)
+        if after is None:
+            await self._error(f"after must be an integer from 0 to {MAX_SEQ}")
+            return
+        if not await self._still_allowed():
             return
         events, done = await _replay_page(self.user, after)
         for event in events:
@@ -101,5 +234,13 @@ class DeskConsumer(AsyncJsonWebsocketConsumer):
         # The latest sequence lets a client notice a lost *last* event and replay.
         while True:
             await asyncio.sleep(settings.DESK_WS_HEARTBEAT_SECONDS)
-            seq = await database_sync_to_async(latest_seq)()
+            try:
+                if not await self._still_allowed():  # logged out, or no longer a reviewer
+                    return
+                seq = await database_sync_to_async(latest_seq)()
+            except DatabaseError:
+                # A database hiccup (SQLite busy, a failover) must not drop every reviewer's
+                # socket and force a reconnect storm: skip this beat, check again at the next.
+                logger.warning("desk socket heartbeat skipped: database unavailable", exc_info=True)
+                continue
             await self.send_json({"seq": seq, "type": "heartbeat", "data": {}})

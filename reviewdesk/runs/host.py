@@ -8,32 +8,38 @@ cancelled) gets `LeaseLost` instead of writing.
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Sum
 from django.utils import timezone
 
-from agents.canonical import sha256_hex
-from agents.gate import ApprovalGate, CallBinding, LedgerEntry, SignedDecision
-from agents.loop import DecisionState, Reconciled, Rejected
-from agents.state import AgentState, CallState, CallStatus
+from agents.gate import ApprovalGate, CallBinding, LedgerEntry, LedgerStatus, SignedGrant
+from agents.loop import DecisionState
+from agents.sandbox import SandboxConfig, SandboxMode
+from agents.state import AgentState, CallState
 from agents.tools import ToolContext
 from reviewdesk import faults
-from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus, Decision, Verdict
-from reviewdesk.approvals.selectors import reviewer_may_decide_run
+from reviewdesk.accounts.devicekeys import DatabaseTrust
+from reviewdesk.approvals.device import device_decision_required
+from reviewdesk.approvals.grants import grant_matching_call, grant_use, grantor_may_decide_run, signed_grant
+from reviewdesk.approvals.lifecycle import approval_raise
+from reviewdesk.approvals.selectors import (
+    call_decision_state,
+    reviewer_may_decide_run,
+    reviewer_notes_for,
+)
+from reviewdesk.approvals.services import decision_consume
 from reviewdesk.approvals.signing import FileKeyring
-from reviewdesk.audit.services import audit_record
-from reviewdesk.demo.world import DjangoDemoWorld
-from reviewdesk.events.builders import approval_data
-from reviewdesk.events.services import event_emit
-from reviewdesk.runs.models import Attempt, Message, Run, RunStatus, SideEffect
-from reviewdesk.runs.selectors import run_audience
+from reviewdesk.runs.models import Attempt, EffectStatus, Message, Run, RunStatus, SideEffect
 from reviewdesk.runs.stores import DatabaseCheckpointStore
+from reviewdesk.tool_world import tool_world
 
 logger = logging.getLogger(__name__)
 
@@ -53,9 +59,23 @@ class DatabaseHost:
         self.checkpoints = DatabaseCheckpointStore(attempt_id=attempt.id, branch=run.branch)
         self.ledger = DatabaseLedger(host=self)
         self.lease_lost: threading.Event = threading.Event()  # set by the LeaseKeeper
+        self._log: list[dict[str, Any]] | None = None  # the live messages, once read (see messages)
         self.gate = ApprovalGate(
-            keyring=FileKeyring(), ledger=self.ledger, reviewer_allowed=reviewer_may_decide_run
+            keyring=FileKeyring(),
+            ledger=self.ledger,
+            reviewer_allowed=reviewer_may_decide_run,
+            # Device keys (agents.trust): endorsements and revocations from the database, the
+            # roots from the read-only trust file; a database writer cannot forge either's signature.
+            device_trust=DatabaseTrust(),
+            device_required=self.device_required,
+            grantor_allowed=grantor_may_decide_run,
+            agent=run.agent,
         )
+
+    def device_required(self, tool: str) -> bool:
+        """Only a decision signed by the reviewer's device key runs `tool` (everywhere when
+        DESK_REQUIRE_DEVICE_KEYS is on; else when the agent or the tool asks for it)."""
+        return device_decision_required(agent=self.run.agent, tool=tool)
 
     def check_lease(self) -> None:
         """Stop early once the heartbeat found the lease gone (cancelled, or taken over)."""
@@ -82,13 +102,19 @@ class DatabaseHost:
     # --- the loop's interface -------------------------------------------------
     def load(self) -> AgentState | None:
         checkpoint = self.checkpoints.latest(self.run_id)
+        if checkpoint is None:
+            self._log = []  # messages are only ever written with a checkpoint, in one transaction
         return AgentState.from_snapshot(checkpoint.snapshot) if checkpoint else None
 
     def messages(self, count: int) -> list[dict[str, Any]]:
-        rows = Message.objects.filter(
-            run_id=self.run.pk, position__lt=count, superseded_at__isnull=True
-        ).order_by("position")
-        return [row.body for row in rows]
+        # Read once per attempt, then kept up to date by commit_step: only the lease holder
+        # writes a running run's messages, so re-reading would return what we just wrote.
+        if self._log is None or len(self._log) < count:
+            rows = Message.objects.filter(
+                run_id=self.run.pk, position__lt=count, superseded_at__isnull=True
+            ).order_by("position")
+            self._log = [row.body for row in rows]
+        return copy.deepcopy(self._log[:count])
 
     def commit_step(
         self,
@@ -105,51 +131,29 @@ class DatabaseHost:
                 Message(run=run, position=start + i, role=m["role"], body=m)
                 for i, m in enumerate(new_messages)
             )
+            transaction.on_commit(lambda: self._remember(start, new_messages))
             checkpoint = self.checkpoints.put(self.run_id, state.to_snapshot(), checkpoint_id=checkpoint_id)
             faults.point("during_checkpoint_save")
             for call in raise_approvals:
                 approval_raise(run=run, attempt=self.attempt, checkpoint_id=checkpoint.id, call=call)
 
+    def _remember(self, start: int, new_messages: list[dict[str, Any]]) -> None:
+        if self._log is not None and len(self._log) == start:
+            self._log.extend(copy.deepcopy(new_messages))
+        else:
+            self._log = None  # out of step: read again next time
+
     def decision_for(self, call: CallState) -> DecisionState:
-        kind = ApprovalKind.RECONCILE if call.status == CallStatus.UNKNOWN else ApprovalKind.TOOL_CALL
-        approval = (  # the latest: a retry may have raised a new one after a cancelled one
-            ApprovalRequest.objects.filter(run_id=self.run.pk, tool_call_id=call.id, kind=kind)
-            .select_related("decision")
-            .order_by("-created_at")
-            .first()
-        )
-        if approval is None or approval.status == ApprovalStatus.PENDING:
-            return None
-        if kind == ApprovalKind.RECONCILE and approval.status == ApprovalStatus.CANCELLED:
-            return None  # nobody answered: it waits (a retry raises a new one), never settles by itself
-        if approval.status in (ApprovalStatus.EXPIRED, ApprovalStatus.CANCELLED):
-            return Rejected(f"the request was {approval.status} before anyone decided")
-        decision = approval.decision
-        if approval.status == ApprovalStatus.REJECTED:
-            return Rejected(decision.reason or "no reason given")
-        if decision.verdict == Verdict.CONFIRM:
-            return Reconciled()
-        return SignedDecision(
-            decision_id=str(decision.id),
-            verdict=decision.verdict,
-            arguments=decision.arguments,
-            payload=decision.payload,
-            signature=decision.signature,
-            key_id=decision.key_id,
-        )
+        return call_decision_state(run_id=self.run.pk, call=call)
 
     def reviewer_notes(self, call_ids: list[str]) -> list[str]:
-        decisions = (
-            Decision.objects.filter(request__run_id=self.run.pk, request__tool_call_id__in=call_ids)
-            .exclude(note="")
-            .select_related("reviewer", "request")
-            .order_by("decided_at")
-        )
-        return [
-            f"[Review Desk] Note from reviewer {d.reviewer.get_username()} on {d.request.tool} "
-            f"({d.request.tool_call_id}): {d.note}"
-            for d in decisions
-        ]
+        return reviewer_notes_for(run_id=self.run.pk, call_ids=call_ids, gate=self.gate)
+
+    def grant_for(self, call: CallState) -> str | None:
+        return grant_matching_call(run=self.run, call=call)
+
+    def grant(self, grant_id: str) -> SignedGrant | None:
+        return signed_grant(grant_id)
 
     def tool_context(self, call: CallState) -> ToolContext:
         return ToolContext(
@@ -157,56 +161,17 @@ class DatabaseHost:
             tool_call_id=call.id,
             idempotency_key=CallBinding(self.run_id, None, call.id, call.name).idempotency_key,
             workdir=settings.DESK_RUNS_DIR / self.run_id,
-            world=DjangoDemoWorld(),
+            world=tool_world(),
+            timeout_seconds=settings.DESK_EXECUTE_TIMEOUT_SECONDS,
+            sandbox=SandboxConfig(
+                mode=SandboxMode(settings.DESK_SANDBOX),
+                cpu_seconds=settings.DESK_SANDBOX_CPU_SECONDS,
+                memory_bytes=settings.DESK_SANDBOX_MEMORY_MB << 20,
+                file_size_bytes=settings.DESK_SANDBOX_FILE_MB << 20,
+                max_processes=settings.DESK_SANDBOX_PROCESSES,
+                bwrap=settings.DESK_SANDBOX_BWRAP,
+            ),
         )
-
-
-def approval_raise(*, run: Run, attempt: Attempt | None, checkpoint_id, call: CallState) -> ApprovalRequest:
-    """Create the approval request for a waiting call, audit it and tell the desk. Caller holds the run lock."""
-    reconcile = call.status == CallStatus.UNKNOWN
-    # A reconciliation is about the effect that actually ran: with an edit, the edited arguments.
-    arguments = _arguments_that_ran(run, call) if reconcile else call.arguments
-    reason = (
-        f"{call.name} was interrupted between the ledger's pending and confirmed: it may or may "
-        "not have taken effect. Check, then mark it done with a reference, re-run it, or reject it."
-        if reconcile
-        else f"{call.name} needs a reviewer's approval under its policy"
-    )
-    approval = ApprovalRequest.objects.create(
-        kind=ApprovalKind.RECONCILE if reconcile else ApprovalKind.TOOL_CALL,
-        run=run,
-        attempt=attempt,
-        checkpoint_id=checkpoint_id,
-        tool_call_id=call.id,
-        tool=call.name,
-        arguments=arguments,
-        arguments_sha256=sha256_hex(arguments),
-        reason=reason,
-        assignees=list(run.reviewers),
-        expires_at=timezone.now() + timedelta(seconds=run.approval_ttl_seconds),
-    )
-    audit_record(
-        actor=None,
-        action="reconcile.requested" if reconcile else "approval.requested",
-        subject_type="approval",
-        subject_id=approval.id,
-        data={"run": str(run.pk), "tool": call.name, "arguments_sha256": approval.arguments_sha256},
-    )
-    event_emit(
-        type="approval.created", data=approval_data(approval), run_id=run.pk, audience=run_audience(run)
-    )
-    return approval
-
-
-def _arguments_that_ran(run: Run, call: CallState) -> dict:
-    """The arguments of the last decision that authorised this call (an edit changes them)."""
-    decision = (
-        Decision.objects.filter(request__run=run, request__tool_call_id=call.id, consumed_at__isnull=False)
-        .exclude(verdict__in=[Verdict.REJECT, Verdict.CONFIRM])
-        .order_by("-decided_at")
-        .first()
-    )
-    return decision.arguments if decision else call.arguments
 
 
 class DatabaseLedger:
@@ -216,22 +181,17 @@ class DatabaseLedger:
         self.host = host
 
     @contextmanager
-    def atomic(self):
+    def atomic(self) -> Iterator[None]:
         with transaction.atomic():
             self.host.fenced_run()
             yield
 
     def entry(self, key: str) -> LedgerEntry | None:
         row = SideEffect.objects.filter(idempotency_key=key).first()
-        return LedgerEntry(key=key, status=row.status, result=row.result) if row else None
+        return LedgerEntry(key=key, status=LedgerStatus(row.status), result=row.result) if row else None
 
     def consume(self, decision_id: str) -> bool:
-        return (
-            Decision.objects.filter(pk=decision_id, consumed_at__isnull=True).update(
-                consumed_at=timezone.now()
-            )
-            == 1
-        )
+        return decision_consume(decision_id=decision_id)
 
     def record(
         self, key: str, *, binding: CallBinding, status: str, decision_id: str | None, result: Any = None
@@ -247,7 +207,7 @@ class DatabaseLedger:
             attempt=self.host.attempt,
         )
         # Crash points for the fault-injection tests (inert otherwise): just after this commits.
-        after = "after_ledger_pending" if status == SideEffect.Status.PENDING else "after_ledger_confirmed"
+        after = "after_ledger_pending" if status == EffectStatus.PENDING else "after_ledger_confirmed"
         transaction.on_commit(lambda: faults.point(after))
 
     def confirm(self, key: str, *, result: Any) -> None:
@@ -257,19 +217,56 @@ class DatabaseLedger:
             # Only this attempt's pending row: if the lease was lost and a reviewer has since
             # authorised a re-run, that row belongs to the re-run's attempt.
             SideEffect.objects.filter(
-                idempotency_key=key, status="pending", attempt=self.host.attempt
-            ).update(status="confirmed", result=result, updated_at=timezone.now())
+                idempotency_key=key, status=EffectStatus.PENDING, attempt=self.host.attempt
+            ).update(status=EffectStatus.CONFIRMED, result=result, updated_at=timezone.now())
         faults.point("after_ledger_confirmed")
+
+    def use_grant(self, grant_id: str, *, binding: CallBinding, max_uses: int) -> bool:
+        # Inside the caller's fenced transaction, with the ledger row it authorises.
+        return grant_use(grant_id=grant_id, binding=binding, max_uses=max_uses, attempt=self.host.attempt)
 
     def reopen(self, key: str) -> None:
         # Fenced: only the attempt that owns the run may start the effect again.
         with self.atomic():
-            SideEffect.objects.filter(idempotency_key=key, status="unknown").update(
-                status="pending", attempt=self.host.attempt, updated_at=timezone.now()
+            SideEffect.objects.filter(idempotency_key=key, status=EffectStatus.UNKNOWN).update(
+                status=EffectStatus.PENDING, attempt=self.host.attempt, updated_at=timezone.now()
             )
 
     def mark_unknown(self, key: str) -> None:
         with self.atomic():
-            SideEffect.objects.filter(idempotency_key=key, status="pending").update(
-                status="unknown", updated_at=timezone.now()
+            SideEffect.objects.filter(
+                idempotency_key=key, status__in=[EffectStatus.PENDING, EffectStatus.RETRYING]
+            ).update(status=EffectStatus.UNKNOWN, updated_at=timezone.now())
+
+    def note_retry(self, key: str, *, binding: CallBinding, decision_id: str | None, error: str) -> int:
+        # Fenced: a worker that lost its lease leaves its `pending` row for a human to reconcile.
+        with self.atomic():
+            row, _ = SideEffect.objects.select_for_update().get_or_create(
+                idempotency_key=key,
+                defaults={
+                    "run_id": binding.run_id,
+                    "tool_call_id": binding.tool_call_id,
+                    "tool": binding.tool,
+                    "status": EffectStatus.RETRYING,
+                    "decision_id": decision_id,
+                    "attempt": self.host.attempt,
+                },
             )
+            if row.status == EffectStatus.PENDING:
+                row.status = EffectStatus.RETRYING
+            row.retries += 1
+            row.last_error = error[:2000]
+            row.save(update_fields=["status", "retries", "last_error", "updated_at"])
+        return row.retries
+
+    def resume_retry(self, key: str) -> bool:
+        # Inside the caller's fenced transaction. Compare-and-set: one try at a time.
+        updated = SideEffect.objects.filter(idempotency_key=key, status=EffectStatus.RETRYING).update(
+            status=EffectStatus.PENDING, attempt=self.host.attempt, updated_at=timezone.now()
+        )
+        if updated:
+            transaction.on_commit(lambda: faults.point("after_ledger_pending"))
+        return updated == 1
+
+    def retries_spent(self, run_id: str) -> int:
+        return SideEffect.objects.filter(run_id=run_id).aggregate(total=Sum("retries"))["total"] or 0

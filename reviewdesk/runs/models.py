@@ -18,6 +18,38 @@ class RunStatus(models.TextChoices):
 ENDED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
+class ErrorKind(models.TextChoices):
+    """Why a run failed (Run.error_kind): the runtime's `FailureKind`s, and the desk's own.
+    Only transient failures are retried automatically."""
+
+    TRANSIENT = "transient"  # the model's service hiccuped: retried with backoff
+    MODEL = "model"  # the model misbehaved or its request was refused for good
+    TOOL = "tool"
+    UNAVAILABLE = "unavailable"  # a tool's service stayed down through its retry budget
+    APPROVAL = "approval"  # the gate refused a decision: a retry asks a human again
+    APPROVAL_EXPIRED = "approval_expired"  # no decision in time, under the agent's `fail` policy
+    INTERNAL = "internal"  # a bug, or workers that kept dying
+    CANCELLED = "cancelled"
+
+
+class AttemptStatus(models.TextChoices):
+    RUNNING = "running"
+    RELEASED = "released"  # stopped at an interrupt or the end
+    FAILED = "failed"
+    LOST = "lost"  # lease expired under it
+    CANCELLED = "cancelled"  # the run was cancelled while it ran
+
+
+class EffectStatus(models.TextChoices):
+    """A ledger row's state: the runtime's `LedgerStatus` as database choices.
+    `unknown`: cut between pending and confirmed; a human decides."""
+
+    PENDING = "pending"
+    CONFIRMED = "confirmed"
+    UNKNOWN = "unknown"
+    RETRYING = "retrying"  # the last try failed transiently and certainly did not take effect
+
+
 class Run(models.Model):
     """One submitted task. The database row is the source of truth for its status."""
 
@@ -32,7 +64,7 @@ class Run(models.Model):
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
     output = models.TextField(null=True, blank=True)
     error = models.TextField(null=True, blank=True)
-    error_kind = models.CharField(max_length=20, blank=True)
+    error_kind = models.CharField(max_length=20, choices=ErrorKind.choices, blank=True)
     # Automatic retries of transient failures so far, and when the next may start.
     retries = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
@@ -61,12 +93,7 @@ class Run(models.Model):
 class Attempt(models.Model):
     """One execution of a run by a worker, holding the lease `lease_epoch`."""
 
-    class Status(models.TextChoices):
-        RUNNING = "running"
-        RELEASED = "released"  # stopped at an interrupt or the end
-        FAILED = "failed"
-        LOST = "lost"  # lease expired under it
-        CANCELLED = "cancelled"  # the run was cancelled while it ran
+    Status = AttemptStatus
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
     number = models.PositiveIntegerField()
@@ -83,7 +110,7 @@ class Attempt(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["run", "number"], name="attempt_number_unique"),
             models.CheckConstraint(
-                condition=models.Q(status__in=["running", "released", "failed", "lost", "cancelled"]),
+                condition=models.Q(status__in=AttemptStatus.values),
                 name="attempt_status_valid",
             ),
         ]
@@ -130,10 +157,7 @@ class Checkpoint(models.Model):
 class SideEffect(models.Model):
     """The ledger: one row per world-changing tool call, keyed by run and call."""
 
-    class Status(models.TextChoices):
-        PENDING = "pending"
-        CONFIRMED = "confirmed"
-        UNKNOWN = "unknown"
+    Status = EffectStatus
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="side_effects")
     idempotency_key = models.CharField(max_length=200, unique=True)
@@ -145,6 +169,10 @@ class SideEffect(models.Model):
     attempt = models.ForeignKey(Attempt, on_delete=models.SET_NULL, null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
     external_ref = models.CharField(max_length=200, blank=True)
+    # Transient failures of this call so far (each one certainly left the world unchanged),
+    # and the last one's error: shown on the run page, counted against the retry budget.
+    retries = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -152,7 +180,24 @@ class SideEffect(models.Model):
         ordering = ["run", "created_at"]
         constraints = [
             models.CheckConstraint(
-                condition=models.Q(status__in=["pending", "confirmed", "unknown"]),
+                condition=models.Q(status__in=EffectStatus.values),
                 name="side_effect_status_valid",
             ),
         ]
+
+
+class FollowUp(models.Model):
+    """A message the submitter posted on a succeeded run: it opens the next turn of the run's
+    thread (the submission is turn 0). The message itself is a `user` row of the log at
+    `position`; this row says it came from the submitter, not from a reviewer's note."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="follow_ups")
+    number = models.PositiveIntegerField()  # 1, 2, … within the run
+    input = models.TextField()
+    position = models.PositiveIntegerField()  # the user message's position in the log
+    posted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "number"]
+        constraints = [models.UniqueConstraint(fields=["run", "number"], name="follow_up_number_unique")]

@@ -26,12 +26,19 @@ class DatabaseCheckpointStore:
     def __init__(self, *, attempt_id: int | None = None, branch: int = 0) -> None:
         self.attempt_id = attempt_id
         self.branch = branch
+        # The last checkpoint number this store read or wrote, per run. A worker writes only
+        # under its lease, so nobody else numbers the run's checkpoints meanwhile; a stale
+        # number could only collide on the unique (run, number) constraint, never reorder.
+        self._last_number: dict[str, int] = {}
 
     def put(
         self, run_id: str, snapshot: dict[str, Any], *, checkpoint_id: str | None = None
     ) -> StoredCheckpoint:
-        with transaction.atomic():
-            last = Checkpoint.objects.filter(run_id=run_id).aggregate(n=Max("number"))["n"] or 0
+        # No savepoint: the caller's fenced transaction rolls back as a whole (issue 11).
+        with transaction.atomic(savepoint=False):
+            last = self._last_number.get(run_id)
+            if last is None:
+                last = Checkpoint.objects.filter(run_id=run_id).aggregate(n=Max("number"))["n"] or 0
             fields = {"id": checkpoint_id} if checkpoint_id else {}
             row = Checkpoint.objects.create(
                 run_id=run_id,
@@ -43,10 +50,12 @@ class DatabaseCheckpointStore:
                 snapshot=snapshot,
                 **fields,
             )
+            self._last_number[run_id] = row.number
         return _stored(row)
 
     def latest(self, run_id: str) -> StoredCheckpoint | None:
         row = Checkpoint.objects.filter(run_id=run_id).order_by("-number").first()
+        self._last_number[run_id] = row.number if row else 0
         return _stored(row) if row else None
 
     def get(self, checkpoint_id: str) -> StoredCheckpoint | None:

@@ -4,26 +4,55 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
+from typing import Any
 
-from celery import shared_task
+from celery import shared_task, signals
 
-from reviewdesk.runs import services
+from reviewdesk.accounts.devicekeys import device_trust_problems
+from reviewdesk.approvals.signing import is_production_configuration, worker_key_problems
+from reviewdesk.runs.execution import run_execute
+from reviewdesk.runs.sweeper import runs_sweep
+from reviewdesk.runs.transitions import RESUME_TASK, RUN_TASK
 
 
-def _worker_name(task) -> str:
+def _worker_name(task: Any) -> str:
     return f"{task.request.hostname or socket.gethostname()}:{os.getpid()}:{task.request.id}"
 
 
-@shared_task(bind=True, name="runs.run")
+@shared_task(bind=True, name=RUN_TASK)
 def run(self, run_id: str) -> None:
-    services.run_execute(run_id=run_id, worker=_worker_name(self))
+    run_execute(run_id=run_id, worker=_worker_name(self))
 
 
-@shared_task(bind=True, name="runs.resume")
+@shared_task(bind=True, name=RESUME_TASK)
 def resume(self, run_id: str) -> None:
-    services.run_execute(run_id=run_id, worker=_worker_name(self))
+    run_execute(run_id=run_id, worker=_worker_name(self))
 
 
 @shared_task(name="runs.sweep")
 def sweep() -> dict[str, int]:
-    return services.runs_sweep()
+    return runs_sweep()
+
+
+# --- Keys held apart: checked when a worker starts (this module is what workers import) ----
+EX_CONFIG = 78  # sysexits.h: a configuration error
+
+
+@signals.worker_init.connect
+def refuse_to_hold_signing_keys(**_: object) -> None:
+    """A production worker holds public keys only, read-only: it could forge approvals otherwise.
+
+    Runs in the worker's main process before its pool starts; SystemExit is not swallowed by
+    Celery's signal dispatch (only Exception is), so the worker exits with EX_CONFIG.
+    """
+    if not is_production_configuration():
+        return
+    problems = worker_key_problems() + device_trust_problems()
+    if problems:
+        print(
+            "reviewdesk worker refuses to start: " + "; ".join(problems) + ". Run workers as a user that "
+            "cannot read the private key, with a read-only keyring (README: web and worker as different users).",
+            file=sys.stderr,
+        )
+        raise SystemExit(EX_CONFIG)

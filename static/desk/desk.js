@@ -1,5 +1,6 @@
-// The live desk: apply the server's snapshot, then sequenced events; replay
-// whatever a reconnect or a dropped push may have cost us.
+// The live desk: a queue of pending approvals, one page of it, kept current by the socket.
+// Apply the server's snapshot, then sequenced events; replay whatever a reconnect or a
+// dropped push may have cost us. Decide in place, from the mouse or the keyboard.
 (function () {
   "use strict";
   const list = document.getElementById("approvals");
@@ -7,67 +8,492 @@
   const live = document.getElementById("live");
   const empty = document.getElementById("empty");
   const count = document.getElementById("count");
+  const notices = document.getElementById("notices");
+  const help = document.getElementById("keys-help");
+  const { visible, hasInvisible, shownJson } = window.DeskShown;
+  const me = list.dataset.username;
+  const filters = {
+    agent: list.dataset.filterAgent,
+    tool: list.dataset.filterTool,
+    run: list.dataset.filterRun,
+    assignee: list.dataset.filterAssignee,
+  };
+  const pageSize = Number(list.dataset.pageSize || 50);
+  const pageOffset = Number(list.dataset.offset || 0);
+  let hasNext = list.dataset.hasNext === "yes";
   let lastSeq = Number(list.dataset.seq || 0);
   let socket = null;
   let retryMs = 500;
+  // The count in the heading and tab: every approval pending for me (all pages, filters aside).
+  // The page's and then the snapshot's total; events after the snapshot move it, once per change.
+  let total = Number(list.dataset.total || 0);
+  let snapshotSeq = null; // the snapshot's seq once it arrived: older events are in its total
+  const counted = new Map(); // approval id -> pending?, as the count last saw it
+  const offPage = new Map(); // pending and matching, but on another page: id -> "next" | "earlier"
+  const leftOnSnapshot = new Set(); // cards the snapshot dropped: decided, or moved to another page
+  const decidedHere = new Set(); // ids this page decided: no "decided by" notice for those
 
   function setLive(state, text) {
     live.dataset.state = state;
     live.textContent = text;
   }
 
-  function refreshCount() {
-    const n = list.querySelectorAll("li.card").length;
-    count.textContent = String(n);
-    empty.hidden = n > 0;
+  function cards() {
+    return [...list.querySelectorAll("li.card")];
   }
 
-  function reviewerText(reviewer) {
-    return reviewer && reviewer.users && reviewer.users.length ? reviewer.users.join(", ") : "any reviewer";
+  function refreshCount() {
+    const n = Math.max(0, total);
+    count.textContent = String(n);
+    document.title = document.title.replace(/^(\(\d+\) )?/, "(" + n + ") ");
+    empty.hidden = cards().length > 0;
+  }
+
+  function notice(text, kind) {
+    const p = document.createElement("p");
+    p.className = "flash " + (kind || "info");
+    p.textContent = text;
+    notices.prepend(p);
+    while (notices.children.length > 4) notices.lastElementChild.remove();
+  }
+
+  // --- the card: templates/desk/_card.html rendered blank into #card-template -------------
+  function urlFor(pattern, id) {
+    return pattern.replace(template.dataset.placeholder, encodeURIComponent(id));
+  }
+
+  function asciiJson(value) {
+    const text = JSON.stringify(value === undefined ? null : value, null, 2);
+    return text.replace(/[\u0080-\uffff]/g, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
   }
 
   function card(approval) {
     const node = template.content.firstElementChild.cloneNode(true);
-    node.dataset.approvalId = approval.id;
+    const users = (approval.reviewer && approval.reviewer.users) || [];
+    Object.assign(node.dataset, {
+      approvalId: approval.id,
+      kind: approval.kind,
+      effect: approval.effect || "",
+      agent: approval.agent || "",
+      tool: approval.tool,
+      run: approval.run,
+      expires: approval.expires_at,
+      respondBy: approval.respond_by || "",
+      created: approval.created_at || "",
+      assignees: users.join(" "),
+      targets: asciiJson((approval.reviewer && approval.reviewer.targets) || []),
+      arguments: asciiJson(approval.arguments), // as the card's server-side ascii_json writes it
+    });
     node.querySelector(".tool").textContent = approval.tool;
-    node.querySelector(".args").textContent = JSON.stringify(approval.arguments, null, 2);
+    node.querySelector(".agent").textContent = approval.agent || "";
+    node.querySelector(".submitter").textContent = approval.submitted_by || "";
+    node.querySelector(".task-text").textContent = visible(approval.task || "");
+    node.querySelector(".args").textContent = shownJson(approval.arguments);
     const run = node.querySelector("a.run");
-    run.href = "/runs/" + approval.run + "/";
+    run.href = urlFor(template.dataset.runUrl, approval.run);
     run.textContent = approval.run;
-    node.querySelector(".reviewer").textContent = reviewerText(approval.reviewer);
+    const targets = (approval.reviewer && approval.reviewer.targets) || [];
+    if (targets.length) node.querySelector(".reviewer").textContent = targets.join(", "); // else the blank card's words
+    const q = approval.quorum;
+    if (q && q.required > 1) node.querySelector(".quorum").textContent = q.approved_by.length + " of " + q.required;
+    else node.querySelectorAll("[data-if-quorum]").forEach((el) => el.remove());
+    const h = approval.handover;
+    if (h) node.querySelector(".handover").textContent = h.by + (h.note ? ": “" + h.note + "”" : "");
+    else node.querySelectorAll("[data-if-handover]").forEach((el) => el.remove());
     const expires = node.querySelector(".expires");
     expires.dateTime = approval.expires_at;
     expires.textContent = approval.expires_at;
     node.querySelector(".sha").textContent = approval.arguments_sha256;
-    node.querySelector("a.details").href = "/approvals/" + approval.id + "/";
-    // One card template, two kinds: keep the form that answers this request.
-    const reconcile = approval.kind === "reconcile";
-    node.classList.toggle("reconcile", reconcile);
-    node.querySelectorAll(reconcile ? ".tool-call" : ".reconcile").forEach((el) => el.remove());
-    const form = node.querySelector("form");
-    form.action = "/approvals/" + approval.id + "/";
-    form.querySelector("[name=checkpoint_id]").value = approval.checkpoint_id;
+    const details = urlFor(template.dataset.approvalUrl, approval.id);
+    node.querySelector("a.details").href = details;
+    if (approval.kind === "question") questionParts(node, approval.arguments || {});
+    // The blank card holds every optional part: keep the ones that apply to this approval.
+    node.querySelectorAll("[data-for-kind]").forEach((el) => {
+      if (el.dataset.forKind !== approval.kind) el.remove();
+    });
+    node.querySelectorAll("[data-for-effect]").forEach((el) => {
+      if (el.dataset.forEffect !== approval.effect) el.remove();
+    });
+    if (!hasInvisible(approval.arguments)) node.querySelectorAll("[data-if-invisible]").forEach((el) => el.remove());
+    node.querySelectorAll("form").forEach((form) => {
+      form.action = details;
+      form.querySelector("[name=checkpoint_id]").value = approval.checkpoint_id;
+    });
     return node;
   }
 
-  function upsert(approval) {
+  // A question's text and its options as buttons (text only); a schema is answered on its page.
+  function questionParts(node, args) {
+    node.querySelector(".question-text").textContent = visible(String(args.question || ""));
+    const options = node.querySelector(".options");
+    options.replaceChildren();
+    (Array.isArray(args.options) ? args.options : []).forEach((option) => {
+      const button = document.createElement("button");
+      Object.assign(button, { type: "submit", name: "answer", value: String(option), className: "option" });
+      button.textContent = visible(String(option));
+      options.append(button);
+    });
+  }
+
+  // --- browser notifications: a new approval while this tab is in the background ------
+  // Permission is asked only from the button's click (browsers refuse it otherwise).
+  const notifyButton = document.getElementById("notify-permission");
+  if (notifyButton && "Notification" in window && Notification.permission === "default") {
+    notifyButton.hidden = false;
+    notifyButton.addEventListener("click", () => {
+      Notification.requestPermission().then(() => (notifyButton.hidden = true));
+    });
+  }
+  function notifyInBackground(approval) {
+    if (!document.hidden || !("Notification" in window) || Notification.permission !== "granted") return;
+    const title = approval.kind === "question" ? "A question from " + approval.agent : approval.tool + " needs a decision";
+    const shown = new Notification(title, { body: visible(approval.task || ""), tag: approval.id });
+    shown.onclick = () => window.focus();
+  }
+
+  // --- the queue's order and filters, as the server's approvals_queue_for ----------------
+  function sortKey(d) {
+    // The server's order (approvals_queue_for): named me, then a group of mine, then the rest.
+    let named = [];
+    try {
+      named = JSON.parse(d.targets || "[]");
+    } catch (error) {
+      named = [];
+    }
+    const tier = named.includes(me) ? "0" : (d.assignees || "").split(" ").includes(me) ? "1" : "2";
+    return [tier, d.expires || "", d.created || "", d.approvalId || ""];
+  }
+
+  function before(a, b) {
+    for (let i = 0; i < a.length; i++) {
+      if (a[i] !== b[i]) return a[i] < b[i];
+    }
+    return false;
+  }
+
+  function matches(approval) {
+    const users = (approval.reviewer && approval.reviewer.users) || [];
+    if (filters.agent && approval.agent !== filters.agent) return false;
+    if (filters.tool && approval.tool !== filters.tool) return false;
+    if (filters.run && approval.run !== filters.run.toLowerCase()) return false;
+    if (filters.assignee === "me" && !users.includes(me)) return false;
+    if (filters.assignee === "any" && users.length) return false;
+    if (filters.assignee && !["me", "any"].includes(filters.assignee) && !users.includes(filters.assignee)) return false;
+    return true;
+  }
+
+  // The page's bounds as the server drew them: a new approval joins this page only if it
+  // sorts within them (earlier pages' items stay off a later page, later pages' off this one).
+  let lowerBound = null;
+  function drawBounds() {
+    lowerBound = pageOffset === 0 || !cards().length ? null : sortKey(cards()[0].dataset);
+  }
+
+  // An approval that belongs on another page is counted there, never drawn here: the paging
+  // line says how many arrived and links to them.
+  function place(node) {
+    const key = sortKey(node.dataset);
+    const id = node.dataset.approvalId;
+    if (lowerBound && before(key, lowerBound)) {
+      offPage.set(id, "earlier");
+      return false;
+    }
+    const all = cards();
+    const next = all.find((c) => before(key, sortKey(c.dataset)));
+    if (!next && (hasNext || all.length >= pageSize)) {
+      offPage.set(id, "next"); // it belongs on a later page
+      return false;
+    }
+    list.insertBefore(node, next || null);
+    offPage.delete(id);
+    if (cards().length > pageSize) {
+      const last = cards().at(-1);
+      offPage.set(last.dataset.approvalId, "next");
+      last.remove();
+    }
+    return true;
+  }
+
+  const offPageLine = document.createElement("span");
+  offPageLine.id = "off-page";
+  offPageLine.hidden = true;
+  document.getElementById("paging").append(offPageLine);
+
+  function pageLink(offset, text) {
+    const query = new URLSearchParams(location.search);
+    query.set("offset", String(Math.max(0, offset)));
+    const a = document.createElement("a");
+    a.href = "?" + query.toString();
+    a.textContent = text;
+    return a;
+  }
+
+  function showOffPage() {
+    const where = [...offPage.values()];
+    const next = where.filter((w) => w === "next").length;
+    const earlier = where.length - next;
+    const links = [];
+    if (next) links.push(pageLink(pageOffset + pageSize, next + " more — next page →"));
+    if (earlier) links.push(pageLink(pageOffset - pageSize, "← " + earlier + " new on an earlier page"));
+    offPageLine.replaceChildren(...links.flatMap((a, i) => (i ? [" · ", a] : [a])));
+    offPageLine.hidden = !links.length;
+  }
+
+  // The count moves once per approval and change, for events newer than the snapshot.
+  function recount(approval, type, seq) {
+    if (snapshotSeq === null || seq <= snapshotSeq) return; // already in the total we have
+    const now = shown(approval); // pending, and still mine to see
+    // One the count has not seen was pending at the snapshot, unless this event created it.
+    const was = counted.has(approval.id) ? counted.get(approval.id) : type !== "approval.created";
+    if (now !== was) total += now ? 1 : -1;
+    counted.set(approval.id, now);
+  }
+
+  function remove(node) {
+    const wasSelected = node === selected();
+    const index = cards().indexOf(node);
+    node.remove();
+    if (wasSelected) select(cards()[Math.min(index, cards().length - 1)], { focus: listHasFocus() });
+  }
+
+  function decidedText(approval) {
+    const d = approval.decision;
+    const what = approval.tool + " (run " + approval.run.slice(0, 8) + "…)";
+    if (d) return what + ": " + d.verdict + " by " + d.reviewer + ".";
+    const h = approval.handover;
+    if (approval.status === list.dataset.shownStatus && h) return what + ": handed over by " + h.by + ".";
+    return what + ": " + approval.status + ".";
+  }
+
+  // Pending and still mine to see: a hand-over elsewhere takes it off this desk (admins see all).
+  function shown(approval) {
+    if (approval.status !== list.dataset.shownStatus) return false;
+    const targets = (approval.reviewer && approval.reviewer.targets) || [];
+    const users = (approval.reviewer && approval.reviewer.users) || [];
+    if (approval.quorum && approval.quorum.approved_by.includes(me)) return false; // my vote is in
+    return !targets.length || users.includes(me) || list.dataset.admin === "yes";
+  }
+
+  function upsert(approval, type, seq) {
     const existing = list.querySelector('[data-approval-id="' + approval.id + '"]');
-    if (approval.status !== "pending") {
-      if (existing) existing.remove();
+    recount(approval, type, seq);
+    if (!shown(approval)) {
+      offPage.delete(approval.id);
+      const shownHere = existing || leftOnSnapshot.has(approval.id);
+      if (shownHere && !decidedHere.has(approval.id)) notice(decidedText(approval), "info");
+      leftOnSnapshot.delete(approval.id);
+      if (existing) remove(existing);
     } else if (existing) {
-      existing.replaceWith(card(approval));
+      const wasSelected = existing === selected();
+      const node = card(approval);
+      existing.replaceWith(node);
+      if (wasSelected) select(node, { focus: listHasFocus() });
+    } else if (matches(approval)) {
+      place(card(approval));
+    }
+    showOffPage();
+    refreshCount();
+  }
+
+  // The snapshot is this page of the queue as the server sees it now (the socket's URL
+  // carries the page's filters and offset), with `total`, the count of all pending for me.
+  // (An approval decided between the server reading the snapshot's seq and its rows is
+  // counted off twice: rare, and the next snapshot sets the count right.)
+  function applySnapshot(data, seq) {
+    const approvals = data.approvals;
+    total = typeof data.total === "number" ? data.total : approvals.length; // no total: all of them
+    if (typeof data.more === "boolean") hasNext = data.more;
+    snapshotSeq = seq;
+    counted.clear();
+    approvals.forEach((a) => {
+      counted.set(a.id, true);
+      offPage.delete(a.id);
+    });
+    // The window is this page, in the server's order: draw it as it is. Cards not in it leave;
+    // one that left because it was decided gets its notice from the replay that follows (upsert).
+    const inWindow = new Set(approvals.map((a) => a.id));
+    const was = selected();
+    const wasIndex = cards().indexOf(was);
+    const focus = !!was && listHasFocus();
+    cards().forEach((node) => {
+      if (!inWindow.has(node.dataset.approvalId)) leftOnSnapshot.add(node.dataset.approvalId);
+    });
+    list.replaceChildren(...approvals.map(card));
+    drawBounds();
+    const again = was && list.querySelector('[data-approval-id="' + was.dataset.approvalId + '"]');
+    const all = cards();
+    if (all.length) select(again || all[Math.min(Math.max(wasIndex, 0), all.length - 1)], { focus });
+    showOffPage();
+    refreshCount();
+    tick();
+  }
+
+  // --- selection and keys -------------------------------------------------------------
+  function selected() {
+    return list.querySelector("li.card[aria-current=true]");
+  }
+
+  function listHasFocus() {
+    return list.contains(document.activeElement) || document.activeElement === document.body;
+  }
+
+  function select(node, { focus = true } = {}) {
+    cards().forEach((c) => c.removeAttribute("aria-current"));
+    if (!node) return;
+    node.setAttribute("aria-current", "true");
+    if (focus) {
+      node.focus({ preventScroll: true });
+      node.scrollIntoView({ block: "nearest" });
+    }
+  }
+
+  function move(step) {
+    const all = cards();
+    if (!all.length) return;
+    const i = all.indexOf(selected());
+    select(all[Math.max(0, Math.min(all.length - 1, i < 0 ? 0 : i + step))]);
+  }
+
+  function typing(target) {
+    return target.closest("input, textarea, select, [contenteditable=true]");
+  }
+
+  document.addEventListener("keydown", (event) => {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    if (event.key === "Escape" && typing(event.target)) {
+      const node = event.target.closest("li.card");
+      event.target.blur();
+      if (node) {
+        delete node.dataset.intent;
+        select(node);
+      }
+      return;
+    }
+    // Enter in a card's field: a reject after `r`, otherwise nothing. The browser would
+    // submit with the form's first button, Approve, which is never what typing a reason means.
+    if (event.key === "Enter" && event.target.matches("li.card input")) {
+      event.preventDefault();
+      const card = event.target.closest("li.card");
+      if (card.dataset.intent === "reject") decide(card, card.querySelector("form button.reject"));
+      return;
+    }
+    if (typing(event.target) || (help && help.open)) return;
+    const node = selected();
+    const actions = {
+      j: () => move(1),
+      k: () => move(-1),
+      o: () => node && (location.href = node.querySelector("a.details").href),
+      e: () => node && (location.href = node.querySelector("a.details").href + "#edit"),
+      h: () => node && (location.href = node.querySelector("a.details").href + "#handover"),
+      a: () => node && decide(node, node.querySelector("button.approve")),
+      r: () => {
+        if (!node) return;
+        node.dataset.intent = "reject";
+        node.querySelector("input[name=reason]").focus();
+      },
+      "?": () => help && help.showModal(),
+    };
+    const action = actions[event.key];
+    if (action) {
+      event.preventDefault();
+      action();
+    }
+  });
+
+  list.addEventListener("click", (event) => {
+    const node = event.target.closest("li.card");
+    if (node && node !== selected()) select(node, { focus: false });
+  });
+
+  list.addEventListener("focusin", (event) => {
+    const node = event.target.closest("li.card");
+    if (node && node !== selected()) select(node, { focus: false });
+  });
+
+  // --- deciding in place --------------------------------------------------------------
+  // A button decides in place (Enter in a field is handled with the keys above).
+  list.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const button = event.submitter;
+    if (button && button.tagName === "BUTTON") decide(event.target.closest("li.card"), button);
+  });
+
+  function irreversible(node, button) {
+    return node.dataset.effect === "external" && !button.classList.contains("reject");
+  }
+
+  async function decide(node, button) {
+    if (!node || !button || node.dataset.busy) return;
+    if (irreversible(node, button)) {
+      const tool = node.dataset.tool;
+      if (!window.confirm(tool + " acts outside the desk and cannot be undone. " + button.textContent.trim() + "?")) return;
+    }
+    const form = button.form;
+    const body = new FormData(form);
+    body.set(button.name, button.value);
+    form.querySelectorAll("button").forEach((b) => (b.disabled = true));
+    const answer = await post(node, form.action, body);
+    if (answer.decided) {
+      notice(answer.detail, "success");
+      settle(node, { focus: true });
     } else {
-      list.appendChild(card(approval));
+      notice(answer.detail, "error");
+      form.querySelectorAll("button").forEach((b) => (b.disabled = false));
+    }
+  }
+
+  // One decision, posted to its approval's page: {decided, detail, code?}.
+  async function post(node, action, body) {
+    node.dataset.busy = "yes";
+    decidedHere.add(node.dataset.approvalId);
+    let answer;
+    try {
+      const response = await fetch(action, {
+        method: "POST",
+        body,
+        headers: { Accept: "application/json" },
+        credentials: "same-origin",
+      });
+      answer = await response.json();
+    } catch (error) {
+      answer = { decided: false, detail: "Not decided: the desk did not answer (" + error.message + ")." };
+    }
+    delete node.dataset.busy;
+    if (!answer.decided) decidedHere.delete(node.dataset.approvalId);
+    return answer;
+  }
+
+  // A decided card leaves the page and the count (its approval.updated then finds it counted).
+  function settle(node, { focus }) {
+    const id = node.dataset.approvalId;
+    if (snapshotSeq !== null && counted.get(id) !== false) {
+      total -= 1;
+      counted.set(id, false);
+    }
+    if (node.isConnected) {
+      const index = cards().indexOf(node);
+      const wasSelected = node === selected();
+      node.remove();
+      if (wasSelected || focus) select(cards()[Math.min(index, cards().length - 1)], { focus }); // focus stays in the queue
+      if (focus && !cards().length) list.focus();
     }
     refreshCount();
   }
 
-  function replaceAll(approvals) {
-    list.querySelectorAll("li.card").forEach((node) => node.remove());
-    approvals.forEach(upsert);
-    refreshCount();
+  // For batch.js: the queue's cards, the current one, and one decision at a time.
+  window.DeskQueue = { cards, selected, notice, post, settle };
+
+  // --- countdowns ---------------------------------------------------------------------
+  function tick() {
+    cards().forEach((node) => {
+      window.DeskTime.show(node.querySelector(".countdown"), node.dataset.expires);
+      const target = node.querySelector(".countdown.target");
+      if (node.dataset.respondBy) window.DeskTime.show(target, node.dataset.respondBy, "target");
+      else target.textContent = "";
+    });
   }
 
+  // --- the socket ---------------------------------------------------------------------
   // lastSeq: every event up to it that we may see has been applied (or is in the
   // snapshot). Sequence numbers are global, so a jump may only be someone else's
   // events; we ask for a replay anyway and let replay.done say what it covered.
@@ -91,13 +517,14 @@
     const id = message.data.id;
     if ((applied.get(id) || 0) >= message.seq) return;
     applied.set(id, message.seq);
-    upsert(message.data);
+    upsert(message.data, message.type, message.seq);
   }
 
   function handle(message) {
     switch (message.type) {
       case "snapshot":
-        replaceAll(message.data.approvals);
+        applySnapshot(message.data, message.seq);
+        list.dataset.synced = "1"; // from here on, every change reaches this page as an event
         applied = new Map();
         if (message.seq < lastSeq) lastSeq = message.seq;
         replaying = false;
@@ -118,6 +545,7 @@
       case "approval.created":
       case "approval.updated":
         if (message.seq <= lastSeq) return; // already applied, or in the snapshot
+        if (message.type === "approval.created") notifyInBackground(message.data);
         applyApproval(message);
         noteSeq(message.seq);
         return;
@@ -128,7 +556,8 @@
 
   function connect() {
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    socket = new WebSocket(scheme + location.host + "/ws/desk/");
+    // The page's query (filters, offset) names the window the snapshot holds.
+    socket = new WebSocket(scheme + location.host + list.dataset.socketPath + location.search);
     socket.onopen = () => {
       retryMs = 500;
       setLive("live", "live");
@@ -146,6 +575,10 @@
     };
   }
 
+  drawBounds();
+  if (cards().length) select(cards()[0], { focus: false });
   refreshCount();
+  tick();
+  setInterval(tick, 1000);
   connect();
 })();

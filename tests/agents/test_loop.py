@@ -14,7 +14,8 @@ from agents.providers import AssistantTurn, ToolCall
 from agents.providers.scripted import ScriptedProvider
 from agents.registry import get_agent
 from agents.state import AgentState, CallState, CallStatus, SnapshotError, Step
-from agents.testing import InMemoryHost, LedgerRow
+from agents.testing.host import InMemoryHost
+from agents.testing.ledger import LedgerRow
 
 DEMO = get_agent("demo")
 ADA = "ada@example.com"

@@ -38,6 +38,7 @@ def test_tool_calls_come_back_with_their_ids_names_and_arguments(llm_server, str
         "send_email",
         "refund_payment",
         "execute",
+        "ask_human",
     }
     assert bool(request.get("stream")) is stream
 

@@ -12,7 +12,9 @@ from agents.loop import Finished, Waiting, advance
 from agents.providers.scripted import ScriptedProvider
 from agents.registry import get_agent
 from agents.state import CallStatus
-from agents.testing import InMemoryHost, LedgerRow
+from agents.testing.host import InMemoryHost
+from agents.testing.keys import sign_decision
+from agents.testing.ledger import LedgerRow
 
 SCRIPT = [
     {
@@ -79,8 +81,6 @@ def test_a_rerun_signed_for_the_original_approval_checkpoint_is_refused(interrup
     first = host.approvals[0]  # the approval, raised at an older checkpoint than the reconciliation
     host.rerun("call_0_0")
     stale = host.decisions["call_0_0"]
-    from agents.testing import sign_decision
-
     host.decisions["call_0_0"] = sign_decision(
         host.signing_key,
         key_id=host.key_id,
@@ -101,8 +101,6 @@ def test_a_rerun_decision_cannot_run_a_call_that_is_not_unknown():
     host = InMemoryHost()
     step(host)
     call = host.approval("call_0_0")
-    from agents.testing import sign_decision
-
     rerun = sign_decision(
         host.signing_key,
         key_id=host.key_id,

@@ -11,7 +11,8 @@ from agents.loop import Finished, Waiting, advance
 from agents.providers.scripted import ScriptedProvider
 from agents.registry import get_agent
 from agents.state import MIGRATORS, SCHEMA_VERSION, AgentState, CallStatus, SnapshotError, Step, migrate
-from agents.testing import InMemoryHost, sign_decision
+from agents.testing.host import InMemoryHost
+from agents.testing.keys import sign_decision
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints"
 V1 = sorted(FIXTURES.glob("v1_*.json"))
@@ -91,3 +92,12 @@ def test_a_snapshot_without_a_version_is_an_error():
     del raw["schema_version"]
     with pytest.raises(SnapshotError):
         migrate(raw)
+
+
+def test_a_v3_snapshot_loads_with_no_call_allowed_by_a_grant():
+    raw = load("v3_batch_one_unknown_one_waiting.json")
+    assert raw["schema_version"] == 3
+    state = AgentState.from_snapshot(raw)
+    assert [c.status for c in state.batch] == [CallStatus.DONE, CallStatus.UNKNOWN, CallStatus.AWAITING]
+    assert [c.grant_id for c in state.batch] == [None, None, None]
+    assert state.to_snapshot()["schema_version"] == SCHEMA_VERSION

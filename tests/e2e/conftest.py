@@ -23,6 +23,57 @@ from django.test import Client
 
 from reviewdesk.approvals.signing import ensure_keys
 
+
+def _flush_retrying_a_deadlock(original):
+    """The live stack (daphne, Celery, beat) keeps reading while pytest-django empties the
+    tables between tests. On PostgreSQL, TRUNCATE's exclusive locks can then deadlock with
+    a reader's join, and the deadlock detector may pick the flush. Only the test harness's
+    flush is retried; the desk's own code is untouched.
+
+    The flush also holds the audit chain's writer lock: a late task of the previous test (a
+    resume, beat's tick) that read the chain's last hash before TRUNCATE and inserted after it
+    would otherwise start the next test's chain from a row that no longer exists."""
+
+    def teardown(self):
+        result = flush(self)
+        # The anchor file vouches for rows of the database just emptied: it goes with them, or
+        # the next test's chain would be reported as rows "anchored, then deleted".
+        Path(settings.DESK_AUDIT_ANCHOR_FILE).unlink(missing_ok=True)
+        return result
+
+    def flush(self):
+        from django.core.management.base import CommandError
+        from django.db import DatabaseError, connection, transaction
+
+        from reviewdesk.db import serialize_writers
+
+        for attempt in range(4):
+            try:
+                if connection.vendor != "postgresql":  # SQLite serialises every writer already
+                    return original(self)
+                with transaction.atomic():
+                    serialize_writers("audit-chain")
+                    return original(self)
+            except (CommandError, DatabaseError):
+                if attempt == 3:
+                    raise
+                time.sleep(0.5 * (attempt + 1))
+
+    return teardown
+
+
+def _install_flush_retry() -> None:
+    from django.test.testcases import TransactionTestCase
+
+    if not getattr(TransactionTestCase._fixture_teardown, "retries_deadlock", False):
+        TransactionTestCase._fixture_teardown = _flush_retrying_a_deadlock(
+            TransactionTestCase._fixture_teardown
+        )
+        TransactionTestCase._fixture_teardown.retries_deadlock = True
+
+
+_install_flush_retry()
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -117,7 +168,8 @@ def start_stack(logs: Path, *, env_extra: dict[str, str] | None = None, beat: bo
     """Start daphne and a Celery worker (and beat) on the test database; wait until they serve."""
     ensure_keys()  # web and worker share DESK_VAR_DIR: the worker reads only the public keyring
     port = free_port()
-    env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONUNBUFFERED": "1", **(env_extra or {})}
+    env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONUNBUFFERED": "1", "PORT": str(port)}
+    env.update(env_extra or {})  # PORT: the served port, which the socket's Origin allow-list derives from
     python = sys.executable
     stack = Stack(url=f"http://127.0.0.1:{port}")
     web = Process(
@@ -231,8 +283,22 @@ def session_cookie(user) -> str:
 
 
 def outbox_for(run_id: str) -> list[str]:
-    """Emails the worker wrote to the file outbox for this run (Message-ID carries the run id)."""
-    path = Path(settings.EMAIL_FILE_PATH)
-    if not path.exists():
-        return []
-    return [text for f in sorted(path.iterdir()) if run_id in (text := f.read_text(errors="replace"))]
+    """The emails sent for this run, one per message in the file outbox (whose Message-ID
+    carries the run id), however the backend grouped them into files: see counting.py."""
+    from tests.e2e.counting import names_run, outbox_messages
+
+    return [m.as_string() for m in outbox_messages(Path(settings.EMAIL_FILE_PATH)) if names_run(m, run_id)]
+
+
+@pytest.fixture
+def own_stack(django_db_setup, django_db_blocker, redis_server, tmp_path):
+    """A stack of this test's own (daphne and a worker on their own queue), stopped after it.
+
+    For the run page's live timeline and the terminal's Ctrl-C: after some forty tests on the
+    session's `live_stack`, a freshly opened run page stopped receiving its run's events (the
+    run succeeded; neither push nor heartbeat replay reached the page), and a SIGINT to the
+    terminal went unanswered. Both pass on a fresh stack and alone; the cause is not found yet
+    (see the closing note of this session)."""
+    stack = start_stack(tmp_path, env_extra={"DESK_CELERY_QUEUE": f"own-{tmp_path.name}-{os.getpid()}"})
+    yield stack
+    stack.stop()

@@ -59,7 +59,7 @@ def test_one_approval_end_to_end(live_stack, personas, report_timing):
         approval = created["data"]
         assert approval["tool"] == "send_email"
         assert approval["arguments"] == SEND_EMAIL_SCRIPT[0]["tool_calls"][1]["arguments"]
-        assert approval["reviewer"] == {"users": [], "group": "reviewers"}
+        assert approval["reviewer"] == {"users": [], "targets": [], "group": "reviewers"}
         assert approval["expires_at"] and approval["status"] == "pending"
 
         decided_at = time.monotonic()

@@ -12,6 +12,9 @@ runs that never settled, kills, and recovery time.
 a long one. An external effect interrupted between `pending` and `confirmed`
 becomes `unknown` and a reconciliation item: the test, as the human, looks at
 the world (outbox, the command's file) and marks it done or signs a re-run.
+
+The counters (tests/e2e/counting.py) first prove they see a duplicate of each
+kind planted in a copy of the world, before the test trusts their zero.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import json
 import os
 import statistics
 import time
+import uuid
+from decimal import ROUND_DOWN, Decimal
 from pathlib import Path
 
 import pytest
@@ -29,7 +34,9 @@ from reviewdesk.accounts.services import token_create
 from reviewdesk.demo.models import DemoRefund
 from reviewdesk.faults import POINTS
 from reviewdesk.runs.models import Attempt
+from reviewdesk.runs.transitions import RUN_TASK
 from tests.e2e.conftest import http, outbox_for, start_stack, wait_until
+from tests.e2e.counting import Effects, World, duplicated, effects_per_run, plant_duplicates
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
 
@@ -37,6 +44,15 @@ RUNS = int(os.environ.get("DESK_CHAOS_RUNS", "8"))
 KILL_RATE = os.environ.get("DESK_CHAOS_KILL_RATE", "0.2")
 SETTLE_TIMEOUT = float(os.environ.get("DESK_CHAOS_TIMEOUT", "240"))
 ENDED = ("succeeded", "failed", "cancelled")
+
+# The demo world knows three orders and refuses a refund beyond what is left of an order's
+# total. Were the runs to refund more than the order holds between them, the cap would refuse
+# most refunds, and a duplicate refund too: the duplicate counter could never fire. So each run
+# refunds a share small enough that every run's refund, and a duplicate of every one, fit
+# under the cap. (A refund this small needs no approval; the email and the command do.)
+ORDER, ORDER_TOTAL = "A-1001", Decimal("250.00")
+REFUND = (ORDER_TOTAL / (2 * RUNS)).quantize(Decimal("0.01"), rounding=ROUND_DOWN)
+assert REFUND > 0, f"{RUNS} runs cannot share order {ORDER} ({ORDER_TOTAL})"
 
 
 def script(n: int) -> list[dict]:
@@ -48,7 +64,7 @@ def script(n: int) -> list[dict]:
                     "name": "send_email",
                     "arguments": {"to": "ada@example.com", "subject": f"run {n}", "body": "hi"},
                 },
-                {"name": "refund_payment", "arguments": {"order_id": "A-1001", "amount": 101 + n % 50}},
+                {"name": "refund_payment", "arguments": {"order_id": ORDER, "amount": float(REFUND)}},
             ]
         },
         {"tool_calls": [{"name": "execute", "arguments": {"command": "echo $$ >> effects.log"}}]},
@@ -66,13 +82,21 @@ def chaos_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         "DESK_SWEEP_SECONDS": "1",
         "DESK_REQUEUE_AFTER_SECONDS": "3",
         "DESK_MAX_LOST_ATTEMPTS": "1000",
+        # A re-run is signed only after the stale attempt's hard time limit: keep the wait short.
+        "DESK_TASK_TIME_LIMIT": "40",
         "DESK_CELERY_QUEUE": f"chaos-{tmp_path.name}",
         **extra,
     }
 
 
-def answer_the_desk(stack, token) -> None:
-    """Act as a reviewer: approve tool calls; reconcile interrupted effects by looking at the world."""
+def answer_the_desk(stack, *tokens) -> None:
+    """Act as the reviewers: approve tool calls (execute needs two, so each reviewer votes in
+    turn); reconcile interrupted effects by looking at the world."""
+    for token in tokens:
+        _answer_as(stack, token)
+
+
+def _answer_as(stack, token) -> None:
     _, pending = http("GET", f"{stack.url}/api/v1/approvals?status=pending", token=token)
     for item in pending["results"]:
         body = {"verdict": "approve", "checkpoint_id": item["checkpoint_id"]}
@@ -96,9 +120,9 @@ def _evidence(item: dict) -> str:
 def test_killing_workers_at_every_step_boundary_never_duplicates_or_loses_a_run(
     personas, redis_server, tmp_path, report_timing
 ):
-    # Refunds are capped at the order total, so give each run an order of its own size.
     _, carol = token_create(user=personas.carol, scopes=["submit"])
     _, alice = token_create(user=personas.alice, scopes=["review"])
+    _, bob = token_create(user=personas.bob, scopes=["review"])
     stack = start_stack(tmp_path, env_extra=chaos_env(tmp_path), beat=True)
     started = time.monotonic()
     try:
@@ -118,7 +142,7 @@ def test_killing_workers_at_every_step_boundary_never_duplicates_or_loses_a_run(
             run_ids.append(run["id"])
 
         def all_settled():
-            answer_the_desk(stack, alice)
+            answer_the_desk(stack, alice, bob)
             runs = [http("GET", f"{stack.url}/api/v1/runs/{rid}", token=carol)[1] for rid in run_ids]
             return runs if all(r["status"] in ENDED for r in runs) else None
 
@@ -132,22 +156,27 @@ def test_killing_workers_at_every_step_boundary_never_duplicates_or_loses_a_run(
         stack.stop()
     elapsed = time.monotonic() - started
 
-    duplicates = []
     for run in runs:
-        emails = len(outbox_for(run["id"]))
-        refunds = DemoRefund.objects.filter(idempotency_key__startswith=run["id"]).count()
-        log = Path(settings.DESK_RUNS_DIR) / run["id"] / "effects.log"
-        commands = len(log.read_text().splitlines()) if log.exists() else 0
-        if max(emails, refunds, commands) > 1:
-            duplicates.append((run["id"], emails, refunds, commands))
         assert run["status"] == "succeeded", (run["id"], run["status"], run["error"])
-        # Runs share the demo orders, so a later refund may be refused by the
-        # order-total cap: then the ledger records the tool's error and no row.
+        assert {e["status"] for e in run["side_effects"]} == {"confirmed"}, run["id"]
         refund = next(e for e in run["side_effects"] if e["tool"] == "refund_payment")
-        expected_refunds = 0 if "error" in (refund["result"] or {}) else 1
-        assert (emails, refunds, commands) == (1, expected_refunds, 1), run["id"]
-        assert {e["status"] for e in run["side_effects"]} == {"confirmed"}
-    assert duplicates == []
+        assert refund["result"] and "error" not in refund["result"], refund["result"]
+
+    world = World(
+        outbox=Path(settings.EMAIL_FILE_PATH),
+        refund_keys=tuple(DemoRefund.objects.values_list("idempotency_key", flat=True)),
+        runs_dir=Path(settings.DESK_RUNS_DIR),
+    )
+    counts = effects_per_run(world, run_ids)
+    # Before trusting a zero: a duplicate of each kind, planted in a copy of this world, is seen.
+    planted = effects_per_run(plant_duplicates(world, run_ids[0], tmp_path / "planted"), run_ids)
+    assert duplicated(planted) == {run_ids[0]: Effects(emails=2, refunds=2, commands=2)}, planted
+    assert {r: c for r, c in planted.items() if r != run_ids[0]} == {
+        r: c for r, c in counts.items() if r != run_ids[0]
+    }
+    duplicates = duplicated(counts)
+    assert duplicates == {}
+    assert set(counts.values()) == {Effects(emails=1, refunds=1, commands=1)}, counts
 
     kills = (
         [json.loads(line) for line in (tmp_path / "kills.jsonl").read_text().splitlines()]
@@ -194,7 +223,8 @@ def test_runs_queued_when_redis_is_flushed_all_complete(personas, redis_server, 
     env = {
         "DESK_SWEEP_SECONDS": "1",
         "DESK_REQUEUE_AFTER_SECONDS": "2",
-        "DESK_CELERY_QUEUE": f"flush-{tmp_path.name}",
+        # Unique per run: Redis outlives a test run, and an aborted one leaves its messages.
+        "DESK_CELERY_QUEUE": f"flush-{tmp_path.name}-{uuid.uuid4().hex[:8]}",
     }
     stack = start_stack(tmp_path, env_extra=env, beat=True)
     try:
@@ -214,7 +244,11 @@ def test_runs_queued_when_redis_is_flushed_all_complete(personas, redis_server, 
             )
             assert status == 201
             run_ids.append(run["id"])
-        assert redis_client.llen(env["DESK_CELERY_QUEUE"]) == 5
+        # Beat may have queued a periodic task of its own before it was killed: count the runs'.
+        queued = [
+            json.loads(m)["headers"]["task"] for m in redis_client.lrange(env["DESK_CELERY_QUEUE"], 0, -1)
+        ]
+        assert queued.count(RUN_TASK) == 5, queued
         redis_client.flushdb()
         assert redis_client.llen(env["DESK_CELERY_QUEUE"]) == 0
         ready_before = stack.processes["worker"].log_text().count(" ready.")

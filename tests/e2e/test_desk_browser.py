@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.db import connections, transaction
+from playwright.sync_api import expect
 
 from reviewdesk.accounts.services import token_create
 from reviewdesk.events.models import DeskEvent
@@ -88,6 +89,7 @@ def test_a_reviewer_sees_the_approval_arrive_and_approves_it(live_stack, logins,
     page.screenshot(path=str(Path(settings.VAR_DIR) / "desk-with-approval.png"), full_page=True)
 
     card.query_selector("input[name=reason]").fill("right customer, right words")
+    page.on("dialog", lambda dialog: dialog.accept())  # send_email is irreversible: the desk asks first
     card.query_selector("button.approve").click()
     page.wait_for_selector(".flash.success", timeout=10_000)
     assert "Approved send_email" in page.text_content(".flash.success")
@@ -97,7 +99,8 @@ def test_a_reviewer_sees_the_approval_arrive_and_approves_it(live_stack, logins,
     assert [(e["tool"], e["status"]) for e in final["side_effects"]] == [("send_email", "confirmed")]
     assert final["approvals"][0]["decision"]["reviewer"] == "alice"
     assert len(outbox_for(run["id"])) == 1
-    page.wait_for_function("document.querySelector('#count').textContent === '0'", timeout=10_000)
+    # A locator wait: wait_for_function evaluates a string, which the page's CSP rightly forbids.
+    expect(page.locator("#count")).to_have_text("0", timeout=10_000)
     report_timing(f"[browser] submit -> card on the desk page: {(shown_at - submitted_at) * 1000:.0f} ms")
 
 
@@ -120,7 +123,7 @@ def approval_event_data(tool: str) -> dict:
         "tool": tool,
         "arguments": {},
         "arguments_sha256": "0" * 64,
-        "reviewer": {"users": [], "group": "reviewers"},
+        "reviewer": {"users": [], "targets": [], "group": "reviewers"},
         "expires_at": "2099-01-01T00:00:00Z",
         "checkpoint_id": str(uuid.uuid4()),
         "status": "pending",

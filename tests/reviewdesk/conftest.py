@@ -3,9 +3,11 @@ from __future__ import annotations
 import pytest
 
 from reviewdesk.approvals.models import ApprovalRequest
+from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Run, RunStatus
-from reviewdesk.runs.services import run_execute, run_submit
+from reviewdesk.runs.services import run_submit
 from tests.conftest import SEND_EMAIL_SCRIPT
+from tests.reviewdesk.device_keys import device_keys  # noqa: F401 - a fixture for device-key tests
 
 
 @pytest.fixture
@@ -30,3 +32,16 @@ def interrupted_run(personas):
         return run, run.approvals.filter(status="pending").order_by("tool_call_id").first()
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def fresh_channel_layer():
+    """Each test gets its own channel layer object. An async test runs on a loop of its own,
+    and the Redis layer's asyncio locks belong to the loop that first used them: a consumer
+    cancelled mid-receive in one test left its lock held, and bound to that test's loop, for
+    the next test's socket."""
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()

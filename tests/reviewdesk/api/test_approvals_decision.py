@@ -38,15 +38,20 @@ class Unchanged:
         self.approval, self.task_queue = approval, task_queue
         self.status = approval.status
         self.run_status = approval.run.status
-        self.audit = AuditEvent.objects.count()
+        self.audit = self.audit_rows()
 
     def assert_holds(self) -> None:
         self.approval.refresh_from_db()
         self.approval.run.refresh_from_db()
         assert self.approval.status == self.status
         assert self.approval.run.status == self.run_status
-        assert AuditEvent.objects.count() == self.audit
+        assert self.audit_rows() == self.audit
         assert self.task_queue.length() == 0
+
+    @staticmethod
+    def audit_rows() -> int:
+        # Creating the test client's token is audited too (issue 8); it comes after the snapshot.
+        return AuditEvent.objects.exclude(action="token.created").count()
 
 
 def test_a_reviewer_approves_and_gets_the_signed_decision(

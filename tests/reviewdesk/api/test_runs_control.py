@@ -6,8 +6,8 @@ import pytest
 
 from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.events.models import DeskEvent
+from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Message, Run, RunStatus
-from reviewdesk.runs.services import run_execute
 
 pytestmark = pytest.mark.django_db
 

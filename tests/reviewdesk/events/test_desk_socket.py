@@ -16,7 +16,7 @@ from reviewdesk.events.services import REPLAY_PAGE_SIZE, latest_seq
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ORIGIN = (b"origin", b"http://127.0.0.1")
+ORIGIN = (b"origin", b"http://127.0.0.1:8000")  # the embedded default: ALLOWED_HOSTS on PORT
 
 
 def session_headers(user) -> list[tuple[bytes, bytes]]:
@@ -139,7 +139,8 @@ def test_a_reviewer_gets_a_snapshot_then_the_new_approval_live(personas, interru
         assert created["data"]["id"] == str(approval.id)
         assert created["data"]["tool"] == "send_email"
         assert created["data"]["arguments"] == approval.arguments
-        assert created["data"]["reviewer"] == {"users": [], "group": "reviewers"}
+        assert created["data"]["reviewer"] == {"users": [], "targets": [], "group": "reviewers"}
+        assert created["data"]["quorum"] == {"required": 1, "approved_by": [], "groups": []}
         assert created["data"]["expires_at"]
         await comm.disconnect()
 

@@ -1,8 +1,6 @@
-"""Leases, fencing, expiry and races, on the real database with real threads.
+"""Leases, expiry and races, on the real database with real threads.
 
-Each fencing test has a negative control: with fencing switched off (the
-fault-injection switch), the stale write goes through, so the test would
-catch a regression.
+The fences themselves, each with its negative control, are in test_fences.py.
 """
 
 from __future__ import annotations
@@ -15,14 +13,13 @@ from django.db import connections
 from django.utils import timezone
 
 from agents.registry import Agent, get_agent, register
-from agents.state import AgentState
+from reviewdesk.approvals.lifecycle import approvals_expire
 from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.approvals.services import approval_decide
-from reviewdesk.audit.models import AuditEvent
 from reviewdesk.errors import DeskError
-from reviewdesk.runs.host import DatabaseHost, LeaseLost
-from reviewdesk.runs.models import Attempt, Run, RunStatus, SideEffect
-from reviewdesk.runs.services import approvals_expire, run_claim, run_execute, run_finish, run_submit
+from reviewdesk.runs.execution import run_claim, run_execute
+from reviewdesk.runs.models import Run, RunStatus, SideEffect
+from reviewdesk.runs.services import run_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -62,71 +59,6 @@ def in_threads(*calls):
     for t in threads:
         t.join(30)
     return results
-
-
-# --- fencing ----------------------------------------------------------------------------
-
-
-def stale_and_current_attempts(personas):
-    run = queued_run(personas)
-    stale = run_claim(run_id=run.id, worker="stale")
-    expire_lease(run)
-    current = run_claim(run_id=run.id, worker="current")
-    assert current.lease_epoch == stale.lease_epoch + 1
-    return run, stale, current
-
-
-def test_a_worker_that_lost_its_lease_cannot_write(personas):
-    run, stale, _ = stale_and_current_attempts(personas)
-    host = DatabaseHost(run=stale.run, attempt=stale)
-    with pytest.raises(LeaseLost):
-        host.commit_step(
-            checkpoint_id="00000000-0000-0000-0000-000000000001",
-            state=AgentState(message_count=2),
-            new_messages=[{"role": "system", "content": "late"}],
-            raise_approvals=[],
-        )
-    with pytest.raises(LeaseLost), host.ledger.atomic():
-        pass
-    assert not run.messages.exists()
-    assert Attempt.objects.get(pk=stale.pk).status == Attempt.Status.LOST
-
-
-def test_a_stale_finish_is_rejected_and_recorded(personas):
-    from agents.loop import Finished
-
-    run, stale, _ = stale_and_current_attempts(personas)
-    run_finish(attempt=stale, outcome=Finished("late"))
-    run.refresh_from_db()
-    assert run.status == RunStatus.RUNNING and run.output is None
-    assert AuditEvent.objects.filter(action="attempt.stale_write_rejected", subject_id=str(run.id)).exists()
-
-
-def test_negative_control_without_fencing_the_stale_write_goes_through(personas, monkeypatch):
-    monkeypatch.setenv("DESK_FAULT_INJECTION", "1")
-    monkeypatch.setenv("DESK_FAULT_NO_FENCING", "1")
-    run, stale, _ = stale_and_current_attempts(personas)
-    DatabaseHost(run=stale.run, attempt=stale).commit_step(
-        checkpoint_id="00000000-0000-0000-0000-000000000002",
-        state=AgentState(message_count=1),
-        new_messages=[{"role": "system", "content": "late"}],
-        raise_approvals=[],
-    )
-    assert run.messages.count() == 1  # the bug the fencing test would catch
-
-
-def test_cancel_fences_out_the_worker_holding_the_run(personas, interrupted_run, api_as):
-    run = queued_run(personas)
-    attempt = run_claim(run_id=run.id, worker="w")
-    api_as(personas.carol, "submit").post(f"/api/v1/runs/{run.id}/cancel")
-    with pytest.raises(LeaseLost):
-        DatabaseHost(run=attempt.run, attempt=attempt).commit_step(
-            checkpoint_id="00000000-0000-0000-0000-000000000003",
-            state=AgentState(message_count=2),
-            new_messages=[],
-            raise_approvals=[],
-        )
-    assert Attempt.objects.get(pk=attempt.pk).status == Attempt.Status.CANCELLED
 
 
 # --- leases ---------------------------------------------------------------------------

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
-from reviewdesk.approvals.models import ApprovalRequest
+from reviewdesk.approvals.models import ApprovalRequest, Decision
 from reviewdesk.approvals.services import approval_decide
+from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import RunStatus, SideEffect
-from reviewdesk.runs.services import run_execute
 
 pytestmark = pytest.mark.django_db
 
@@ -48,6 +50,21 @@ def answer(api_as, reviewer, reconcile, **body):
     )
 
 
+def past_the_hard_time_limit(run, attempt=None):
+    """Age the effect's stale attempt (or, with none recorded, the row) past CELERY_TASK_TIME_LIMIT:
+    its task has been killed, so a re-run may be signed (approvals.services, frozen-worker window)."""
+    from datetime import timedelta
+
+    from django.conf import settings
+    from django.utils import timezone
+
+    long_ago = timezone.now() - timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT + 1)
+    if attempt is not None:
+        type(attempt).objects.filter(pk=attempt.pk).update(started_at=long_ago)
+    else:
+        SideEffect.objects.filter(run=run).update(updated_at=long_ago)
+
+
 def finish(run):
     run_execute(run_id=run.id)
     run.refresh_from_db()
@@ -78,6 +95,7 @@ def test_marking_it_done_needs_a_reference(interrupted, personas, api_as):
 
 def test_a_signed_rerun_sends_it_exactly_once(interrupted, personas, api_as, mailoutbox):
     run, reconcile = interrupted
+    past_the_hard_time_limit(run)
     response = answer(api_as, personas.bob, reconcile, verdict="rerun", reason="not in the SMTP log")
     assert response.status_code == 201
     assert response.json()["payload"]["verdict"] == "rerun"
@@ -140,6 +158,7 @@ def test_after_an_edit_the_reconciliation_and_its_rerun_use_the_edited_arguments
     run = finish(run)
     reconcile = ApprovalRequest.objects.get(run=run, kind="reconcile")
     assert reconcile.arguments == edited
+    past_the_hard_time_limit(run)
     answer(api_as, personas.bob, reconcile, verdict="rerun")
     run = finish(run)
     assert run.status == RunStatus.SUCCEEDED, run.error
@@ -151,7 +170,7 @@ def test_a_reconciliation_never_expires(interrupted, personas):
 
     from django.utils import timezone
 
-    from reviewdesk.runs.services import approvals_expire
+    from reviewdesk.approvals.lifecycle import approvals_expire
 
     _run, reconcile = interrupted
     ApprovalRequest.objects.filter(pk=reconcile.pk).update(expires_at=timezone.now() - timedelta(hours=1))
@@ -189,3 +208,53 @@ def test_a_late_confirm_cannot_flip_the_row_a_rerun_reopened(interrupted, person
     DatabaseHost(run=run, attempt=stale_attempt).ledger.confirm(effect.idempotency_key, result={"late": True})
     effect.refresh_from_db()
     assert (effect.status, effect.result) == ("pending", None)
+
+
+# --- The frozen-worker window ---------------------------------------------------------------
+@pytest.fixture
+def stale_attempt(interrupted):
+    """The attempt that wrote `pending` and then stalled, as the ledger records it."""
+    run, reconcile = interrupted
+    attempt = run.attempts.order_by("number").first()
+    SideEffect.objects.filter(run=run).update(attempt=attempt)
+    return run, reconcile, attempt
+
+
+def test_a_rerun_is_refused_while_the_stale_attempt_may_still_act_and_says_from_when(
+    stale_attempt, personas, api_as, mailoutbox, settings
+):
+    """A frozen worker could wake and perform the effect: the re-run waits for its hard time limit."""
+    run, reconcile, attempt = stale_attempt
+    possible_at = attempt.started_at + timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT)
+
+    response = answer(api_as, personas.bob, reconcile, verdict="rerun", reason="not in the SMTP log")
+
+    assert response.status_code == 409, response.json()
+    body = response.json()
+    assert body["code"] == "rerun_too_early"
+    assert body["errors"] == {"possible_at": possible_at.isoformat()}
+    assert possible_at.isoformat() in body["detail"]
+    reconcile.refresh_from_db()
+    assert reconcile.status == "pending" and not Decision.objects.filter(request=reconcile).exists()
+    assert SideEffect.objects.get(run=run).status == "unknown"
+    assert finish(run).status == RunStatus.INPUT_REQUIRED and mailoutbox == []
+
+
+def test_a_rerun_is_signed_once_the_stale_attempts_task_is_past_its_hard_time_limit(
+    stale_attempt, personas, api_as, mailoutbox
+):
+    run, reconcile, attempt = stale_attempt
+    past_the_hard_time_limit(run, attempt)
+
+    response = answer(api_as, personas.bob, reconcile, verdict="rerun")
+
+    assert response.status_code == 201, response.json()
+    assert finish(run).status == RunStatus.SUCCEEDED and len(mailoutbox) == 1
+
+
+def test_marking_the_effect_done_does_not_wait_for_the_stale_attempt(stale_attempt, personas, api_as):
+    _, reconcile, _ = stale_attempt
+
+    response = answer(api_as, personas.bob, reconcile, verdict="confirm", external_ref="smtp-queue-1")
+
+    assert response.status_code == 201, response.json()

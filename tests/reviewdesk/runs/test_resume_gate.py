@@ -5,13 +5,16 @@ from __future__ import annotations
 import base64
 
 import pytest
+from django.contrib.auth.models import Group
 
-from reviewdesk.approvals.models import Decision
+from reviewdesk.accounts.roles import REVIEWERS
+from reviewdesk.approvals import signing
+from reviewdesk.approvals.models import ApprovalRequest, Decision
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.audit.services import audit_verify
+from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import RunStatus, SideEffect
-from reviewdesk.runs.services import run_execute
 
 pytestmark = pytest.mark.django_db
 
@@ -131,3 +134,65 @@ def test_a_reviewer_removed_from_the_group_no_longer_authorises(approved_run, pe
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
     assert "no longer allowed" in run.error
+
+
+def test_a_reviewer_reassigned_away_after_deciding_no_longer_authorises(interrupted_run, personas, outbox):
+    """The request was for alice, who approved; then it was re-targeted to bob (behind the
+    services' back: a hand-over refuses a decided request). When the tool runs, the gate asks
+    again whether alice may decide this request: she may not, so nothing is sent."""
+    run, approval = interrupted_run(reviewers=["alice"])
+    decision = approval_decide(
+        approval_id=approval.id,
+        reviewer=personas.alice,
+        verdict="approve",
+        checkpoint_id=str(approval.checkpoint_id),
+    )
+    ApprovalRequest.objects.filter(pk=approval.pk).update(assignees=["bob"])
+
+    run_execute(run_id=run.id, worker="in-process")
+
+    run.refresh_from_db()
+    decision.refresh_from_db()
+    assert (run.status, run.error_kind) == (RunStatus.FAILED, "approval")
+    assert "no longer allowed" in run.error
+    assert outbox == []
+    assert not SideEffect.objects.filter(run=run).exists()
+    assert decision.consumed_at is None
+
+
+def test_control_the_reviewer_the_run_is_still_assigned_to_authorises(interrupted_run, personas, outbox):
+    run, approval = interrupted_run(reviewers=["alice"])
+    approval_decide(
+        approval_id=approval.id,
+        reviewer=personas.alice,
+        verdict="approve",
+        checkpoint_id=str(approval.checkpoint_id),
+    )
+    run_execute(run_id=run.id, worker="in-process")
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert len(outbox) == 1
+
+
+def test_a_validly_signed_decision_naming_the_runs_submitter_is_refused_by_the_tool(
+    approved_run, personas, outbox
+):
+    """The desk never signs for the submitter (approval_check_decide refuses her), so this
+    decision can only come from outside that path: the payload names carol, who submitted
+    the run and is also a reviewer, and it carries a good signature. The gate re-checks the
+    signer at execution time and refuses; nothing is sent."""
+    run, _, decision = approved_run
+    personas.carol.groups.add(Group.objects.get(name=REVIEWERS))
+    decision.payload = {**decision.payload, "reviewer": personas.carol.get_username()}
+    decision.signature = signing.sign(decision.payload)
+    decision.save()
+
+    run_execute(run_id=run.id, worker="in-process")
+
+    run.refresh_from_db()
+    decision.refresh_from_db()
+    assert (run.status, run.error_kind) == (RunStatus.FAILED, "approval")
+    assert "no longer allowed" in run.error
+    assert outbox == []
+    assert not SideEffect.objects.filter(run=run).exists()
+    assert decision.consumed_at is None

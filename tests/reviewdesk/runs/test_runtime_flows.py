@@ -17,8 +17,9 @@ from reviewdesk.approvals.services import approval_decide
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.demo.models import DemoRefund
 from reviewdesk.errors import Conflict
+from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Run, RunStatus, SideEffect
-from reviewdesk.runs.services import run_execute, run_submit
+from reviewdesk.runs.services import run_submit
 from tests.llm_server import calls, text
 
 pytestmark = pytest.mark.django_db
@@ -272,6 +273,8 @@ def test_three_parallel_approvals_decided_in_any_order(interrupted_run, personas
 
     for step, index in enumerate(order, start=1):
         decide(approvals[index], personas.alice)
+        if approvals[index].tool == "execute":  # the demo's execute needs a second reviewer
+            decide(approvals[index], personas.bob)
         run = advance(run)
         done = {approvals[i].tool_call_id for i in order[:step]}
         effects = {e.tool_call_id: e.status for e in SideEffect.objects.filter(run=run)}
@@ -310,7 +313,8 @@ def test_a_decision_for_a_call_no_longer_awaiting_is_stale(interrupted_run, pers
 
 
 def test_small_refunds_never_add_up_past_the_order_total(interrupted_run, personas):
-    """Refunds up to 100 need no approval, so the tool itself caps the total at the order's amount."""
+    """Past 100 on an order the refunds need approval (issue 8); approved, the tool still caps
+    the total at the order's amount."""
     script = [
         {"tool_calls": [{"name": "refund_payment", "arguments": {"order_id": "A-1001", "amount": 100}}] * 3},
         {"content": "Refunded what I could."},
@@ -322,6 +326,12 @@ def test_small_refunds_never_add_up_past_the_order_total(interrupted_run, person
         input="refund",
         model={"provider": "scripted", "script": script},
     )
+    run = advance(run)
+    assert run.status == RunStatus.INPUT_REQUIRED
+    waiting = list(run.approvals.filter(status="pending").order_by("tool_call_id"))
+    assert [a.tool_call_id for a in waiting] == ["call_0_1", "call_0_2"]
+    for approval in waiting:
+        decide(approval, personas.alice)
     run = advance(run)
     assert run.status == RunStatus.SUCCEEDED
     assert sum(r.amount for r in DemoRefund.objects.all()) == 200

@@ -1,0 +1,49 @@
+"""The PNG: each figure's median against its floor's (log scale), marked met or not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def plot(rows: list[dict[str, Any]], path: Path, *, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [r for r in rows if r["value"]["median"] is not None and r["floor_value"]["median"] is not None]
+    fig, ax = plt.subplots(figsize=(10, 0.6 * len(shown) + 1.5))
+    labels = [f"#{r['id']} {r['figure'][:48]} ({r['unit']})" for r in shown]
+    y = range(len(shown))
+    ax.barh(
+        [i + 0.2 for i in y],
+        [r["value"]["median"] for r in shown],
+        height=0.4,
+        color=["tab:green" if r["met"] else "tab:red" for r in shown],
+        label="desk (median)",
+    )
+    ax.barh(
+        [i - 0.2 for i in y],
+        [r["floor_value"]["median"] for r in shown],
+        height=0.4,
+        color="tab:gray",
+        label="floor (median)",
+    )
+    for i, r in enumerate(shown):
+        ax.text(
+            max(r["value"]["median"], r["floor_value"]["median"]) * 1.1,
+            i,
+            f"{r['ratio']:.2f}x (target {r['target']})",
+            va="center",
+            fontsize=8,
+        )
+    ax.set_yticks(list(y), labels, fontsize=8)
+    ax.set_xscale("log")
+    ax.invert_yaxis()
+    ax.set_title(f"Review Desk bench: {title} (green met, red missed)")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

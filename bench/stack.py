@@ -1,0 +1,182 @@
+"""What `make bench` starts: its own database and Redis keyspace, and the processes it measures.
+
+PostgreSQL and Redis come from DATABASE_URL / REDIS_URL when set (the harness works in a
+database of its own, `<name>_bench`, created afresh), else the embedded default under
+var/bench/var. Processes: the desk (daphne + a 2-process Celery worker, both with the probe)
+and the floors (daphne with a bare consumer, a 2-process bare Celery worker).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "var" / "bench"
+DESK_QUEUE = "bench-desk"
+FLOOR_QUEUE = "bench-floor"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _bench_database(url: str) -> str:
+    """Recreate `<name>_bench` next to DATABASE_URL's database and return its URL."""
+    import psycopg
+
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/") or "postgres"
+    bench_name = f"{name}_bench"
+    admin = urlunsplit(parts._replace(scheme="postgresql", path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{bench_name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{bench_name}"')
+    return urlunsplit(parts._replace(path=f"/{bench_name}"))
+
+
+def configure() -> dict[str, str]:
+    """Set this process's environment for the bench stack (before Django starts); return it."""
+    var = OUT / "var"
+    if var.exists():
+        shutil.rmtree(var)
+    var.mkdir(parents=True)
+    env = {
+        "DESK_VAR_DIR": str(var),
+        "DESK_CHANNEL_PREFIX": "bench",
+        "DESK_CELERY_QUEUE": DESK_QUEUE,
+        "DESK_LOG_LEVEL": "WARNING",
+        "DESK_TOOL_WORLD": "bench.world.BenchWorld",
+        "DJANGO_SETTINGS_MODULE": "reviewdesk.settings",
+        "PYTHONUNBUFFERED": "1",
+    }
+    if os.environ.get("DATABASE_URL"):
+        env["DATABASE_URL"] = _bench_database(os.environ["DATABASE_URL"])
+    os.environ.update(env)
+    return env
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen
+    log: Path
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+@dataclass
+class Stack:
+    desk_url: str = ""
+    floor_url: str = ""
+    procs: list[Proc] = field(default_factory=list)
+    redis: subprocess.Popen | None = None
+
+    def start(self, name: str, command: list[str], env: dict[str, str]) -> Proc:
+        log = OUT / f"{name}.log"
+        handle = log.open("wb")
+        popen = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        proc = Proc(name, popen, log)
+        self.procs.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.popen.poll() is None:
+                os.killpg(proc.popen.pid, 15)
+        for proc in self.procs:
+            try:
+                proc.popen.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.popen.pid, 9)
+        if self.redis and self.redis.poll() is None:
+            self.redis.terminate()
+            self.redis.wait(timeout=10)
+
+
+def _wait(predicate, what: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"the bench stack did not start: {what}")
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status < 500
+    except urllib.error.HTTPError as error:
+        return error.code < 500
+    except OSError:
+        return False
+
+
+def start_redis_if_embedded(stack: Stack, env: dict[str, str]) -> None:
+    """Start the embedded Redis unless REDIS_URL is set; point the floors at the desk's broker."""
+    from django.conf import settings
+
+    from reviewdesk import embedded
+
+    if settings.EMBEDDED_REDIS_SOCKET:
+        stack.redis = embedded.start_redis(settings.EMBEDDED_REDIS_SOCKET)
+    # Before bench.floor is imported anywhere: its app reads these at import.
+    env.update(BENCH_BROKER_URL=settings.CELERY_BROKER_URL, BENCH_FLOOR_QUEUE=FLOOR_QUEUE)
+    os.environ.update(env)
+
+
+def start_processes(stack: Stack, env: dict[str, str]) -> None:
+    from django.conf import settings
+
+    python = sys.executable
+    env = {**os.environ, **env}
+    desk_port, floor_port = free_port(), free_port()
+    stack.desk_url, stack.floor_url = f"http://127.0.0.1:{desk_port}", f"http://127.0.0.1:{floor_port}"
+    # The desk's sockets take only an exact Origin (issue 8): the one its pages are served from.
+    env["DESK_WS_ALLOWED_ORIGINS"] = stack.desk_url
+    daphne = [python, "-m", "daphne", "-b", "127.0.0.1"]
+    celery = [python, "-m", "celery", "-A"]
+    worker_args = ["worker", "-l", "WARNING", "-c", "2", "--without-gossip", "--without-mingle"]
+    stack.start("desk-web", [*daphne, "-p", str(desk_port), "bench.desk_asgi:application"], env)
+    stack.start(
+        "desk-worker", [*celery, "bench.desk_worker", *worker_args, "-Q", DESK_QUEUE, "-n", "desk@%h"], env
+    )
+    stack.start("floor-web", [*daphne, "-p", str(floor_port), "bench.floor_asgi:application"], env)
+    stack.start(
+        "floor-worker", [*celery, "bench.floor", *worker_args, "-Q", FLOOR_QUEUE, "-n", "floor@%h"], env
+    )
+    _wait(lambda: _http_ok(stack.desk_url + "/accounts/login/"), "desk daphne")
+    _wait(lambda: _port_open(floor_port), "floor daphne")
+    _wait(lambda: _workers_ready(settings.CELERY_BROKER_URL), "celery workers")
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _workers_ready(broker: str) -> bool:
+    from celery import Celery
+
+    app = Celery(broker=broker)
+    try:
+        replies = app.control.ping(timeout=1.0) or []
+    finally:
+        app.close()
+    names = {name for reply in replies for name in reply}
+    return any(n.startswith("desk@") for n in names) and any(n.startswith("floor@") for n in names)

@@ -1,0 +1,90 @@
+"""#6 throughput: full cycles per second with the desk's 2 worker processes, decisions
+through the API as soon as each approval reaches alice's socket; floor: bare no-op Celery
+tasks per second on a 2-process worker with the desk's settings (acks_late, prefetch 1)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import httpx
+
+from bench import floor
+from bench.common import Row, Socket, size
+from bench.cycle import script
+
+
+async def measure(stack, people, redis, budget: float) -> list[Row]:
+    runs = size(10, 60)
+    sock = await Socket().open(stack.desk_url.replace("http", "ws") + "/ws/desk/", cookie=people.alice_cookie)
+    await sock.wait_for(lambda m: m.get("type") == "snapshot", 30)
+    mine: set[str] = set()
+    finished: dict[str, float] = {}
+    all_done = asyncio.Event()
+    pending: list[asyncio.Task] = []
+    limit = asyncio.Semaphore(8)  # requests in flight, like a handful of busy clients
+
+    async with httpx.AsyncClient(base_url=stack.desk_url, timeout=60) as http:
+
+        async def decide(approval: dict) -> None:
+            async with limit:
+                response = await http.post(
+                    f"/api/v1/approvals/{approval['id']}/decision",
+                    json={"verdict": "approve", "reason": "ok", "checkpoint_id": approval["checkpoint_id"]},
+                    headers={"Authorization": f"Bearer {people.alice_token}"},
+                )
+                assert response.status_code == 201, response.text
+
+        def on_message(at: float, message: dict) -> None:
+            kind, data = message.get("type"), message.get("data") or {}
+            if kind == "approval.created" and data.get("run") in mine:
+                pending.append(asyncio.create_task(decide(data)))
+            elif kind == "run.updated" and data.get("id") in mine and data.get("status") == "succeeded":
+                finished.setdefault(data["id"], at)
+                if len(finished) == runs:
+                    all_done.set()
+
+        sock.on_message = on_message
+
+        async def submit() -> None:
+            async with limit:
+                response = await http.post(
+                    "/api/v1/runs",
+                    json={"agent": "demo", "input": "Tell Ada.", "model": script()},
+                    headers={"Authorization": f"Bearer {people.carol_token}"},
+                )
+                assert response.status_code == 201, response.text
+                mine.add(response.json()["id"])
+
+        start = time.time()
+        await asyncio.gather(*(submit() for _ in range(runs)))
+        with contextlib.suppress(TimeoutError):  # a short run is reported as such, not failed
+            await asyncio.wait_for(all_done.wait(), budget)
+        await asyncio.gather(*pending, return_exceptions=True)
+    await sock.close()
+    cycles = [len(finished) / (max(finished.values()) - start)] if finished else []
+
+    noops = size(300, 3000)
+    redis.delete("bench:floor:noop", "bench:floor:noop_at")
+    begin = time.time()
+    for _ in range(noops):
+        floor.app.send_task("floor.noop")
+    deadline = time.monotonic() + budget
+    while int(redis.get("bench:floor:noop") or 0) < noops and time.monotonic() < deadline:
+        time.sleep(0.01)
+    done = int(redis.get("bench:floor:noop") or 0)
+    rate = [done / (float(redis.get("bench:floor:noop_at")) - begin)] if done else []
+    return [
+        Row(
+            "6",
+            "throughput: full cycles/s, 2 worker processes",
+            "/s",
+            cycles,
+            floor="bare no-op Celery tasks/s, 2 processes",
+            floor_samples=rate,
+            min_ratio=0.1,
+            target="≥ 1/10 of floor",
+            extra={"runs": runs, "finished": len(finished), "noops": noops, "noops_done": done},
+        )
+    ]

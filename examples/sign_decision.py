@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Decide an approval with your own device key: the server never holds it.
+
+    python manage.py trust keygen ~/.config/reviewdesk/alice.pem      # once: a key file, 0600
+    python manage.py trust enroll --user alice --key ~/.config/reviewdesk/alice.pem --signer admin.pem
+    export DESK_TOKEN=...    # python manage.py create_token alice --scope review
+    python examples/sign_decision.py --url http://127.0.0.1:8000 --key ~/.config/reviewdesk/alice.pem \\
+        APPROVAL_ID approve --reason "checked with Ada"
+
+It reads the approval (GET /api/v1/approvals/{id}) for its checkpoint, asks for the exact
+bytes to sign (GET /api/v1/approvals/{id}/payload: the RFC 8785 canonical JSON of the
+decision), shows what it signs, signs the bytes with the key file (Ed25519), and POSTs the
+decision with `signature`, `key_id` and the `payload`. The server checks the signature
+before storing (422 `bad_signature` otherwise); the worker checks it again, with the admin's
+endorsement of your key, before the tool runs.
+
+Exit status: 0 decided, 2 on an API error. Needs httpx and cryptography.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import httpx
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+
+def load_key(path: str) -> tuple[Ed25519PrivateKey, str]:
+    """The key file's private key and its key id ("ed25519:" + 16 hex of the raw public key's SHA-256)."""
+    key = serialization.load_pem_private_key(Path(path).expanduser().read_bytes(), password=None)
+    if not isinstance(key, Ed25519PrivateKey):
+        raise SystemExit(f"{path} is not an Ed25519 private key")
+    raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return key, "ed25519:" + hashlib.sha256(raw).hexdigest()[:16]
+
+
+def fail(response: httpx.Response) -> None:
+    problem = response.json() if response.headers.get("content-type", "").endswith("json") else {}
+    print(
+        f"{response.status_code} {problem.get('code', '')}: {problem.get('detail', response.text)}",
+        file=sys.stderr,
+    )
+    raise SystemExit(2)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("approval_id")
+    parser.add_argument("verdict", choices=["approve", "reject", "edit"])
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--key", required=True, help="your Ed25519 key file (PEM)")
+    parser.add_argument("--reason", default="")
+    parser.add_argument("--note", default="")
+    parser.add_argument("--arguments", help="edited arguments, as JSON (for edit)")
+    args = parser.parse_args()
+    key, key_id = load_key(args.key)
+    headers = {"Authorization": f"Bearer {os.environ['DESK_TOKEN']}", "Accept": "application/json"}
+    with httpx.Client(base_url=args.url, headers=headers, timeout=30) as client:
+        approval = client.get(f"/api/v1/approvals/{args.approval_id}")
+        if approval.status_code != 200:
+            fail(approval)
+        decision = {
+            "verdict": args.verdict,
+            "checkpoint_id": approval.json()["checkpoint_id"],
+            "reason": args.reason,
+            "note": args.note,
+        }
+        query = {**decision, "key_id": key_id}
+        if args.arguments:
+            decision["arguments"] = json.loads(args.arguments)
+            query["arguments"] = args.arguments
+        signable = client.get(f"/api/v1/approvals/{args.approval_id}/payload", params=query)
+        if signable.status_code != 200:
+            fail(signable)
+        body = signable.json()
+        print("signing:", body["canonical"])
+        signature = base64.b64encode(key.sign(base64.b64decode(body["bytes"]))).decode()
+        posted = client.post(
+            f"/api/v1/approvals/{args.approval_id}/decision",
+            json={**decision, "signature": signature, "key_id": key_id, "payload": body["payload"]},
+        )
+        if posted.status_code != 201:
+            fail(posted)
+        print(f"decided: {posted.json()['verdict']}, {posted.json()['signer']}-signed by {key_id}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

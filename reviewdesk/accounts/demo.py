@@ -1,0 +1,57 @@
+"""The demo users and their password: what `seed_demo` creates and `make run` prints."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import transaction
+
+from reviewdesk import embedded
+from reviewdesk.accounts.roles import REVIEWERS, SUBMITTERS
+from reviewdesk.accounts.services import user_groups_set, user_save
+
+VIA = "manage.py seed_demo"
+
+# The demo's routing group: refunds over 1,000 are finance's to decide (agents.demo).
+FINANCE = "finance"
+
+# (username, groups, staff and superuser)
+DEMO_USERS = (
+    ("alice", [REVIEWERS], False),
+    ("bob", [REVIEWERS], False),
+    ("dave", [REVIEWERS, FINANCE], False),
+    ("carol", [SUBMITTERS], False),
+    ("admin", [REVIEWERS], True),
+)
+
+
+def demo_password() -> str:
+    """$DESK_DEMO_PASSWORD, else one generated on first run and kept in var/."""
+    return os.environ.get("DESK_DEMO_PASSWORD") or embedded.read_or_create_secret(
+        Path(settings.VAR_DIR) / "demo_password", nbytes=9
+    )
+
+
+@transaction.atomic
+def demo_users_seed() -> str:
+    """Create or reset the demo users and their groups; return the password they now have."""
+    password = demo_password()
+    users = get_user_model()
+    for name in (REVIEWERS, SUBMITTERS, FINANCE):
+        Group.objects.get_or_create(name=name)
+    for username, groups, staff in DEMO_USERS:
+        user = users.objects.filter(username=username).first()
+        created = user is None
+        if created:
+            user = users(username=username)
+        changed = [] if created or user.is_staff == staff else ["is_staff", "is_superuser"]
+        user.email = f"{username}@reviewdesk.local"
+        user.is_staff = user.is_superuser = staff
+        user.set_password(password)  # a demo reset, on every `make run`: not audited each time
+        user_save(user=user, by=None, created=created, changed=changed, via=VIA)
+        user_groups_set(user=user, groups=Group.objects.filter(name__in=groups), by=None, via=VIA)
+    return password

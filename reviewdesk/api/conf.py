@@ -1,0 +1,29 @@
+"""The API's framework configuration (DRF and drf-spectacular), read by reviewdesk/settings.py.
+
+Plain data and dotted paths only: settings import it before Django is set up."""
+
+from __future__ import annotations
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "reviewdesk.accounts.authentication.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["reviewdesk.api.parsers.LimitedJSONParser"],
+    "EXCEPTION_HANDLER": "reviewdesk.api.errors.problem_exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Review Desk API",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Issue 12: request and response shapes apart (a read-only field is not a request field);
+    # the hook adds the error-code list, problem+json media types and the SSE streams.
+    "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "reviewdesk.api.schema.postprocess",
+    ],
+}

@@ -1,0 +1,78 @@
+"""Standing grants over the API: list them (paged), revoke one. Grants are made with an
+approve (`grant` on POST /api/v1/approvals/{id}/decision); see approvals.grants."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework.response import Response
+
+from reviewdesk.api import paging
+from reviewdesk.api import schema as doc
+from reviewdesk.api.idempotency import idempotent
+from reviewdesk.api.permissions import CanRead, CanReview
+from reviewdesk.api.representations import grant_data
+from reviewdesk.api.views import DeskAPIView
+from reviewdesk.approvals.grants import (
+    GRANT_STATUSES,
+    grant_filter_status,
+    grant_revoke,
+    grants_visible_to,
+)
+from reviewdesk.approvals.models import GrantScope
+
+GRANT_FILTERS = ("status", "tool", "scope", "run", "created_after", "created_before", "limit", "cursor")
+
+
+class GrantListView(DeskAPIView):
+    permission_classes = [CanRead]
+
+    @extend_schema(
+        operation_id="grants_list",
+        summary="List standing grants, newest first",
+        description="Scope: any; reviewers and admins see every grant, others none. Paged.",
+        parameters=[
+            doc.query("status", str, "only grants in this state", enum=list(GRANT_STATUSES)),
+            doc.query("tool", str, "only grants for this tool"),
+            doc.query("scope", str, "only grants of this scope", enum=GrantScope.values),
+            doc.query("run", str, "only grants scoped to this run (its id)"),
+            doc.CREATED_AFTER,
+            doc.CREATED_BEFORE,
+            doc.LIMIT,
+            doc.CURSOR,
+        ],
+        responses={200: doc.GrantPage, **doc.READ_PROBLEMS},
+        extensions=doc.scopes(),
+    )
+    def get(self, request):
+        paging.check_parameters(request, GRANT_FILTERS)
+        grants = paging.time_filters(request, grants_visible_to(request.user))
+        if status := paging.choice_parameter(request, "status", GRANT_STATUSES):
+            grants = grant_filter_status(grants, status)
+        if tool := paging.text_parameter(request, "tool"):
+            grants = grants.filter(tool=tool)
+        if scope := paging.choice_parameter(request, "scope", GrantScope.values):
+            grants = grants.filter(scope=scope)
+        if run_id := paging.uuid_parameter(request, "run"):
+            grants = grants.filter(run_id=run_id)
+        return paging.keyset_page(request, grants, grant_data)
+
+
+class GrantRevokeView(DeskAPIView):
+    permission_classes = [CanReview]
+
+    @extend_schema(
+        operation_id="grants_revoke",
+        summary="Revoke a standing grant, at once",
+        description=(
+            "Scope: review. Its owner or an admin; 403 otherwise, 404 when not visible, "
+            "409 `revoked` when already revoked. The next call it would have allowed asks a reviewer."
+        ),
+        request=None,
+        parameters=[doc.IDEMPOTENCY_KEY],
+        responses={200: doc.GrantOutSerializer, **doc.WRITE_PROBLEMS},
+        extensions=doc.scopes("review"),
+    )
+    def post(self, request, grant_id):
+        return idempotent(
+            request, lambda: Response(grant_data(grant_revoke(grant_id=grant_id, user=request.user)))
+        )

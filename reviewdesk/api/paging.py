@@ -1,0 +1,166 @@
+"""Cursor paging for every API list: `{"results": [...], "next": URL or null}`, never a silent cut.
+
+Keyset paging over a total order (a timestamp, then the primary key as tie-break), so a
+row is on exactly one page however many share a timestamp, and rows inserted while a
+client pages never shift the pages it has not read yet. `next` is null only when the
+page holds the last row. The cursor is opaque to clients (base64 of the last row's
+sort key); a cursor this API did not issue is 400 `bad_cursor`. Tampering with one
+reveals nothing: it only moves the start within the rows the user may already see.
+
+Query parameters are checked too: an unknown parameter or a bad value is 400
+`bad_parameter`, so a typo in a filter never returns everything unfiltered.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.db.models import Q, QuerySet
+from django.utils.dateparse import parse_datetime
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from reviewdesk.errors import BadRequest
+
+CURSOR = "cursor"
+LIMIT = "limit"
+
+
+def check_parameters(request: Request, allowed: Iterable[str]) -> None:
+    unknown = sorted(set(request.query_params) - set(allowed))
+    if unknown:
+        raise BadRequest(
+            f"unknown query parameter {', '.join(unknown)}; this endpoint takes {', '.join(sorted(allowed))}",
+            code="bad_parameter",
+        )
+
+
+def page_limit(request: Request) -> int:
+    raw = request.query_params.get(LIMIT)
+    if raw is None:
+        return settings.DESK_API_PAGE_SIZE
+    maximum = settings.DESK_API_MAX_PAGE_SIZE
+    if not raw.isdigit() or not 1 <= int(raw) <= maximum:
+        raise BadRequest(f"limit must be an integer from 1 to {maximum}", code="bad_parameter")
+    return int(raw)
+
+
+def choice_parameter(request: Request, name: str, choices: Iterable[str]) -> str | None:
+    value = request.query_params.get(name)
+    choices = list(choices)
+    if value is not None and value not in choices:
+        raise BadRequest(f"{name} must be one of {', '.join(choices)}", code="bad_parameter")
+    return value
+
+
+def text_parameter(request: Request, name: str) -> str | None:
+    value = request.query_params.get(name)
+    if value is not None and not (0 < len(value) <= 200):
+        raise BadRequest(f"{name} must be 1 to 200 characters", code="bad_parameter")
+    return value
+
+
+def uuid_parameter(request: Request, name: str) -> uuid.UUID | None:
+    value = request.query_params.get(name)
+    if value is None:
+        return None
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise BadRequest(f"{name} must be a UUID", code="bad_parameter") from None
+
+
+def time_parameter(request: Request, name: str) -> datetime | None:
+    """An RFC 3339 date-time; one without an offset is read as UTC."""
+    value = request.query_params.get(name)
+    if value is None:
+        return None
+    try:
+        parsed = parse_datetime(value)
+    except ValueError:
+        parsed = None
+    if parsed is None:
+        raise BadRequest(
+            f"{name} must be an RFC 3339 date-time, e.g. 2026-01-31T12:00:00Z", code="bad_parameter"
+        )
+    parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    try:
+        # In UTC: PostgreSQL refuses offsets past ±15:59 that Python accepts (+20:02), and a
+        # time that leaves year 1..9999 in UTC cannot be compared at all.
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise BadRequest(f"{name} is out of range once in UTC", code="bad_parameter") from None
+
+
+def sequence_parameter(request: Request, name: str) -> int:
+    raw = request.query_params.get(name, "0")
+    if not raw.isdigit() or len(raw) > 18:
+        raise BadRequest(f"{name} must be a non-negative integer sequence number", code="bad_parameter")
+    return int(raw)
+
+
+def time_filters(request: Request, rows: QuerySet, field: str = "created_at") -> QuerySet:
+    after = time_parameter(request, "created_after")
+    before = time_parameter(request, "created_before")
+    if after:
+        rows = rows.filter(**{f"{field}__gte": after})
+    if before:
+        rows = rows.filter(**{f"{field}__lt": before})
+    return rows
+
+
+def _encode(key: tuple[datetime, uuid.UUID]) -> str:
+    raw = json.dumps([key[0].isoformat(), str(key[1])]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        stamp, pk = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        when = parse_datetime(stamp)
+        if when is None or when.tzinfo is None:
+            raise ValueError(stamp)
+        return when, uuid.UUID(pk)
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise BadRequest("the cursor is not one this API issued", code="bad_cursor") from None
+
+
+def next_url(request: Request, **replace: str) -> str:
+    params = {k: v for k, v in request.query_params.items() if k not in replace}
+    params.update(replace)
+    return request.build_absolute_uri(request.path) + "?" + urlencode(params)
+
+
+def keyset_page(
+    request: Request, rows: QuerySet, render: Callable[[Any], dict[str, Any]], *, field: str = "created_at"
+) -> Response:
+    """Newest first, ordered by (`field`, pk) descending; one page and the link to the next."""
+    limit = page_limit(request)
+    cursor = request.query_params.get(CURSOR)
+    if cursor is not None:
+        when, pk = _decode(cursor)
+        rows = rows.filter(Q(**{f"{field}__lt": when}) | Q(**{field: when, "pk__lt": pk}))
+    page = list(rows.order_by(f"-{field}", "-pk")[: limit + 1])
+    more = len(page) > limit
+    page = page[:limit]
+    link = next_url(request, **{CURSOR: _encode((getattr(page[-1], field), page[-1].pk))}) if more else None
+    return Response({"results": [render(row) for row in page], "next": link})
+
+
+def sequence_page(request: Request, rows: QuerySet, render: Callable[[Any], dict[str, Any]]) -> Response:
+    """Oldest first by sequence after `after`; `next` asks for the rows after this page's last."""
+    limit = page_limit(request)
+    after = sequence_parameter(request, "after")
+    page = list(rows.filter(id__gt=after).order_by("id")[: limit + 1])
+    more = len(page) > limit
+    page = page[:limit]
+    link = next_url(request, after=str(page[-1].id)) if more else None
+    return Response({"results": [render(row) for row in page], "next": link})

@@ -1,0 +1,50 @@
+"""The API's JSON parser: documented limits on size and depth, each a precise 4xx.
+
+A body longer than DESK_MAX_BODY_BYTES is 413 `body_too_large`; JSON nested deeper
+than DESK_JSON_MAX_DEPTH is 400 `too_deep` (the C decoder's RecursionError, reached
+near depth 1000, counts as too deep too, instead of becoming a 500); anything else
+that is not JSON is 400 `malformed_json`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import JSONParser
+
+from reviewdesk.errors import TooLarge
+from reviewdesk.jsonlimits import json_depth_exceeds
+
+
+def body_too_large(length: int) -> TooLarge:
+    return TooLarge(
+        f"the body is {length} bytes; the limit is {settings.DESK_MAX_BODY_BYTES} (DESK_MAX_BODY_BYTES)"
+    )
+
+
+def loads_limited(raw: bytes) -> Any:
+    """Decode JSON within the documented limits, or raise the precise error."""
+    if len(raw) > settings.DESK_MAX_BODY_BYTES:
+        raise body_too_large(len(raw))
+    limit = settings.DESK_JSON_MAX_DEPTH
+    too_deep = f"the JSON nests deeper than {limit} levels (DESK_JSON_MAX_DEPTH)"
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise ParseError(too_deep, code="too_deep") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ParseError(f"the body is not JSON: {exc}", code="malformed_json") from None
+    if json_depth_exceeds(value, limit):
+        raise ParseError(too_deep, code="too_deep")
+    return value
+
+
+class LimitedJSONParser(JSONParser):
+    def parse(self, stream, media_type=None, parser_context=None):
+        if stream is None:
+            return None
+        # One byte past the limit is enough to know the body is too large.
+        return loads_limited(stream.read(settings.DESK_MAX_BODY_BYTES + 1))

@@ -1,0 +1,392 @@
+"""What the OpenAPI document says the API answers: response shapes, problems, security.
+
+These serializers only describe; the bodies are built in `representations` (the desk's
+one payload builder), and `tests/reviewdesk/api/test_schemathesis.py` checks that what
+the views send matches what is written here.
+"""
+
+from __future__ import annotations
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, inline_serializer
+from rest_framework import serializers
+
+from reviewdesk.accounts.models import Scope
+from reviewdesk.api.examples import (  # noqa: F401 - the views read them as doc.*_EXAMPLE
+    DECISION_EXAMPLE,
+    GRANT_DECISION_EXAMPLE,
+    HANDOVER_EXAMPLE,
+    PROBLEM_EXAMPLE,
+    SUBMIT_EXAMPLE,
+)
+from reviewdesk.approvals.models import ApprovalKind, ApprovalStatus, Verdict
+from reviewdesk.errors import ERROR_CODES
+from reviewdesk.runs.models import AttemptStatus, EffectStatus, ErrorKind, RunStatus
+
+ANY_JSON = serializers.JSONField
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "reviewdesk.accounts.authentication.BearerTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": (
+                "`Authorization: Bearer <token>`; `python manage.py create_token USER --scope submit` "
+                f"prints one. Scopes: {', '.join(Scope.values)}. Each operation names the scope it "
+                "needs in its description and in `x-required-scopes`; reading needs any scope."
+            ),
+        }
+
+
+class ProblemSerializer(serializers.Serializer):
+    type = serializers.CharField(default="about:blank")
+    title = serializers.CharField()
+    status = serializers.IntegerField()
+    detail = serializers.CharField()
+    code = serializers.ChoiceField(
+        choices=sorted(ERROR_CODES), help_text="see the list in the API description"
+    )
+    errors = ANY_JSON(required=False, help_text="per-field messages, for `invalid`")
+
+
+def problem_response(status: int) -> OpenApiResponse:
+    codes = sorted(code for code, (code_status, _) in ERROR_CODES.items() if code_status == status)
+    return OpenApiResponse(
+        ProblemSerializer,
+        description="application/problem+json; `code` is one of " + ", ".join(f"`{c}`" for c in codes),
+    )
+
+
+def problems(*statuses: int) -> dict[int, OpenApiResponse]:
+    return {status: problem_response(status) for status in statuses}
+
+
+# The problems any operation can answer: bad query or body framing, no or a bad token, and a
+# client that accepts no JSON.
+COMMON = (400, 401, 406)
+READ_PROBLEMS = problems(*COMMON)
+ONE_PROBLEMS = problems(*COMMON, 404)
+WRITE_PROBLEMS = problems(*COMMON, 403, 404, 409, 413, 415, 422)
+
+
+class ReviewerSerializer(serializers.Serializer):
+    users = serializers.ListField(
+        child=serializers.CharField(), help_text="the usernames the targets name, groups expanded"
+    )
+    targets = serializers.ListField(
+        child=serializers.CharField(),
+        help_text='who may decide: usernames and "group:NAME"; empty: any reviewer (never the submitter)',
+    )
+    group = serializers.CharField()
+
+
+class QuorumSerializer(serializers.Serializer):
+    required = serializers.IntegerField(help_text="how many different reviewers must approve")
+    approved_by = serializers.ListField(child=serializers.CharField(), help_text="who approved so far")
+    groups = serializers.ListField(
+        child=serializers.CharField(), help_text="when not empty, a vote counts only from these groups"
+    )
+
+
+class HandoverOutSerializer(serializers.Serializer):
+    by = serializers.CharField(allow_null=True)
+    at = serializers.DateTimeField()
+    note = serializers.CharField(allow_blank=True)
+
+
+class DecisionOutSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    verdict = serializers.ChoiceField(choices=Verdict.values)
+    reason = serializers.CharField(allow_blank=True)
+    note = serializers.CharField(allow_blank=True)
+    external_ref = serializers.CharField(allow_null=True)
+    reviewer = serializers.CharField()
+    arguments_sha256 = serializers.CharField()
+    arguments = ANY_JSON(allow_null=True)
+    decided_at = serializers.DateTimeField()
+    payload = ANY_JSON(help_text="the signed payload (RFC 8785 canonical JSON is what was signed)")
+    signature = serializers.CharField(help_text="base64 Ed25519 signature")
+    key_id = serializers.CharField()
+    signer = serializers.ChoiceField(
+        choices=["server", "device"], help_text="device: signed by the reviewer's own device key"
+    )
+    consumed_at = serializers.DateTimeField(allow_null=True)
+    answer = serializers.JSONField(allow_null=True, help_text="a question's answer (verdict answer)")
+    grant = ANY_JSON(required=False, allow_null=True, help_text="the standing grant made with it (a Grant)")
+
+
+class DecisionPayloadOutSerializer(serializers.Serializer):
+    payload = ANY_JSON(help_text="the decision payload (version 4, signer device) to post back, signed")
+    bytes = serializers.CharField(help_text="base64 of the payload's RFC 8785 canonical JSON: sign these")
+    canonical = serializers.CharField(help_text="the same bytes as UTF-8 text, to show the reviewer")
+
+
+class ApprovalOutSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    kind = serializers.ChoiceField(choices=ApprovalKind.values)
+    run = serializers.UUIDField()
+    tool = serializers.CharField()
+    tool_call_id = serializers.CharField()
+    arguments = ANY_JSON()
+    arguments_sha256 = serializers.CharField()
+    reason = serializers.CharField(allow_blank=True)
+    reviewer = ReviewerSerializer()
+    expires_at = serializers.DateTimeField()
+    respond_by = serializers.DateTimeField(allow_null=True, help_text="response-time target; null: none")
+    reminded_at = serializers.DateTimeField(allow_null=True)
+    escalation_level = serializers.IntegerField()
+    checkpoint_id = serializers.UUIDField()
+    status = serializers.ChoiceField(choices=ApprovalStatus.values)
+    created_at = serializers.DateTimeField()
+    decision = DecisionOutSerializer(allow_null=True)
+    quorum = QuorumSerializer()
+    handover = HandoverOutSerializer(allow_null=True, help_text="the latest hand-over, if any")
+
+
+class SideEffectSerializer(serializers.Serializer):
+    idempotency_key = serializers.CharField()
+    tool_call_id = serializers.CharField()
+    tool = serializers.CharField()
+    status = serializers.ChoiceField(choices=EffectStatus.values)
+    result = ANY_JSON(allow_null=True)
+    external_ref = serializers.CharField(allow_null=True)
+    decision = serializers.UUIDField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+class AttemptSerializer(serializers.Serializer):
+    number = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=AttemptStatus.values)
+    lease_epoch = serializers.IntegerField()
+    worker = serializers.CharField(allow_blank=True)
+    started_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+
+
+class FollowUpOutSerializer(serializers.Serializer):
+    number = serializers.IntegerField(help_text="1, 2, … : the turn it opened (the submission is turn 0)")
+    input = serializers.CharField()
+    position = serializers.IntegerField(help_text="its place in `messages`")
+    posted_by = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+class RunOutSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    agent = serializers.CharField()
+    status = serializers.ChoiceField(choices=RunStatus.values)
+    input = serializers.CharField(allow_blank=True)
+    output = serializers.CharField(allow_null=True, allow_blank=True)
+    error = serializers.CharField(allow_null=True, allow_blank=True)
+    error_kind = serializers.ChoiceField(choices=ErrorKind.values, allow_null=True)
+    submitted_by = serializers.CharField()
+    reviewers = serializers.ListField(child=serializers.CharField())
+    approval_ttl_seconds = serializers.IntegerField()
+    metadata = serializers.DictField()
+    revision = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    model = ANY_JSON()
+    checkpoint_id = serializers.UUIDField(allow_null=True)
+    approvals = ApprovalOutSerializer(many=True)
+    messages = serializers.ListField(child=ANY_JSON(), help_text="the chat messages, oldest first")
+    side_effects = SideEffectSerializer(many=True)
+    thread = FollowUpOutSerializer(many=True, help_text="follow-up messages, oldest first")
+    attempts = AttemptSerializer(many=True)
+
+
+class EventSerializer(serializers.Serializer):
+    seq = serializers.IntegerField(
+        help_text="the desk event sequence number; `after=` and Last-Event-ID take it"
+    )
+    type = serializers.CharField(help_text="approval.created, approval.updated, run.updated, …")
+    data = ANY_JSON()
+
+
+def page_of(name: str, item: type[serializers.Serializer]) -> serializers.Serializer:
+    return inline_serializer(
+        name=name,
+        fields={
+            "results": item(many=True),
+            "next": serializers.URLField(
+                allow_null=True, help_text="the next page; null only on the last page"
+            ),
+        },
+    )
+
+
+class GrantOutSerializer(serializers.Serializer):  # a standing grant (approvals.grants)
+    id = serializers.UUIDField()
+    tool = serializers.CharField()
+    agent = serializers.CharField()
+    scope = serializers.ChoiceField(choices=["run", "agent", "global"])
+    run = serializers.UUIDField(allow_null=True)
+    match = ANY_JSON(help_text='"exact", or the constraints: {"to": {"endswith": "@example.com"}}')
+    arguments_sha256 = serializers.CharField(allow_null=True)
+    arguments = ANY_JSON(allow_null=True)
+    max_uses = serializers.IntegerField()
+    uses = serializers.IntegerField()
+    expires_at = serializers.DateTimeField()
+    status = serializers.ChoiceField(choices=["live", "revoked", "expired", "used_up"])
+    granted_by = serializers.CharField()
+    approval = serializers.UUIDField()
+    decision = serializers.UUIDField()
+    created_at = serializers.DateTimeField()
+    revoked_at = serializers.DateTimeField(allow_null=True)
+    revoked_by = serializers.CharField(allow_null=True)
+    payload = ANY_JSON(help_text="the signed grant payload (agents/grants.py)")
+    signature = serializers.CharField()
+    key_id = serializers.CharField()
+
+
+RunPage = page_of("RunPage", RunOutSerializer)
+GrantPage = page_of("GrantPage", GrantOutSerializer)
+ApprovalPage = page_of("ApprovalPage", ApprovalOutSerializer)
+EventPage = page_of("EventPage", EventSerializer)
+
+
+def query(name: str, type_: type | OpenApiParameter, description: str, **kwargs) -> OpenApiParameter:
+    return OpenApiParameter(name, type_, OpenApiParameter.QUERY, description=description, **kwargs)
+
+
+LIMIT = query("limit", int, "page size: 1 to DESK_API_MAX_PAGE_SIZE (200); default DESK_API_PAGE_SIZE (50)")
+CURSOR = query("cursor", str, "the opaque cursor from a previous page's `next` link")
+CREATED_AFTER = query(
+    "created_after", OpenApiTypes.DATETIME, "RFC 3339 date-time; only rows created at or after it"
+)
+CREATED_BEFORE = query(
+    "created_before", OpenApiTypes.DATETIME, "RFC 3339 date-time; only rows created before it"
+)
+AFTER = query("after", int, "the last sequence number already seen (0: from the start)")
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    description="1 to 200 characters; a repeat replays the first response (IETF draft)",
+)
+LAST_EVENT_ID = OpenApiParameter(
+    "Last-Event-ID", int, OpenApiParameter.HEADER, description="resume after this sequence number"
+)
+
+
+def scopes(*names: str) -> dict:
+    return {"x-required-scopes": list(names)}
+
+
+def error_codes_markdown() -> str:
+    rows = "\n".join(
+        f"| `{code}` | {status} | {meaning} |" for code, (status, meaning) in ERROR_CODES.items()
+    )
+    return "| code | status | meaning |\n|---|---|---|\n" + rows
+
+
+__all__ = [name for name in dir() if not name.startswith("_")]
+
+
+DESCRIPTION = """\
+Review Desk lets AI agents act only with a human's signed approval. Clients authenticate with
+`Authorization: Bearer <token>`; a token carries scopes (`submit`, `review`, `audit`); each
+operation names the scope it needs (`x-required-scopes`), reading needs any.
+
+**Errors** are `application/problem+json` (RFC 9457) with a stable `code`:
+
+{codes}
+
+**Limits.** A body over `DESK_MAX_BODY_BYTES` (default 1 MiB) is 413 `body_too_large`; JSON nested
+deeper than `DESK_JSON_MAX_DEPTH` (default 64) is 400 `too_deep`. POST bodies refuse unknown fields
+(422 `invalid`); list endpoints refuse unknown query parameters (400 `bad_parameter`).
+
+**Paging.** Every list answers `{{"results": [...], "next": URL or null}}`; follow `next` until it is
+null. `limit` is 1 to `DESK_API_MAX_PAGE_SIZE` (default 200).
+
+**Streams.** `GET /api/v1/runs/{{run_id}}/stream` and `GET /api/v1/stream` are Server-Sent Events
+(`text/event-stream`) of the same desk events as `/events`: each event's `id` is its sequence number,
+so a client that reconnects with `Last-Event-ID` (or `?after=`) misses and repeats nothing.
+"""
+
+
+def _stream_operation(operation_id: str, summary: str, *, with_run: bool) -> dict:
+    parameters = [
+        {
+            "name": "after",
+            "in": "query",
+            "schema": {"type": "integer", "minimum": 0},
+            "description": AFTER.description,
+        },
+        {
+            "name": "Last-Event-ID",
+            "in": "header",
+            "schema": {"type": "integer", "minimum": 0},
+            "description": "resume after this sequence number (sent by EventSource on reconnect)",
+        },
+    ]
+    if with_run:
+        parameters.insert(
+            0,
+            {
+                "name": "run_id",
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string", "format": "uuid"},
+            },
+        )
+    problem_ref = {"$ref": "#/components/schemas/Problem"}
+    return {
+        "get": {
+            "operationId": operation_id,
+            "summary": summary,
+            "description": (
+                "Scope: any. Server-Sent Events: `id: SEQ`, `event: TYPE`, `data: {seq, type, data}` per event; "
+                "a `: keep-alive` comment every DESK_SSE_HEARTBEAT_SECONDS. Served by the ASGI server only."
+            ),
+            "tags": ["v1"],
+            "parameters": parameters,
+            "security": [{"bearerAuth": []}, {"cookieAuth": []}],
+            "x-required-scopes": [],
+            "responses": {
+                "200": {
+                    "description": "an endless event stream",
+                    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                },
+                **{
+                    str(status): {
+                        "description": problem_response(status).description,
+                        "content": {"application/problem+json": {"schema": problem_ref}},
+                    }
+                    for status in ((400, 401, 404) if with_run else (400, 401))
+                },
+            },
+        }
+    }
+
+
+def postprocess(result: dict, generator, request, public) -> dict:
+    """Describe what the views cannot: the error list, problem+json media types, the SSE streams."""
+    result["info"]["description"] = DESCRIPTION.format(codes=error_codes_markdown())
+    # POST bodies refuse unknown fields (StrictSerializer): say so, or clients would think extras pass.
+    from reviewdesk.api.serializers import StrictSerializer
+
+    schemas = result.get("components", {}).get("schemas", {})
+    for strict in StrictSerializer.__subclasses__():
+        name = strict.__name__.removesuffix("Serializer") + "Request"
+        if name in schemas:
+            schemas[name]["additionalProperties"] = False
+    for path in result.get("paths", {}).values():
+        for operation in path.values():
+            for status, response in operation.get("responses", {}).items():
+                content = response.get("content", {})
+                if int(status) >= 400 and "application/json" in content:
+                    content["application/problem+json"] = content.pop("application/json")
+    result["paths"]["/api/v1/runs/{run_id}/stream"] = _stream_operation(
+        "runs_stream", "Follow one run's desk events (Server-Sent Events)", with_run=True
+    )
+    result["paths"]["/api/v1/stream"] = _stream_operation(
+        "stream", "Follow the desk events of every run this user may see (Server-Sent Events)", with_run=False
+    )
+    return result

@@ -1,0 +1,199 @@
+"""Server-Sent Events for API clients: `GET /api/v1/runs/{id}/stream` and `GET /api/v1/stream`.
+
+Each desk event goes out as `id: SEQ` / `event: TYPE` / `data: {"seq", "type", "data"}`. A
+client that reconnects with `Last-Event-ID: SEQ` (EventSource does so by itself), or with
+`?after=SEQ`, gets every event after SEQ exactly once.
+
+Why the stream reads the DeskEvent table instead of the Channels groups: the channel layer
+is at-most-once and drops silently, and its groups address reviewers and admins, not the
+submitter who follows their own run. The table is the source of truth, and its ids are
+commit order (writers serialise, see `events.services`), so a scan that stops at the
+`latest_seq()` read before it never skips an event that commits later: that event has a
+higher id and the next scan finds it. A poll every DESK_SSE_POLL_SECONDS is the price.
+
+Who is asking is checked like the REST API: a bearer token (`BearerTokenAuthentication`,
+so revoked tokens and inactive users are refused) or a session; any scope may read; the
+run must be one the user may see (404 otherwise, like a missing run). The rights are
+checked again at each keep-alive: a revoked token or a run no longer visible ends the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from types import SimpleNamespace
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from rest_framework.exceptions import AuthenticationFailed
+
+from reviewdesk.accounts.authentication import BearerTokenAuthentication
+from reviewdesk.errors import ERROR_CODES, DeskError, NotFound
+from reviewdesk.events.models import DeskEvent
+from reviewdesk.events.services import latest_seq
+from reviewdesk.runs.selectors import run_get_for_user, runs_visible_to
+
+SCAN_LIMIT = 500
+
+
+class StreamRefused(Exception):
+    def __init__(self, status: int, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.detail = status, code, detail
+
+
+def sse_message(event: DeskEvent) -> bytes:
+    data = json.dumps(event.as_message(), separators=(",", ":"))
+    return f"id: {event.id}\nevent: {event.type}\ndata: {data}\n\n".encode()
+
+
+def _authenticate(headers: dict[bytes, bytes], session_user: Any):
+    """(user, token or None), like the REST API: bearer first, then the session."""
+    authorization = headers.get(b"authorization", b"")
+    if authorization:
+        # What BearerTokenAuthentication reads of a request, so the stream authenticates as the API does.
+        text = authorization.decode("latin-1")
+        request = SimpleNamespace(
+            META={"HTTP_AUTHORIZATION": text}, headers={"authorization": text, "Authorization": text}
+        )
+        try:
+            result = BearerTokenAuthentication().authenticate(request)
+        except AuthenticationFailed:
+            raise StreamRefused(401, "authentication_failed", "invalid or revoked token") from None
+        if result is not None:
+            return result
+    if session_user is not None and session_user.is_authenticated and session_user.is_active:
+        return session_user, None
+    raise StreamRefused(401, "not_authenticated", "send Authorization: Bearer <token>")
+
+
+def _still_allowed(user, token, run_id) -> bool:
+    if token is not None:
+        token.refresh_from_db(fields=["revoked_at", "expires_at"])
+        if not token.is_usable():  # revoked, or expired since the stream opened
+            return False
+    user.refresh_from_db(fields=["is_active"])
+    if not user.is_active:
+        return False
+    if run_id is not None:
+        try:
+            run_get_for_user(run_id=run_id, user=user)
+        except NotFound:
+            return False
+    return True
+
+
+def _events_after(user, run_id, after: int) -> tuple[list[DeskEvent], int]:
+    """The events after `after` this stream may send, and the sequence the scan covered."""
+    end = latest_seq()
+    rows = DeskEvent.objects.filter(id__gt=after, id__lte=end)
+    if run_id is not None:
+        rows = rows.filter(run_id=run_id)
+    else:
+        rows = rows.filter(run__in=runs_visible_to(user).values("id"))
+    events = list(rows.order_by("id")[:SCAN_LIMIT])
+    covered = events[-1].id if len(events) == SCAN_LIMIT else end
+    return events, covered
+
+
+def _parse_after(scope, headers) -> int:
+    raw = headers.get(b"last-event-id", b"").decode(errors="replace").strip()
+    if not raw:
+        query = dict(
+            pair.split("=", 1) if "=" in pair else (pair, "")
+            for pair in scope.get("query_string", b"").decode(errors="replace").split("&")
+            if pair
+        )
+        raw = query.get("after", "0")
+    if not raw.isdigit() or len(raw) > 18:
+        raise StreamRefused(400, "bad_parameter", "Last-Event-ID and after must be a non-negative integer")
+    return int(raw)
+
+
+async def event_stream_app(scope, receive, send) -> None:
+    """One SSE stream, as a plain ASGI app: it must hear the client leave while it streams
+    (an AsyncHttpConsumer cannot: its `handle` holds the only reader of `receive`)."""
+    while True:  # the request body: a GET has none, but the messages must be read
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        if not message.get("more_body"):
+            break
+    headers = {name.lower(): value for name, value in scope.get("headers", [])}
+    run_id = scope.get("url_route", {}).get("kwargs", {}).get("run_id")
+    try:
+        if scope.get("method") != "GET":
+            raise StreamRefused(405, "method_not_allowed", "streams take GET only")
+        after = _parse_after(scope, headers)
+        user, token = await database_sync_to_async(_authenticate)(headers, scope.get("user"))
+        if run_id is not None:
+            try:
+                await database_sync_to_async(run_get_for_user)(run_id=run_id, user=user)
+            except DeskError as exc:
+                raise StreamRefused(exc.status, exc.code, exc.detail) from None
+    except StreamRefused as refused:
+        await _refuse(send, refused)
+        return
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", b"text/event-stream; charset=utf-8"),
+                (b"cache-control", b"no-cache"),
+                (b"x-accel-buffering", b"no"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": b"retry: 2000\n\n", "more_body": True})
+    streaming = asyncio.ensure_future(_stream(send, user, token, run_id, after))
+    leaving = asyncio.ensure_future(_until_disconnect(receive))
+    await asyncio.wait({streaming, leaving}, return_when=asyncio.FIRST_COMPLETED)
+    for task in (streaming, leaving):
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _until_disconnect(receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _refuse(send, refused: StreamRefused) -> None:
+    assert refused.code in ERROR_CODES
+    problem = {
+        "type": "about:blank",
+        "title": refused.detail,
+        "status": refused.status,
+        "detail": refused.detail,
+        "code": refused.code,
+    }
+    headers = [(b"content-type", b"application/problem+json")]
+    if refused.status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="api"'))
+    if refused.status == 405:
+        headers.append((b"allow", b"GET"))
+    await send({"type": "http.response.start", "status": refused.status, "headers": headers})
+    await send({"type": "http.response.body", "body": json.dumps(problem).encode()})
+
+
+async def _stream(send, user, token, run_id, after: int) -> None:
+    loop = asyncio.get_running_loop()
+    last_beat = loop.time()
+    while True:
+        events, covered = await database_sync_to_async(_events_after)(user, run_id, after)
+        for event in events:
+            await send({"type": "http.response.body", "body": sse_message(event), "more_body": True})
+        after = max(after, covered)
+        if loop.time() - last_beat >= settings.DESK_SSE_HEARTBEAT_SECONDS:
+            if not await database_sync_to_async(_still_allowed)(user, token, run_id):
+                await send({"type": "http.response.body", "body": b"event: end\ndata: {}\n\n"})
+                return
+            beat = f": keep-alive seq={after}\n\n".encode()
+            await send({"type": "http.response.body", "body": beat, "more_body": True})
+            last_beat = loop.time()
+        if len(events) < SCAN_LIMIT:
+            await asyncio.sleep(settings.DESK_SSE_POLL_SECONDS)

@@ -1,0 +1,46 @@
+"""Per-token rate limits on submit and decide (429 `throttled`, with Retry-After).
+
+Counted in Redis (the `throttle` cache), not Django's default cache: that one is a local
+memory cache, one per process, so with two daphne processes and several workers' worth of
+web traffic a client would get N times its limit. Redis is shared by every web process, so the
+limit holds across them. DRF's sliding-window throttle keeps a list of request times per key:
+a read-modify-write, so two requests racing at the very edge may both pass (off by one at most
+per racing pair); it is a brake on runaway clients, not an accounting ledger.
+
+The key is the bearer token's id (each token its own budget), or the user's id for a session.
+`DESK_RATE_SUBMIT` / `DESK_RATE_DECIDE` are DRF rates ("60/min", "1000/hour"); empty turns
+the limit off. Only POST is counted.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.cache import caches
+from rest_framework.throttling import SimpleRateThrottle
+
+from reviewdesk.accounts.models import ApiToken
+
+
+class TokenRateThrottle(SimpleRateThrottle):
+    setting = ""
+
+    def __init__(self):
+        self.cache = caches["throttle"]
+        super().__init__()
+
+    def get_rate(self) -> str | None:
+        return getattr(settings, self.setting) or None
+
+    def get_cache_key(self, request, view) -> str | None:
+        if request.method != "POST" or not (request.user and request.user.is_authenticated):
+            return None
+        who = f"token:{request.auth.pk}" if isinstance(request.auth, ApiToken) else f"user:{request.user.pk}"
+        return f"{self.scope}:{who}"
+
+
+class SubmitThrottle(TokenRateThrottle):
+    scope, setting = "submit", "DESK_RATE_SUBMIT"
+
+
+class DecideThrottle(TokenRateThrottle):
+    scope, setting = "decide", "DESK_RATE_DECIDE"

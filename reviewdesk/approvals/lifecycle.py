@@ -1,0 +1,227 @@
+"""A request's life outside a decision: raise, cancel, raise again, expire.
+
+Deciding is in `services.py`; the reads the worker needs are in `selectors.py`.
+Every function here expects the caller to hold the run's row lock in the
+current transaction (lock order everywhere: run, then approval).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from agents.canonical import sha256_hex
+from agents.questions import asks_human
+from agents.registry import UnknownAgent, get_agent
+from agents.routing import Quorum
+from agents.state import AgentState, CallState, CallStatus
+from reviewdesk.approvals.clock import respond_by_for
+from reviewdesk.approvals.models import (
+    AWAITING_KINDS,
+    ApprovalKind,
+    ApprovalRequest,
+    ApprovalStatus,
+    Decision,
+    Verdict,
+)
+from reviewdesk.approvals.routing import approval_audience, targets_for_call
+from reviewdesk.audit.services import audit_record
+from reviewdesk.events.builders import approval_data
+from reviewdesk.events.services import event_emit
+from reviewdesk.runs.models import ENDED, Attempt, Checkpoint, ErrorKind, Run, RunStatus
+from reviewdesk.runs.transitions import run_mark_failed, run_requeue
+
+
+def approval_raise(
+    *, run: Run, attempt: Attempt | None, checkpoint_id: Any, call: CallState
+) -> ApprovalRequest:
+    """Create the request for a waiting call, audit it and tell the desk."""
+    reconcile = call.status == CallStatus.UNKNOWN
+    question = not reconcile and asks_human(get_agent(run.agent).tool(call.name))
+    # A reconciliation is about the effect that actually ran: with an edit, the edited arguments.
+    arguments = _arguments_that_ran(run, call) if reconcile else call.arguments
+    reason = (
+        f"{call.name} was interrupted between the ledger's pending and confirmed: it may or may "
+        "not have taken effect. Check, then mark it done with a reference, re-run it, or reject it."
+        if reconcile
+        else "The agent asks a question; your answer becomes its tool result"
+        if question
+        else f"{call.name} needs a reviewer's approval under its policy"
+    )
+    now = timezone.now()
+    quorum = _quorum_of(run, call.name)
+    approval = ApprovalRequest.objects.create(
+        kind=ApprovalKind.RECONCILE
+        if reconcile
+        else ApprovalKind.QUESTION
+        if question
+        else ApprovalKind.TOOL_CALL,
+        run=run,
+        attempt=attempt,
+        checkpoint_id=checkpoint_id,
+        tool_call_id=call.id,
+        tool=call.name,
+        arguments=arguments,
+        arguments_sha256=sha256_hex(arguments),
+        reason=reason,
+        # Who must decide, and how many: the tool's routes and quorum (a reconciliation is
+        # one reviewer's word on what happened, routed like the call).
+        assignees=targets_for_call(run=run, tool_name=call.name, arguments=arguments or {}),
+        required_approvals=1 if reconcile else quorum.approvals,
+        quorum_groups=[] if reconcile else list(quorum.groups),
+        expires_at=now + timedelta(seconds=run.approval_ttl_seconds),
+        respond_by=None if reconcile else respond_by_for(run, call.name, since=now),
+    )
+    audit_record(
+        actor=None,
+        action="reconcile.requested" if reconcile else "approval.requested",
+        subject_type="approval",
+        subject_id=approval.id,
+        data={
+            "run": str(run.pk),
+            "tool": call.name,
+            "arguments_sha256": approval.arguments_sha256,
+            "assignees": approval.assignees,
+            "required_approvals": approval.required_approvals,
+        },
+    )
+    event_emit(
+        type="approval.created",
+        data=approval_data(approval),
+        run_id=run.pk,
+        audience=approval_audience(approval),
+    )
+    return approval
+
+
+def _quorum_of(run: Run, tool_name: str) -> Quorum:
+    try:
+        tool = get_agent(run.agent).tool(tool_name)
+    except UnknownAgent:
+        tool = None
+    return tool.quorum if tool is not None else Quorum()
+
+
+def _arguments_that_ran(run: Run, call: CallState) -> dict[str, Any]:
+    """The arguments of the last decision that authorised this call (an edit changes them)."""
+    decision = (
+        Decision.objects.filter(request__run=run, request__tool_call_id=call.id, consumed_at__isnull=False)
+        .exclude(verdict__in=[Verdict.REJECT, Verdict.CONFIRM])
+        .order_by("-decided_at")
+        .first()
+    )
+    return dict(decision.arguments) if decision else dict(call.arguments or {})
+
+
+def approvals_cancel_open(*, run: Run, why: str) -> int:
+    """Cancel the run's pending requests; their desk items vanish live."""
+    cancelled = 0
+    for approval in ApprovalRequest.objects.filter(run=run, status=ApprovalStatus.PENDING):
+        approval.status = ApprovalStatus.CANCELLED
+        approval.save(update_fields=["status", "updated_at"])
+        audit_record(
+            actor=None,
+            action="approval.cancelled",
+            subject_type="approval",
+            subject_id=approval.id,
+            data={"why": why},
+        )
+        event_emit(
+            type="approval.updated",
+            data=approval_data(approval),
+            run_id=run.pk,
+            audience=approval_audience(approval),
+        )
+        cancelled += 1
+    return cancelled
+
+
+def approvals_reraise_waiting(*, run: Run, refused: bool) -> None:
+    """Calls still waiting in the latest checkpoint get a new request when theirs can no
+    longer be answered: cancelled, expired, or (after a refusal) an approval the gate refused.
+    An unknown effect always gets a reconciliation: it never settles without a human."""
+    latest = Checkpoint.objects.filter(run=run).order_by("-number").first()
+    if latest is None:
+        return
+    state = AgentState.from_snapshot(latest.snapshot)
+    to_raise = [call for call in state.batch if _needs_new_request(run, call, refused=refused)]
+    if not to_raise:
+        return
+    for call in to_raise:
+        call.checkpoint_id = str(latest.pk)
+    latest.snapshot = state.to_snapshot()
+    latest.save(update_fields=["snapshot"])
+    for call in to_raise:
+        approval_raise(run=run, attempt=None, checkpoint_id=latest.pk, call=call)
+
+
+def _needs_new_request(run: Run, call: CallState, *, refused: bool) -> bool:
+    if call.status not in (CallStatus.AWAITING, CallStatus.UNKNOWN):
+        return False
+    kinds = (ApprovalKind.RECONCILE,) if call.status == CallStatus.UNKNOWN else AWAITING_KINDS
+    current = (
+        ApprovalRequest.objects.filter(run=run, tool_call_id=call.id, kind__in=kinds)
+        .prefetch_related("decisions")
+        .order_by("-created_at")
+        .first()
+    )
+    if current is None or current.status in (ApprovalStatus.CANCELLED, ApprovalStatus.EXPIRED):
+        return True
+    decision = current.decision
+    return (
+        current.status == ApprovalStatus.APPROVED
+        and refused
+        and decision is not None
+        and decision.consumed_at is None
+    )
+
+
+def approvals_expire(*, now: datetime) -> int:
+    """Expire overdue requests, each in its own transaction. The agent's policy says what
+    follows: by default the model is told the request expired and the run goes on; `fail`
+    ends the run. A reconciliation never expires: an unknown effect waits for a human."""
+    overdue = ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, expires_at__lte=now).exclude(
+        kind=ApprovalKind.RECONCILE
+    )
+    expired = 0
+    for approval_id, run_id in overdue.values_list("id", "run_id"):
+        with transaction.atomic():
+            run = Run.objects.select_for_update().get(pk=run_id)
+            expired += approval_expire(approval_id=approval_id, run=run)
+    return expired
+
+
+def approval_expire(*, approval_id: Any, run: Run) -> int:
+    """Expire one request if it is still pending; 1 if it did. Caller holds the run lock."""
+    # Compare-and-set: a decision that won the race keeps its verdict.
+    if (
+        ApprovalRequest.objects.filter(pk=approval_id, status=ApprovalStatus.PENDING).update(
+            status=ApprovalStatus.EXPIRED, updated_at=timezone.now()
+        )
+        != 1
+    ):
+        return 0
+    approval = ApprovalRequest.objects.get(pk=approval_id)
+    audit_record(actor=None, action="approval.expired", subject_type="approval", subject_id=approval.id)
+    event_emit(
+        type="approval.updated",
+        data=approval_data(approval),
+        run_id=run.pk,
+        audience=approval_audience(approval),
+    )
+    if run.status in ENDED:
+        return 1
+    if get_agent(run.agent).on_approval_expired == "fail":
+        run.cancel_epoch += 1  # fences out a worker that may hold the run
+        approvals_cancel_open(run=run, why="the run failed")
+        run_mark_failed(
+            run,
+            f"approval for {approval.tool} ({approval.tool_call_id}) expired",
+            kind=ErrorKind.APPROVAL_EXPIRED,
+        )
+    elif run.status == RunStatus.INPUT_REQUIRED:
+        run_requeue(run)
+    return 1

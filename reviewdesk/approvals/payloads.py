@@ -1,0 +1,65 @@
+"""The payload a decision's signature covers, built from the approval it decides: the one
+function both the desk's own signature (`services.approval_do_decide`) and a reviewer's device
+(`signable.approval_device_payload`) sign over, so the two can never drift apart."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+
+from agents.decisions import decision_payload
+from reviewdesk.approvals.models import ApprovalRequest
+from reviewdesk.runs.models import Run
+
+
+def decision_payload_for(
+    *,
+    approval: ApprovalRequest,
+    run: Run,
+    reviewer: Any,
+    verdict: str,
+    to_run: Any,
+    texts: dict[str, str],
+    decision_id: uuid.UUID,
+    issued_at: Any,
+    nonce: str | None,
+    key_id: str,
+    device: bool,
+    answer: Any = None,
+) -> dict[str, Any]:
+    """The payload of this decision; the texts exactly as stored (the worker checks them)."""
+    return decision_payload(
+        decision_id=decision_id,
+        request_id=approval.id,
+        run_id=run.id,
+        attempt=approval.attempt.number if approval.attempt else None,
+        checkpoint_id=approval.checkpoint_id,
+        tool_call_id=approval.tool_call_id,
+        tool=approval.tool,
+        arguments=to_run,
+        verdict=verdict,
+        reviewer=reviewer.get_username(),
+        issued_at=issued_at,
+        not_after=decision_not_after(approval, issued_at),
+        nonce=nonce,
+        key_id=key_id,
+        device=device,
+        answer=answer,
+        **texts,
+    )
+
+
+def decision_not_after(approval: ApprovalRequest, issued_at: Any) -> Any:
+    """Until when the worker may act on a decision issued at `issued_at`.
+
+    A quorum vote waits for the others, as long as the request itself may wait: it stays valid
+    until the request's expiry plus the validity, so a late last vote (still in date) never finds
+    an earlier one expired and the run failing at the gate. It never outlives the request by more
+    than one validity period, the bound every other decision has."""
+    valid = timedelta(seconds=settings.DESK_DECISION_VALID_SECONDS)
+    if approval.required_approvals > 1:
+        return max(issued_at + valid, approval.expires_at + valid)
+    return issued_at + valid

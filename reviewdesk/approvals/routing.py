@@ -1,0 +1,132 @@
+"""Who may decide a request: its targets (usernames and "group:NAME"), resolved to people.
+
+The runtime names targets (`agents.routing`: a tool's or agent's routes over the arguments);
+the run may name reviewers when submitted. This module turns names into people, and holds
+the one rule for who qualifies to decide a request, which the decision, the hand-over, the
+desk's pages and the gate all ask:
+
+- a reviewer, active;
+- never the run's submitter, even when named (four eyes);
+- named by the request's targets, directly or through a group (no targets: any reviewer);
+- under a quorum with groups, a member of one of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db.models import Case, IntegerField, QuerySet, When
+
+from agents.registry import UnknownAgent, get_agent
+from agents.routing import GROUP_PREFIX
+from reviewdesk.accounts.roles import REVIEWERS, is_reviewer
+from reviewdesk.accounts.targets import naming, targets_of, users_named
+from reviewdesk.approvals.models import ApprovalRequest
+from reviewdesk.runs.models import Run
+
+
+def ids_targeting(rows: QuerySet, user: Any) -> list:
+    """Ids of `rows` (requests) whose targets name `user`, directly or through a group.
+
+    JSON containment is not portable to SQLite: the lists are short, so they are read here."""
+    targets = targets_of(user)
+    return [
+        pk for pk, names in rows.exclude(assignees=[]).values_list("id", "assignees") if targets & set(names)
+    ]
+
+
+def ids_targeting_by_tier(rows: QuerySet, user: Any) -> tuple[list, list]:
+    """Ids of `rows` whose targets name `user` by username, and those that name them only
+    through a group: the desk's "mine, then my groups'". One query, as `ids_targeting`."""
+    username = user.get_username()
+    targets = targets_of(user)
+    by_name, by_group = [], []
+    for pk, names in rows.exclude(assignees=[]).values_list("id", "assignees"):
+        if username in names:
+            by_name.append(pk)
+        elif targets & set(names):
+            by_group.append(pk)
+    return by_name, by_group
+
+
+def in_queue_order(rows: QuerySet, by_name: list, by_group: list) -> QuerySet:
+    """`rows` named me, then a group of mine, then the rest, each by expiry.
+
+    With no call named me or my groups (the common queue) there is no CASE to sort on: the
+    approval_queue_order index (status, expires_at, created_at, id) gives the order, and a
+    page need not sort every pending row."""
+    order = ["expires_at", "created_at", "id"]
+    if by_name or by_group:
+        tiers = When(id__in=by_name, then=0), When(id__in=by_group, then=1)
+        rows = rows.annotate(tier=Case(*tiers, default=2, output_field=IntegerField()))
+        order = ["tier", *order]
+    return rows.order_by(*order)
+
+
+def named_by(user: Any, targets: Iterable[str], groups: Iterable[str] = ()) -> bool:
+    """Whether `targets` (empty: everyone) name `user`, and `groups` (empty: no condition) hold them."""
+    mine = targets_of(user)
+    targets, groups = list(targets), list(groups)
+    if targets and not mine & set(targets):
+        return False
+    return not groups or bool(mine & {GROUP_PREFIX + g for g in groups})
+
+
+def user_qualifies(user: Any, approval: ApprovalRequest, run: Run) -> bool:
+    """May `user` decide `approval` of `run`: the one rule (see the module docstring)."""
+    if not is_reviewer(user) or user.pk == run.submitted_by_id:
+        return False
+    return named_by(user, approval.assignees, approval.quorum_groups)
+
+
+def qualified_users(approval: ApprovalRequest, run: Run) -> QuerySet:
+    """Every user who qualifies to decide `approval` (the same rule as `user_qualifies`)."""
+    users = (
+        get_user_model()
+        .objects.filter(is_active=True, groups__name=REVIEWERS)
+        .exclude(pk=run.submitted_by_id)
+    )
+    if approval.assignees:
+        users = users.filter(naming(approval.assignees))
+    if approval.quorum_groups:
+        users = users.filter(groups__name__in=approval.quorum_groups)
+    return users.distinct()
+
+
+def approval_audience(approval: ApprovalRequest) -> list[int]:
+    """User ids that desk events about this request go to; empty means every reviewer.
+
+    Named targets reach the users they name; when those are nobody (an empty group), only
+    admins are told: an empty list would tell everyone."""
+    if not approval.assignees:
+        return []
+    named = set(users_named(approval.assignees).values_list("id", flat=True))
+    if not named:
+        named = set(get_user_model().objects.filter(is_staff=True).values_list("id", flat=True))
+    return sorted(named)
+
+
+def named_for_call(user: Any, run: Run, tool_name: str, arguments: dict[str, Any]) -> bool:
+    """Whether this call of `run`, were its request raised now, would be routed to `user`: named
+    by the targets it would get (`targets_for_call`) and in its tool's quorum groups. A standing
+    grant stands in for that decision, so its maker must pass this (and four eyes) at every use."""
+    try:
+        tool = get_agent(run.agent).tool(tool_name)
+    except UnknownAgent:
+        tool = None
+    groups = tool.quorum.groups if tool is not None else ()
+    return named_by(user, targets_for_call(run=run, tool_name=tool_name, arguments=arguments), groups)
+
+
+def targets_for_call(*, run: Run, tool_name: str, arguments: dict[str, Any]) -> list[str]:
+    """Who must decide a call, when its request is raised: the tool's routes, then the
+    agent's, then the reviewers the run named (none: any reviewer)."""
+    try:
+        agent = get_agent(run.agent)
+    except UnknownAgent:
+        return list(run.reviewers)
+    tool = agent.tool(tool_name)
+    named = agent.deciders(tool, arguments) if tool is not None else None
+    return list(named) if named is not None else list(run.reviewers)

@@ -1,0 +1,94 @@
+"""The audit trail's two keys, both kept outside the database.
+
+- The chain key (HMAC-SHA256): every process that writes audit rows needs it,
+  web tier and workers alike. A database writer without it cannot recompute
+  a keyed row's hash, so an edit or a deletion shows even when the attacker
+  rewrites the chain.
+- The anchor key (Ed25519) signs the chain heads appended to the anchor file.
+  A dedicated key, not the decision signing key: beat's anchor task runs on a
+  worker, and workers must hold no key that signs decisions. Verifiers need
+  only its public key (DESK_AUDIT_ANCHOR_KEYS_FILE), so the audit page can check
+  anchors without being able to write them.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from django.conf import settings
+
+from agents.decisions import key_id_for
+from reviewdesk import embedded
+
+
+class AuditKeyMissing(RuntimeError):
+    """The chain key is neither in the environment nor in its file."""
+
+
+def audit_key(*, create: bool = True) -> bytes:
+    """The chain's HMAC key: $DESK_AUDIT_KEY, else DESK_AUDIT_KEY_FILE (created 0600 if `create`).
+
+    A verifier passes create=False: a fresh key would make every keyed row look forged.
+    """
+    if settings.DESK_AUDIT_KEY:
+        return settings.DESK_AUDIT_KEY.encode()
+    return _key_from_file(Path(settings.DESK_AUDIT_KEY_FILE), create)
+
+
+@lru_cache(maxsize=4)
+def _key_from_file(path: Path, create: bool) -> bytes:
+    if not create and not path.exists():
+        raise AuditKeyMissing(f"no audit key: set DESK_AUDIT_KEY or provide {path}")
+    return embedded.read_or_create_secret(path, nbytes=32).encode()
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
+def _publish(public_key: Ed25519PublicKey) -> None:
+    path = Path(settings.DESK_AUDIT_ANCHOR_KEYS_FILE)
+    keys = json.loads(path.read_text()) if path.exists() else {}
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    keys[key_id_for(public_key)] = base64.b64encode(raw).decode()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(keys, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def anchor_private_key() -> Ed25519PrivateKey:
+    """The anchor signing key, created on first use with its public key published."""
+    path = Path(settings.DESK_AUDIT_ANCHOR_KEY_FILE)
+    if not path.exists():
+        key = Ed25519PrivateKey.generate()
+        pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        with contextlib.suppress(FileExistsError):  # another process won the race: use its key
+            _write_private(path, pem)
+    loaded = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    if not isinstance(loaded, Ed25519PrivateKey):
+        raise ValueError(f"{path} is not an Ed25519 private key")
+    if key_id_for(loaded.public_key()) not in anchor_public_keys():
+        _publish(loaded.public_key())
+    return loaded
+
+
+def anchor_public_keys() -> dict[str, Ed25519PublicKey]:
+    """Public keys that verify anchors, by key id."""
+    path = Path(settings.DESK_AUDIT_ANCHOR_KEYS_FILE)
+    try:
+        keys = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    return {key_id: Ed25519PublicKey.from_public_bytes(base64.b64decode(raw)) for key_id, raw in keys.items()}

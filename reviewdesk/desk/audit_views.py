@@ -1,0 +1,217 @@
+"""The audit page for admins: filters, paging, signature badges, the chain's status, CSV export."""
+
+from __future__ import annotations
+
+import csv
+import uuid
+from collections.abc import Iterable, Iterator
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.utils.http import urlencode
+
+from agents.canonical import canonical_json
+from agents.decisions import is_device_signed, signature_valid
+from reviewdesk.accounts.devicekeys import device_public_key
+from reviewdesk.accounts.roles import is_admin
+from reviewdesk.approvals.models import Decision
+from reviewdesk.approvals.signing import FileKeyring
+from reviewdesk.audit.models import AuditEvent
+from reviewdesk.audit.services import audit_verify
+
+# What the decision templates compare with and limit to, so that they spell no enum value or limit.
+from reviewdesk.desk.paging import paged
+
+
+class AuditFilterError(ValueError):
+    pass
+
+
+AUDIT_FILTERS = ("actor", "action", "run", "since", "until")
+
+
+def _audit_rows(request: HttpRequest) -> tuple[QuerySet[AuditEvent], dict[str, str]]:
+    """The audit rows the URL's filters select, newest first, and the filters to keep.
+
+    actor: a username (exact); action: a prefix ("decision." is every decision); run: a run id,
+    matching the run's own rows and those of its approvals; since/until: local times
+    (YYYY-MM-DDTHH:MM), until exclusive. A malformed filter raises AuditFilterError.
+    """
+    kept = {name: request.GET.get(name, "").strip()[:100] for name in AUDIT_FILTERS}
+    kept = {name: value for name, value in kept.items() if value}
+    rows = AuditEvent.objects.select_related("actor").order_by("-id")
+    if "actor" in kept:
+        rows = rows.filter(actor_name=kept["actor"])
+    if "action" in kept:
+        rows = rows.filter(action__startswith=kept["action"])
+    if "run" in kept:
+        try:
+            run_id = str(uuid.UUID(kept["run"]))
+        except ValueError:
+            raise AuditFilterError(f"run: {kept['run']!r} is not a run id") from None
+        rows = rows.filter(Q(subject_type="run", subject_id=run_id) | Q(data__run=run_id))
+    for name, lookup in (("since", "at__gte"), ("until", "at__lt")):
+        if name in kept:
+            moment = parse_datetime(kept[name])
+            if moment is None:
+                raise AuditFilterError(f"{name}: {kept[name]!r} is not a time (YYYY-MM-DDTHH:MM)")
+            if timezone.is_naive(moment):
+                moment = timezone.make_aware(moment)
+            rows = rows.filter(**{lookup: moment})
+    return rows, kept
+
+
+def _require_admin(request: HttpRequest) -> None:
+    if not is_admin(request.user):
+        raise PermissionDenied("the audit trail is for admins")
+
+
+# A decision row's badge on the audit page and in the export.
+SIGNATURE_VALID = "valid"
+SIGNATURE_VALID_DEVICE = "valid, device-signed"  # by the reviewer's own device key (issue 13)
+SIGNATURE_INVALID = "invalid"
+SIGNATURE_UNKNOWN_KEY = "unknown key"
+SIGNATURE_MISSING = "no decision"
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _signatures(events: Iterable[AuditEvent]) -> dict[int, str]:
+    """For each decision row among `events` (id → badge): whether the Decision it names
+    carries the desk's valid signature over a payload that is that decision's, with the
+    arguments hash the audit row recorded. One query for all the rows' decisions."""
+    named = {e.id: str(e.data.get("decision", "")) for e in events if e.action.startswith("decision.")}
+    wanted = [decision_id for decision_id in named.values() if _is_uuid(decision_id)]
+    decisions = {str(d.id): d for d in Decision.objects.filter(id__in=wanted)}
+    keyring, keys = FileKeyring(), {}
+    data = {e.id: e.data for e in events}
+    badges = {}
+    for event_id, decision_id in named.items():
+        decision = decisions.get(decision_id)
+        if decision is None:
+            badges[event_id] = SIGNATURE_MISSING
+            continue
+        device = is_device_signed(decision.payload)
+        if decision.key_id not in keys:
+            keys[decision.key_id] = (
+                device_public_key(decision.key_id) if device else keyring.public_key(decision.key_id)
+            )
+        key = keys[decision.key_id]
+        if key is None:
+            badges[event_id] = SIGNATURE_UNKNOWN_KEY
+            continue
+        payload = decision.payload
+        agrees = (
+            payload.get("decision_id") == decision_id
+            and payload.get("verdict") == decision.verdict
+            and payload.get("arguments_sha256") == decision.arguments_sha256
+            and payload.get("arguments_sha256") == data[event_id].get("arguments_sha256")
+            and payload.get("key_id") == decision.key_id
+        )
+        badges[event_id] = (
+            (SIGNATURE_VALID_DEVICE if device else SIGNATURE_VALID)
+            if agrees and signature_valid(key, payload, decision.signature)
+            else SIGNATURE_INVALID
+        )
+    return badges
+
+
+def _subject_url(event: AuditEvent) -> str:
+    """The page of the row's run or approval; none when its subject id is not an id."""
+    if event.subject_type in ("run", "approval") and _is_uuid(event.subject_id):
+        return reverse(event.subject_type, args=[event.subject_id])
+    return ""
+
+
+@login_required
+def audit_page(request: HttpRequest) -> HttpResponse:
+    """The audit trail for admins: filtered, a page at a time, each decision's signature
+    checked as it is shown, and the chain's status."""
+    _require_admin(request)
+    intact, first_bad = audit_verify()
+    context: dict = {"intact": intact, "first_bad": first_bad, "filters": {}, "page": None, "error": ""}
+    try:
+        rows, kept = _audit_rows(request)
+    except AuditFilterError as exc:
+        context["error"] = str(exc)
+        context["filters"] = {name: request.GET.get(name, "")[:100] for name in AUDIT_FILTERS}
+        return render(request, "desk/audit.html", context, status=400)
+    page = paged(request, rows, kept)
+    badges = _signatures(page["rows"])
+    page["rows"] = [(event, badges.get(event.id), _subject_url(event)) for event in page["rows"]]
+    context.update(
+        filters=kept,
+        page=page,
+        export_query=urlencode(kept),
+        SIGNATURE_VALID=SIGNATURE_VALID,
+        SIGNATURE_VALID_DEVICE=SIGNATURE_VALID_DEVICE,
+    )
+    return render(request, "desk/audit.html", context)
+
+
+AUDIT_CSV_COLUMNS = ("id", "at", "actor", "action", "subject_type", "subject_id", "data", "signature", "hash")
+AUDIT_CSV_CHUNK = 500
+
+
+def _cell(value: str) -> str:
+    """A CSV cell a spreadsheet will not run: text starting =, +, -, @, tab or CR gets a quote mark."""
+    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+def _audit_csv_lines(rows: QuerySet[AuditEvent]) -> Iterator[str]:
+    writer = csv.writer(_Echo())
+    yield writer.writerow(AUDIT_CSV_COLUMNS)
+    chunk: list[AuditEvent] = []
+    for event in rows.iterator(chunk_size=AUDIT_CSV_CHUNK):
+        chunk.append(event)
+        if len(chunk) == AUDIT_CSV_CHUNK:
+            yield from _audit_csv_chunk(writer, chunk)
+            chunk = []
+    yield from _audit_csv_chunk(writer, chunk)
+
+
+def _audit_csv_chunk(writer, chunk: list[AuditEvent]) -> Iterator[str]:
+    badges = _signatures(chunk)
+    for e in chunk:
+        cells = (
+            str(e.id),
+            e.at.isoformat(),
+            e.actor_name,
+            e.action,
+            e.subject_type,
+            e.subject_id,
+            canonical_json(e.data).decode(),
+            badges.get(e.id, ""),
+            e.hash,
+        )
+        yield writer.writerow([_cell(c) for c in cells])
+
+
+@login_required
+def audit_export(request: HttpRequest) -> HttpResponse:
+    """The filtered audit rows as CSV, streamed (admins only; the same filters as the page)."""
+    _require_admin(request)
+    try:
+        rows, _kept = _audit_rows(request)
+    except AuditFilterError as exc:
+        return HttpResponse(f"Not exported: {exc}\n", status=400, content_type="text/plain; charset=utf-8")
+    response = StreamingHttpResponse(_audit_csv_lines(rows), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="audit.csv"'
+    return response

@@ -1,0 +1,182 @@
+"""The runs list and the run page: filters, paging, the timeline, cancel and retry."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods
+
+from agents.registry import agent_names
+from reviewdesk.accounts.roles import is_admin
+from reviewdesk.approvals.models import ApprovalStatus
+from reviewdesk.audit.models import AuditEvent
+
+# What the decision templates compare with and limit to, so that they spell no enum value or limit.
+from reviewdesk.desk.paging import paged
+from reviewdesk.desk.thread_views import may_follow_up, run_thread
+from reviewdesk.desk.views import DESK_SOCKET_PATH, DONE
+from reviewdesk.errors import DeskError, Forbidden, NotFound
+from reviewdesk.runs.models import ENDED, EffectStatus, Run, RunStatus
+from reviewdesk.runs.selectors import run_get_for_user, runs_visible_to
+from reviewdesk.runs.services import run_cancel, run_retry
+
+
+@login_required
+def run_list(request: HttpRequest) -> HttpResponse:
+    """The runs the user may see, newest first, filtered by the URL's status and agent, a page
+    at a time: the same number of queries whatever the number of runs."""
+    kept = {name: request.GET.get(name, "").strip()[:100] for name in ("status", "agent")}
+    kept = {name: value for name, value in kept.items() if value}
+    runs = runs_visible_to(request.user)
+    if "status" in kept:
+        runs = runs.filter(status=kept["status"])
+    if "agent" in kept:
+        runs = runs.filter(agent=kept["agent"])
+    return render(
+        request,
+        "desk/runs.html",
+        {
+            "page": paged(request, runs.order_by("-created_at", "-id"), kept),
+            "filters": kept,
+            "statuses": RunStatus.choices,
+            "agents": agent_names(),
+        },
+    )
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    at: datetime
+    kind: str  # run, attempt, model, approval, decision, effect: the CSS class and the legend
+    text: str
+    detail: str = ""
+    approval_id: str = ""
+
+
+def run_timeline(run: Run) -> list[TimelineEntry]:
+    """Everything that happened to the run, oldest first, from the rows it left: its own audit
+    rows (submitted, cancelled, retried, ended), attempts, model turns, approvals raised and
+    decided, grant uses, and ledger rows. Six queries whatever the run's length."""
+    entries: list[TimelineEntry] = []
+    for e in AuditEvent.objects.filter(subject_type="run", subject_id=str(run.id)).order_by("id"):
+        verb = e.action.removeprefix("run.").replace("_", " ")
+        entries.append(
+            TimelineEntry(
+                e.at, "run", f"Run {verb}", "" if e.actor_name == "system" else f"by {e.actor_name}"
+            )
+        )
+    for a in run.attempts.order_by("number"):
+        entries.append(TimelineEntry(a.started_at, "attempt", f"Attempt #{a.number} started", a.worker))
+        if a.ended_at:
+            entries.append(TimelineEntry(a.ended_at, "attempt", f"Attempt #{a.number} {a.status}", a.error))
+    for m in run.messages.filter(role="assistant").order_by("position"):
+        calls = [c.get("function", {}).get("name", "?") for c in m.body.get("tool_calls") or []]
+        text = "Model turn" + (f": asks for {', '.join(calls)}" if calls else ": answers")
+        content = str(m.body.get("content") or "")
+        detail = content[:160] + ("…" if len(content) > 160 else "")
+        if m.superseded_at:
+            detail = f"(set aside by a retry) {detail}"
+        entries.append(TimelineEntry(m.created_at, "model", text, detail))
+    for ap in run.approvals.prefetch_related("decisions__reviewer").order_by("created_at"):
+        entries.append(
+            TimelineEntry(ap.created_at, "approval", f"Approval requested: {ap.tool}", ap.reason, str(ap.id))
+        )
+        # Every signed decision: under a quorum, each reviewer's vote is its own entry.
+        for decision in sorted(ap.decisions.all(), key=lambda d: d.decided_at):
+            entries.append(
+                TimelineEntry(
+                    decision.decided_at,
+                    "decision",
+                    f"{DONE[decision.verdict]} {ap.tool}",
+                    f"by {decision.reviewer}" + (f": {decision.reason}" if decision.reason else ""),
+                    str(ap.id),
+                )
+            )
+        if ap.status in (ApprovalStatus.EXPIRED, ApprovalStatus.CANCELLED):
+            entries.append(
+                TimelineEntry(ap.updated_at, "decision", f"Approval {ap.status}: {ap.tool}", "", str(ap.id))
+            )
+    for use in run.grant_uses.select_related("grant__granted_by").order_by("used_at"):
+        entries.append(
+            TimelineEntry(
+                use.used_at,
+                "grant",
+                f"Allowed by a standing grant: {use.grant.tool}",
+                f"grant {use.grant_id} by {use.grant.granted_by}, use {use.number} of {use.grant.max_uses}"
+                f" ({use.tool_call_id})",
+            )
+        )
+    for fx in run.side_effects.order_by("created_at"):
+        entries.append(TimelineEntry(fx.created_at, "effect", f"Effect {fx.tool} recorded as pending"))
+        if fx.status != EffectStatus.PENDING:
+            retries = (
+                f"after {fx.retries} transient failure{'s' if fx.retries != 1 else ''}" if fx.retries else ""
+            )
+            entries.append(TimelineEntry(fx.updated_at, "effect", f"Effect {fx.tool} {fx.status}", retries))
+    return sorted(entries, key=lambda entry: entry.at)
+
+
+@login_required
+def run_page(request: HttpRequest, run_id) -> HttpResponse:
+    try:
+        run = run_get_for_user(run_id=run_id, user=request.user)
+    except NotFound:
+        raise Http404("no such run") from None
+    return render(
+        request,
+        "desk/run.html",
+        {
+            "run": run,
+            "timeline": run_timeline(run),
+            "thread": run_thread(run),  # issue 12: each user message and what followed
+            "may_follow_up": may_follow_up(run, request.user),
+            "messages_log": run.messages.order_by("position"),
+            "approvals": run.approvals.prefetch_related("decisions__reviewer"),
+            "side_effects": run.side_effects.all(),
+            "attempts": run.attempts.all(),
+            "checkpoints": run.checkpoints.defer("snapshot").order_by("number"),
+            "may_retry": _may_retry(run, request.user),
+            "ended": run.status in ENDED,
+            "RunStatus": RunStatus,
+            "socket_path": DESK_SOCKET_PATH,
+        },
+    )
+
+
+@login_required
+@require_http_methods(["POST"])
+def run_control(request: HttpRequest, run_id, action: str) -> HttpResponse:
+    """The run page's Cancel and Retry buttons (session + CSRF); the services check who may."""
+    service = {"cancel": run_cancel, "retry": run_retry}[action]
+    options = {}
+    if action == "retry" and request.POST.get("checkpoint_id"):  # "Retry from here" on a checkpoint
+        try:
+            options["checkpoint_id"] = str(uuid.UUID(request.POST["checkpoint_id"]))
+        except ValueError:
+            messages.error(request, "Could not retry: checkpoint_id is not a checkpoint's id.")
+            return redirect("run", run_id=run_id)
+    try:
+        service(run_id=run_id, user=request.user, **options)
+    except NotFound:
+        raise Http404("no such run") from None
+    except Forbidden as exc:  # may see the run, may not steer it
+        raise PermissionDenied(exc.detail) from None
+    except DeskError as exc:
+        messages.error(request, f"Could not {action}: {exc.detail}")
+    else:
+        messages.success(request, {"cancel": "Run cancelled.", "retry": "Run queued again."}[action])
+    return redirect("run", run_id=run_id)
+
+
+def _may_retry(run: Run, user: Any) -> bool:
+    """Whether the page offers a retry: the service (run_retry) decides again when posted."""
+    retryable = run.status in (RunStatus.FAILED, RunStatus.CANCELLED)
+    return retryable and (is_admin(user) or run.submitted_by_id == user.pk)

@@ -1,0 +1,276 @@
+"""Executing a run: claim the lease, advance the turn loop, record how it ended.
+
+The `run` and `resume` tasks call `run_execute`. Duplicates of a task
+(redelivery, the sweeper, a double decision) are turned away by `run_claim`;
+everything a worker writes afterwards is fenced on its lease (see `host.py`),
+and `run_finish` is fenced the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from agents.loop import Failed, FailureKind, Finished, Limits, Outcome, Retrying, Waiting, advance
+from agents.providers import AssistantTurn, ModelProvider, provider_for
+from agents.registry import get_agent
+from reviewdesk import faults
+from reviewdesk.approvals.lifecycle import approvals_cancel_open
+from reviewdesk.approvals.selectors import calls_decided_meanwhile
+from reviewdesk.audit.services import audit_record
+from reviewdesk.runs.host import DatabaseHost, LeaseLost
+from reviewdesk.runs.leases import LeaseKeeper
+from reviewdesk.runs.models import Attempt, AttemptStatus, ErrorKind, Run, RunStatus
+from reviewdesk.runs.transitions import (
+    RESUME_TASK,
+    enqueue_on_commit,
+    record_stale_write,
+    run_emit_updated,
+    run_mark_failed,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def run_claim(*, run_id: Any, worker: str) -> Attempt | None:
+    """Take the run's lease if it is queued (and due), or running under an expired lease.
+
+    None when another worker owns it, it is not due yet, or it has ended:
+    duplicates of the task (redelivery, the sweeper, a double decision) return
+    here harmlessly. A run whose workers keep dying is failed, not retried forever.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if run is None:
+            return None
+        expired = run.status == RunStatus.RUNNING and run.lease_expires_at and run.lease_expires_at < now
+        due = run.status == RunStatus.QUEUED and (run.next_attempt_at is None or run.next_attempt_at <= now)
+        if not (due or expired):
+            return None
+        if expired:
+            Attempt.objects.filter(run=run, status=AttemptStatus.RUNNING).update(
+                status=AttemptStatus.LOST, ended_at=now
+            )
+            lost = _lost_in_a_row(run)
+            if lost >= settings.DESK_MAX_LOST_ATTEMPTS:
+                _fail(
+                    run,
+                    f"gave up: the worker died {lost} times in a row running this run",
+                    kind=ErrorKind.INTERNAL,
+                )
+                return None
+        run.status = RunStatus.RUNNING
+        run.lease_epoch += 1
+        run.lease_expires_at = now + timedelta(seconds=settings.DESK_LEASE_SECONDS)
+        run.next_attempt_at = None
+        run.revision += 1
+        run.save(
+            update_fields=[
+                "status",
+                "lease_epoch",
+                "lease_expires_at",
+                "next_attempt_at",
+                "revision",
+                "updated_at",
+            ]
+        )
+        attempt = Attempt.objects.create(
+            run=run,
+            number=run.attempts.count() + 1,
+            lease_epoch=run.lease_epoch,
+            worker=worker,
+            expires_at=run.lease_expires_at,
+        )
+        run_emit_updated(run)
+    attempt.run = run
+    return attempt
+
+
+def _lost_in_a_row(run: Run) -> int:
+    lost = 0
+    for status in run.attempts.order_by("-number").values_list("status", flat=True):
+        if status != AttemptStatus.LOST:
+            break
+        lost += 1
+    return lost
+
+
+class _Guarded:
+    """The model provider, not called once the lease is lost (a cancelled or fenced-out worker
+    stops before paying for another model call), with the `after_model_call` fault point."""
+
+    def __init__(self, provider: ModelProvider, host: DatabaseHost) -> None:
+        self.provider, self.host = provider, host
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AssistantTurn:
+        self.host.check_lease()
+        turn = self.provider.complete(messages, tools)
+        faults.point("after_model_call")
+        return turn
+
+
+def run_execute(*, run_id: Any, worker: str = "") -> Outcome | None:
+    """The body of the `run` and `resume` tasks: advance the run as far as it goes."""
+    attempt = run_claim(run_id=run_id, worker=worker)
+    if attempt is None:
+        return None
+    run = attempt.run
+    host = DatabaseHost(run=run, attempt=attempt)
+    try:
+        with LeaseKeeper(attempt, cancel_epoch=run.cancel_epoch) as keeper:
+            host.lease_lost = keeper.lost
+            provider = provider_for(
+                run.model,
+                openai_options={
+                    "base_url": settings.OPENAI_BASE_URL,
+                    "api_key": settings.OPENAI_API_KEY,
+                    "timeout": settings.OPENAI_TIMEOUT_SECONDS,
+                    "max_retries": settings.OPENAI_MAX_RETRIES,
+                },
+            )
+            outcome = advance(
+                agent=get_agent(run.agent),
+                provider=_Guarded(provider, host),
+                host=host,
+                limits=_limits(),
+                sleep=lambda seconds: _wait_before_retry(host, seconds),
+            )
+    except LeaseLost as exc:
+        record_stale_write(attempt, str(exc))
+        return None
+    except Exception as exc:  # a bug must end the run visibly, not leave it running
+        incident = uuid.uuid4().hex[:12]  # the submitter sees only this id; the log has the details
+        logger.exception("run %s failed with an internal error (incident %s): %r", run.id, incident, exc)
+        outcome = Failed(f"internal error (incident {incident})", kind=FailureKind.INTERNAL)
+    run_finish(attempt=attempt, outcome=outcome)
+    return outcome
+
+
+def _limits() -> Limits:
+    return Limits(
+        max_model_calls=settings.DESK_MAX_MODEL_CALLS,
+        max_invalid_calls=settings.DESK_MAX_INVALID_CALLS,
+        wait_notice_after=timedelta(seconds=settings.DESK_WAIT_NOTICE_SECONDS),
+        tool_retries=settings.DESK_TOOL_RETRIES,
+        tool_retries_per_run=settings.DESK_TOOL_RETRIES_PER_RUN,
+        tool_retry_backoff=settings.DESK_TOOL_RETRY_BACKOFF_SECONDS,
+        tool_retry_backoff_max=settings.DESK_TOOL_RETRY_BACKOFF_MAX_SECONDS,
+        # Never wait in the task for anything near the lease: the heartbeat keeps it, but a
+        # worker slot is held doing nothing. Longer waits release the run (`Retrying`).
+        tool_retry_inline=min(settings.DESK_TOOL_RETRY_INLINE_SECONDS, settings.DESK_LEASE_SECONDS / 3),
+    )
+
+
+def _wait_before_retry(host: DatabaseHost, seconds: float) -> None:
+    """A short backoff in the task, holding the lease (the heartbeat renews it). Wakes at
+    once when the lease is lost (a cancel), which the next fenced write then reports."""
+    faults.point("during_tool_retry")
+    host.lease_lost.wait(seconds)
+    host.check_lease()
+
+
+def run_finish(*, attempt: Attempt, outcome: Outcome) -> None:
+    """Record the outcome, fenced on the attempt's lease and the cancel epoch it claimed under
+    (`attempt.run` is the run as claimed); release the lease."""
+    now = timezone.now()
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=attempt.run_id)
+        if (
+            run.status != RunStatus.RUNNING
+            or run.lease_epoch != attempt.lease_epoch
+            or run.cancel_epoch != attempt.run.cancel_epoch
+        ):
+            record_stale_write(attempt, f"finish as {type(outcome).__name__} after losing the lease")
+            return
+        attempt_status, attempt_error = AttemptStatus.RELEASED, ""
+        if isinstance(outcome, Finished):
+            run.status, run.output = RunStatus.SUCCEEDED, outcome.output
+            approvals_cancel_open(run=run, why="the run finished")
+            audit_record(actor=None, action="run.succeeded", subject_type="run", subject_id=run.id)
+        elif isinstance(outcome, Failed):
+            attempt_status, attempt_error = AttemptStatus.FAILED, outcome.error
+            if outcome.kind == FailureKind.APPROVAL:
+                audit_record(
+                    actor=None,
+                    action="decision.refused",
+                    subject_type="run",
+                    subject_id=run.id,
+                    data={"tool_call_id": outcome.call_id, "reason": outcome.error},
+                )
+            if not _retry_automatically(run, attempt, outcome, now):
+                _fail(run, outcome.error, kind=outcome.kind, save=False)
+        elif isinstance(outcome, Retrying):
+            # A long backoff: free the worker and the lease; the resume is due after the delay.
+            run.status = RunStatus.QUEUED
+            run.next_attempt_at = now + timedelta(seconds=outcome.delay)
+            attempt_error = f"{outcome.call_id} unavailable, next try in {outcome.delay:g} s: {outcome.error}"
+            enqueue_on_commit(RESUME_TASK, run, countdown=outcome.delay)
+        elif isinstance(outcome, Waiting):
+            decided_meanwhile = calls_decided_meanwhile(run=run, call_ids=outcome.call_ids)
+            if decided_meanwhile:  # a decision landed while we held the lease
+                run.status = RunStatus.QUEUED
+                enqueue_on_commit(RESUME_TASK, run)
+            else:
+                run.status = RunStatus.INPUT_REQUIRED
+        run.lease_expires_at = None
+        run.revision += 1
+        run.save(
+            update_fields=[
+                "status",
+                "output",
+                "error",
+                "error_kind",
+                "retries",
+                "next_attempt_at",
+                "lease_expires_at",
+                "task_id",
+                "revision",
+                "updated_at",
+            ]
+        )
+        Attempt.objects.filter(pk=attempt.pk).update(status=attempt_status, ended_at=now, error=attempt_error)
+        run_emit_updated(run)
+
+
+def _retry_automatically(run: Run, attempt: Attempt, outcome: Failed, now: datetime) -> bool:
+    """Queue a transient failure again with exponential backoff, within the retry budget.
+
+    The same error twice in a row stops automatic retries: it is not transient after all.
+    """
+    if outcome.kind != FailureKind.TRANSIENT or run.retries >= settings.DESK_AUTO_RETRIES:
+        return False
+    previous = (
+        run.attempts.filter(number__lt=attempt.number, status=AttemptStatus.FAILED)
+        .order_by("-number")
+        .values_list("error", flat=True)
+        .first()
+    )
+    if previous == outcome.error:
+        return False
+    delay = settings.DESK_RETRY_BACKOFF_SECONDS * 2**run.retries
+    run.retries += 1
+    run.status = RunStatus.QUEUED
+    run.error, run.error_kind = outcome.error, outcome.kind
+    run.next_attempt_at = now + timedelta(seconds=delay)
+    audit_record(
+        actor=None,
+        action="run.retry_scheduled",
+        subject_type="run",
+        subject_id=run.id,
+        data={"retry": run.retries, "in_seconds": delay, "error": outcome.error},
+    )
+    enqueue_on_commit(RESUME_TASK, run, countdown=delay)
+    return True
+
+
+def _fail(run: Run, error: str, *, kind: str, save: bool = True) -> None:
+    """End the run as failed and cancel its open requests. Caller holds the run lock."""
+    approvals_cancel_open(run=run, why="the run failed")
+    run_mark_failed(run, error, kind=kind, save=save)

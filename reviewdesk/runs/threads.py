@@ -1,0 +1,116 @@
+"""Threads: a succeeded run takes a follow-up message from its submitter and runs again on
+the same message log and checkpoints, as its next turn.
+
+The follow-up is written the way a step is: in one transaction holding the run's row lock,
+the user message is appended to the log at the position the last checkpoint ends at, and a
+new checkpoint (the finished state, `followed_up()`) says the model speaks next. The run is
+queued and `resume` is sent on commit; a worker claims it like any other queued run, in a
+new attempt, and the sweeper re-sends it if that message is lost.
+
+Only a `succeeded` run takes one. A failed or cancelled run may have stopped in the middle
+of a batch of tool calls (a user message there would break the conversation's shape) or
+for a reason the submitter should look at: retry it first (`run_retry`), then follow up.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+
+from agents.state import AgentState, SnapshotError
+from reviewdesk.accounts.roles import is_submitter
+from reviewdesk.audit.services import audit_record
+from reviewdesk.errors import Conflict, Forbidden
+from reviewdesk.events.builders import run_follow_up_data
+from reviewdesk.events.services import event_emit
+from reviewdesk.runs.models import ENDED, Checkpoint, FollowUp, Message, Run, RunStatus
+from reviewdesk.runs.selectors import run_audience, run_get_for_user
+from reviewdesk.runs.transitions import RESUME_TASK, enqueue_on_commit
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+
+def run_check_follow_up(*, run_id: Any, user: User) -> Run:
+    """Lock the run and check `user` may post to it now; the locked run.
+
+    Lock: the run's row (select_for_update); call inside the transaction that posts.
+    404 when the run is missing or not the user's to see; 403 when it is not theirs;
+    409 `active` while it runs or waits, `not_succeeded` after a failure or a cancel.
+    """
+    visible = run_get_for_user(run_id=run_id, user=user)
+    run = Run.objects.select_for_update().get(pk=visible.pk)
+    if run.submitted_by_id != user.pk or not is_submitter(user):
+        raise Forbidden("only the run's submitter can continue its thread")
+    if run.status not in ENDED:
+        raise Conflict(f"the run is still active ({run.status}); post when it has ended", code="active")
+    if run.status != RunStatus.SUCCEEDED:
+        raise Conflict(
+            f"only a succeeded run takes a follow-up; this one is {run.status}: retry it first",
+            code="not_succeeded",
+        )
+    return run
+
+
+def run_do_follow_up(*, run: Run, user: User, input: str) -> FollowUp:
+    """Append the message, checkpoint the next turn, queue the run. Caller holds the run lock."""
+    latest = Checkpoint.objects.filter(run=run).order_by("-number").first()
+    # Belt and braces behind the status check: the conversation itself must be finished.
+    if latest is None:
+        raise Conflict("the run has no checkpoint to continue from")
+    try:
+        state = AgentState.from_snapshot(latest.snapshot).followed_up()
+    except SnapshotError as exc:
+        raise Conflict(f"the run cannot continue from its last checkpoint: {exc}") from None
+    position = state.message_count - 1
+    Message.objects.create(run=run, position=position, role="user", body={"role": "user", "content": input})
+    Checkpoint.objects.create(
+        run=run,
+        branch=run.branch,
+        number=latest.number + 1,
+        schema_version=latest.schema_version,
+        message_count=state.message_count,
+        snapshot=state.to_snapshot(),
+    )
+    follow_up = FollowUp.objects.create(
+        run=run, number=run.follow_ups.count() + 1, input=input, position=position, posted_by=user
+    )
+    run.status = RunStatus.QUEUED
+    run.output = run.error = run.next_attempt_at = None
+    run.error_kind, run.retries = "", 0  # a new turn gets the automatic-retry budget afresh
+    run.revision += 1
+    run.save(
+        update_fields=[
+            "status",
+            "output",
+            "error",
+            "error_kind",
+            "retries",
+            "next_attempt_at",
+            "revision",
+            "updated_at",
+        ]
+    )
+    audit_record(
+        actor=user,
+        action="run.followed_up",
+        subject_type="run",
+        subject_id=run.id,
+        data={"number": follow_up.number, "position": position},
+    )
+    event_emit(
+        type="run.updated",
+        data=run_follow_up_data(run, follow_up),
+        run_id=run.pk,
+        audience=run_audience(run),
+    )
+    enqueue_on_commit(RESUME_TASK, run)
+    return follow_up
+
+
+def run_follow_up(*, run_id: Any, user: User, input: str) -> FollowUp:
+    """`POST /api/v1/runs/{id}/messages`: the run's next turn, started by its submitter."""
+    with transaction.atomic():
+        run = run_check_follow_up(run_id=run_id, user=user)
+        return run_do_follow_up(run=run, user=user, input=input)

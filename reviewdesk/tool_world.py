@@ -1,0 +1,29 @@
+"""The world the agents' tools act on, chosen by the DESK_TOOL_WORLD setting.
+
+A tool reaches email, payments and the like only through `ToolContext.world`,
+which the run's host fills with `tool_world()`. The default is the demo
+agent's world on Django (`reviewdesk.demo.world.DjangoDemoWorld`); a deployment
+with its own agents names its own class, so the core apps import no demo code.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+
+@lru_cache(maxsize=8)
+def _world_class(dotted_path: str) -> type[Any]:
+    # Keyed by the path, so override_settings in a test picks up another world.
+    world_class = import_string(dotted_path)
+    if not isinstance(world_class, type):
+        raise TypeError(f"DESK_TOOL_WORLD={dotted_path!r} names {world_class!r}, not a class")
+    return world_class
+
+
+def tool_world() -> Any:
+    """A fresh instance of the DESK_TOOL_WORLD class, for one tool call's context."""
+    return _world_class(settings.DESK_TOOL_WORLD)()

@@ -1,0 +1,319 @@
+"""Register webhooks, turn desk events into deliveries, sign and send them.
+
+Owner scoping: an endpoint receives only events of runs its owner submitted.
+Deliveries are rows written in the same transaction as the desk event that causes them
+(so a crash cannot lose one between the two); the Celery task is enqueued on commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import secrets
+import socket
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from reviewdesk.audit.services import audit_record
+from reviewdesk.celery import app as celery_app
+from reviewdesk.errors import Invalid, NotFound
+from reviewdesk.events.builders import iso
+from reviewdesk.runs.models import Run
+from reviewdesk.webhooks.models import (
+    DeliveryStatus,
+    WebhookAttempt,
+    WebhookDelivery,
+    WebhookEndpoint,
+    WebhookEvent,
+)
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+    from reviewdesk.events.models import DeskEvent
+
+DELIVER_TASK = "webhooks.deliver"
+SIGNATURE_HEADER = "Desk-Signature"
+MAX_ENDPOINTS_PER_OWNER = 20
+
+RUN_STATUS_EVENTS = {
+    "input_required": WebhookEvent.RUN_INPUT_REQUIRED,
+    "succeeded": WebhookEvent.RUN_SUCCEEDED,
+    "failed": WebhookEvent.RUN_FAILED,
+    "cancelled": WebhookEvent.RUN_CANCELLED,
+}
+DECIDED = ("approved", "rejected")
+
+
+# --- Signing -------------------------------------------------------------------------------
+def signature_header(*, secret: str, body: bytes, at: int | None = None) -> str:
+    """`t=UNIX,v1=HEX`, HEX = HMAC-SHA256(secret, f"{t}." + body)."""
+    t = int(time.time()) if at is None else at
+    digest = hmac.new(secret.encode(), f"{t}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"t={t},v1={digest}"
+
+
+def signature_valid(*, secret: str, body: bytes, header: str, tolerance: int = 300) -> bool:
+    """What a receiver runs: the HMAC matches and the timestamp is within `tolerance` seconds."""
+    try:
+        parts = dict(item.split("=", 1) for item in header.split(","))
+        t = int(parts["t"])
+    except (ValueError, KeyError):
+        return False
+    if abs(time.time() - t) > tolerance:
+        return False
+    expected = signature_header(secret=secret, body=body, at=t).split("v1=", 1)[1]
+    return hmac.compare_digest(expected, parts.get("v1", ""))
+
+
+# --- Where a URL points --------------------------------------------------------------------
+def url_refusal(url: str) -> str | None:
+    """Why this URL may not receive webhooks, or None. Resolves the host now.
+
+    Every address the name resolves to must be global (not private, loopback, link-local,
+    shared, reserved or multicast) unless DESK_WEBHOOKS_ALLOW_PRIVATE is set.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "the URL must be http or https with a host"
+    if parts.username or parts.password:
+        return "the URL may not carry credentials"
+    try:
+        infos = socket.getaddrinfo(parts.hostname, parts.port or 443, proto=socket.IPPROTO_TCP)
+    except (socket.gaierror, UnicodeError, ValueError):
+        return f"the host {parts.hostname!r} does not resolve"
+    if settings.DESK_WEBHOOKS_ALLOW_PRIVATE:
+        return None
+    for info in infos:
+        address = ipaddress.ip_address(info[4][0].split("%", 1)[0])
+        if not address.is_global:
+            return f"the host {parts.hostname!r} resolves to a non-public address ({address})"
+    return None
+
+
+# --- Registration --------------------------------------------------------------------------
+def webhook_register(*, owner: User, url: str, events: list[str]) -> tuple[WebhookEndpoint, str]:
+    """A new endpoint and its secret (the only time the secret leaves the server)."""
+    if refusal := url_refusal(url):
+        raise Invalid(refusal, errors={"url": [refusal]})
+    if WebhookEndpoint.objects.filter(owner=owner).count() >= MAX_ENDPOINTS_PER_OWNER:
+        message = f"at most {MAX_ENDPOINTS_PER_OWNER} webhooks per user"
+        raise Invalid(message, errors={"url": [message]})
+    secret = "whsec_" + secrets.token_urlsafe(32)
+    with transaction.atomic():
+        endpoint = WebhookEndpoint.objects.create(
+            owner=owner, url=url, events=sorted(set(events)), secret=secret
+        )
+        audit_record(
+            actor=owner,
+            action="webhook.created",
+            subject_type="webhook",
+            subject_id=endpoint.id,
+            data={"url": url, "events": endpoint.events},
+        )
+    return endpoint, secret
+
+
+def webhook_delete(*, webhook_id, owner: User) -> None:
+    """Delete the owner's webhook and its delivery history; nothing more is sent to it
+    (a queued delivery task finds no row and skips)."""
+    with transaction.atomic():
+        endpoint = webhook_get_for_owner(webhook_id=webhook_id, owner=owner)
+        audit_record(
+            actor=owner,
+            action="webhook.deleted",
+            subject_type="webhook",
+            subject_id=endpoint.id,
+            data={"url": endpoint.url, "events": endpoint.events},
+        )
+        endpoint.delete()
+
+
+def webhook_get_for_owner(*, webhook_id, owner: User) -> WebhookEndpoint:
+    endpoint = WebhookEndpoint.objects.filter(pk=webhook_id, owner=owner).first()
+    if endpoint is None:
+        raise NotFound("no such webhook")
+    return endpoint
+
+
+# --- From desk events to deliveries --------------------------------------------------------
+def webhook_event_type(event: DeskEvent) -> str | None:
+    status = (event.data or {}).get("status")
+    if event.type == "run.updated":
+        if "follow_up" in (event.data or {}):
+            return WebhookEvent.RUN_FOLLOW_UP
+        return RUN_STATUS_EVENTS.get(status)
+    if event.type == "approval.updated" and status in DECIDED:
+        return WebhookEvent.APPROVAL_DECIDED
+    return None
+
+
+def webhooks_enqueue_for(event: DeskEvent) -> list[WebhookDelivery]:
+    """Called by `event_emit` inside its transaction: one delivery per subscribed endpoint
+    of the run's submitter, each sent by a task enqueued once the transaction commits."""
+    webhook_type = webhook_event_type(event)
+    if webhook_type is None or event.run_id is None:
+        return []
+    owner_id = Run.objects.filter(pk=event.run_id).values_list("submitted_by_id", flat=True).first()
+    endpoints = [
+        endpoint
+        for endpoint in WebhookEndpoint.objects.filter(owner_id=owner_id, disabled_at__isnull=True)
+        if webhook_type in endpoint.events
+    ]
+    deliveries = []
+    for endpoint in endpoints:
+        delivery = WebhookDelivery(
+            endpoint=endpoint, event_type=webhook_type, event_seq=event.id, due_at=timezone.now()
+        )
+        delivery.body = json.dumps(
+            {
+                "id": str(delivery.id),
+                "type": webhook_type,
+                "seq": event.id,
+                "run": str(event.run_id),
+                "created_at": iso(timezone.now()),
+                "data": event.data,
+            },
+            separators=(",", ":"),
+        )
+        delivery.save()
+        deliveries.append(delivery)
+    for delivery in deliveries:
+        _enqueue_on_commit(delivery.id)
+    return deliveries
+
+
+def _enqueue_on_commit(delivery_id, countdown: float = 0) -> None:
+    def send() -> None:
+        celery_app.send_task(DELIVER_TASK, args=[str(delivery_id)], countdown=countdown or None)
+
+    transaction.on_commit(send, robust=True)
+
+
+def webhook_resend(*, webhook_id, delivery_id, owner: User) -> WebhookDelivery:
+    """A new delivery of the same body, sent now. Allowed on a disabled endpoint: a success
+    re-enables it (the owner fixed the receiver and proved it)."""
+    endpoint = webhook_get_for_owner(webhook_id=webhook_id, owner=owner)
+    original = WebhookDelivery.objects.filter(pk=delivery_id, endpoint=endpoint).first()
+    if original is None:
+        raise NotFound("no such delivery")
+    with transaction.atomic():
+        delivery = WebhookDelivery.objects.create(
+            endpoint=endpoint,
+            event_type=original.event_type,
+            event_seq=original.event_seq,
+            body=original.body,
+            resend_of=original,
+            due_at=timezone.now(),
+        )
+        _enqueue_on_commit(delivery.id)
+    return delivery
+
+
+# --- Sending -------------------------------------------------------------------------------
+def _backoff(attempt: int) -> float:
+    return settings.DESK_WEBHOOK_BACKOFF_SECONDS * (2 ** (attempt - 1))
+
+
+def webhook_deliver(*, delivery_id) -> str:
+    """One attempt of one delivery; schedules the next with exponential backoff on failure.
+
+    Idempotent under duplicate tasks: the attempt number is claimed by compare-and-set.
+    """
+    import httpx
+
+    delivery = WebhookDelivery.objects.select_related("endpoint").filter(pk=delivery_id).first()
+    if delivery is None or delivery.status != DeliveryStatus.PENDING:
+        return "skipped"
+    endpoint = delivery.endpoint
+    if endpoint.disabled_at is not None and delivery.resend_of_id is None:
+        _finish(delivery, DeliveryStatus.FAILED)
+        return "endpoint disabled"
+    number = delivery.attempts + 1
+    now = timezone.now()
+    lease = timedelta(seconds=settings.DESK_WEBHOOK_TIMEOUT_SECONDS + 30)
+    claimed = (
+        WebhookDelivery.objects.filter(
+            pk=delivery.pk, status=DeliveryStatus.PENDING, attempts=delivery.attempts
+        )
+        .filter(Q(leased_until__isnull=True) | Q(leased_until__lt=now))
+        .update(attempts=number, leased_until=now + lease)
+    )
+    if not claimed:
+        return "skipped"
+    status_code, error = None, ""
+    started = time.monotonic()
+    if refusal := url_refusal(endpoint.url):
+        error = "refused: " + refusal
+    else:
+        body = delivery.body.encode()
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "ReviewDesk-Webhooks/1",
+            "Desk-Delivery": str(delivery.id),
+            "Desk-Event": delivery.event_type,
+            SIGNATURE_HEADER: signature_header(secret=endpoint.secret, body=body),
+        }
+        try:
+            response = httpx.post(
+                endpoint.url,
+                content=body,
+                headers=headers,
+                timeout=settings.DESK_WEBHOOK_TIMEOUT_SECONDS,
+                follow_redirects=False,
+            )
+            status_code = response.status_code
+            if not 200 <= status_code < 300:
+                error = f"HTTP {status_code}"
+        except httpx.HTTPError as exc:
+            error = f"{type(exc).__name__}: {exc}"[:500]
+    retry_in = _backoff(number)
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(
+        leased_until=None, due_at=timezone.now() + timedelta(seconds=retry_in)
+    )
+    WebhookAttempt.objects.create(
+        delivery=delivery,
+        number=number,
+        status_code=status_code,
+        error=error,
+        duration_ms=int((time.monotonic() - started) * 1000),
+    )
+    if not error:
+        _finish(delivery, DeliveryStatus.DELIVERED)
+        WebhookEndpoint.objects.filter(pk=endpoint.pk).update(
+            consecutive_failures=0, disabled_at=None, disabled_reason=""
+        )
+        return "delivered"
+    if number < settings.DESK_WEBHOOK_MAX_ATTEMPTS and not error.startswith("refused"):
+        with transaction.atomic():
+            _enqueue_on_commit(delivery.id, countdown=retry_in)
+        return "retrying"
+    _finish(delivery, DeliveryStatus.FAILED)
+    _count_failure(endpoint, error)
+    return "failed"
+
+
+def _finish(delivery: WebhookDelivery, status: str) -> None:
+    WebhookDelivery.objects.filter(pk=delivery.pk, status=DeliveryStatus.PENDING).update(
+        status=status, finished_at=timezone.now()
+    )
+
+
+def _count_failure(endpoint: WebhookEndpoint, error: str) -> None:
+    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(consecutive_failures=F("consecutive_failures") + 1)
+    limit = settings.DESK_WEBHOOK_DISABLE_AFTER
+    WebhookEndpoint.objects.filter(
+        pk=endpoint.pk, disabled_at__isnull=True, consecutive_failures__gte=limit
+    ).update(
+        disabled_at=timezone.now(),
+        disabled_reason=f"{limit} deliveries in a row failed; the last: {error}"[:500],
+    )

@@ -1,0 +1,339 @@
+// The approval page: live countdown and state, the preview redrawn as the reviewer edits,
+// the schema checked as they type, a diff before an edit is signed, and keys.
+(function () {
+  "use strict";
+  const page = document.getElementById("approval");
+  const { visible, hasInvisible, shownJson } = window.DeskShown;
+  const approvalId = page.dataset.approvalId;
+  const irreversible = page.dataset.effect === "external";
+  const help = document.getElementById("keys-help");
+  const decideForm = document.getElementById("decide-form");
+  const editDetails = document.getElementById("edit");
+  const editForm = document.getElementById("edit-form");
+  const schema = JSON.parse(document.getElementById("tool-schema").textContent);
+  const original = JSON.parse(document.getElementById("original-arguments").textContent);
+
+  // --- countdown ----------------------------------------------------------------------
+  const countdowns = page.querySelectorAll(".countdown[data-expires]"); // expiry, and the target if any
+  const tick = () =>
+    countdowns.forEach((c) => window.DeskTime.show(c, c.dataset.expires, c.classList.contains("target") ? "target" : "expires"));
+  tick();
+  setInterval(tick, 1000);
+
+  // --- someone else decided: say so, and disable the buttons --------------------------
+  function gone(text) {
+    const note = document.getElementById("decided-notice");
+    note.textContent = text;
+    note.hidden = false;
+    page.dataset.status = "decided";
+    document.querySelectorAll("form.decide button, form.decide input, form.decide textarea, #handover-form button").forEach((el) => {
+      el.disabled = true;
+    });
+    const editLink = document.getElementById("edit-link");
+    if (editLink) editLink.hidden = true;
+  }
+
+  // Still pending, but changed: a quorum vote ("1 of 2") or a hand-over (maybe away from me).
+  function onPendingChange(approval) {
+    const count = document.getElementById("quorum-count");
+    const q = approval.quorum;
+    if (count && q) {
+      count.textContent = q.approved_by.length + " of " + q.required;
+      document.getElementById("quorum-by").textContent = q.approved_by.length ? "approved by " + q.approved_by.join(", ") : "";
+    }
+    const targets = (approval.reviewer && approval.reviewer.targets) || [];
+    const users = (approval.reviewer && approval.reviewer.users) || [];
+    document.getElementById("approval-targets").firstChild.textContent = (targets.length ? targets.join(", ") : "any reviewer") + " ";
+    const h = approval.handover;
+    if (h && targets.length && !users.includes(page.dataset.username) && page.dataset.admin !== "yes") {
+      gone("Handed over to " + targets.join(", ") + " by " + h.by + (h.note ? ": “" + h.note + "”" : "") + ". This page's buttons are off.");
+    }
+  }
+
+  function onApproval(approval) {
+    if (approval.id !== approvalId || page.dataset.status !== "pending") return;
+    if (approval.status === "pending") {
+      onPendingChange(approval);
+      return;
+    }
+    document.getElementById("approval-status").textContent = approval.status;
+    const d = approval.decision;
+    if (d) gone("Decided by " + d.reviewer + " (" + d.verdict + ", " + window.DeskTime.inWords(new Date(d.decided_at) - Date.now()) + "): this page's buttons are off.");
+    else gone("No longer pending: " + approval.status + ". This page's buttons are off.");
+  }
+
+  let lastSeq = 0;
+  let socket = null;
+  function connect() {
+    if (page.dataset.status !== "pending") return;
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    // The snapshot is one page of the queue: ask for this run's, where this approval sits.
+    const query = page.dataset.run ? "?run=" + encodeURIComponent(page.dataset.run) : "";
+    socket = new WebSocket(scheme + location.host + page.dataset.socketPath + query);
+    socket.onmessage = (event) => {
+      const m = JSON.parse(event.data);
+      if (m.type === "snapshot") {
+        lastSeq = m.seq;
+        page.dataset.socket = "live"; // from here on, a colleague's decision reaches this page
+        // A voter's own queue no longer lists an item their vote is in: that is not "decided".
+        if (page.dataset.voted !== "yes" && !m.data.more && !m.data.approvals.some((a) => a.id === approvalId)) {
+          gone("No longer pending: someone decided it, or it expired. Reload to see the decision.");
+        }
+      } else if (m.type === "approval.created" || m.type === "approval.updated") {
+        lastSeq = Math.max(lastSeq, m.seq);
+        onApproval(m.data);
+      } else if (m.type === "heartbeat" && m.seq > lastSeq) {
+        socket.send(JSON.stringify({ type: "replay", after: lastSeq }));
+      } else if (m.type === "replay.done") {
+        lastSeq = m.seq;
+      }
+    };
+    socket.onclose = (event) => {
+      if (event.code !== 4403 && page.dataset.status === "pending") setTimeout(connect, 2000);
+    };
+  }
+  connect();
+
+  // --- confirmation for irreversible effects ------------------------------------------
+  function confirmed(button) {
+    if (!irreversible || button.classList.contains("reject")) return true;
+    return window.confirm("This acts outside the desk and cannot be undone. " + button.textContent.replace(/^\s*\w\s/, "").trim() + "?");
+  }
+
+  let intent = null;
+  if (decideForm) {
+    // Enter in a field: a reject after `r`, otherwise nothing. The browser would submit
+    // with the form's first button, Approve: never what typing a reason means.
+    decideForm.addEventListener("keydown", (event) => {
+      if (event.key !== "Enter" || !event.target.matches("input")) return;
+      event.preventDefault();
+      if (intent === "reject") decideForm.querySelector("button.reject").click();
+    });
+    decideForm.addEventListener("submit", (event) => {
+      const button = event.submitter;
+      if (!button || button.tagName !== "BUTTON" || !confirmed(button)) event.preventDefault();
+    });
+  }
+
+  // --- edit: schema as you type, preview redrawn, a diff before signing ----------------
+  const textarea = document.getElementById("edit-arguments");
+  const errorsList = document.getElementById("schema-errors");
+  const diff = document.getElementById("diff");
+  const submit = document.getElementById("edit-submit");
+  const back = document.getElementById("edit-back");
+  let reviewed = false;
+  let parsed = original;
+  let timer = null;
+
+  function showErrors(errors) {
+    errorsList.replaceChildren(
+      ...errors.map((e) => {
+        const li = document.createElement("li");
+        li.textContent = visible(e);
+        return li;
+      })
+    );
+    textarea.setAttribute("aria-invalid", errors.length ? "true" : "false");
+    submit.disabled = errors.length > 0;
+  }
+
+  function drawPreview(result) {
+    const box = document.getElementById("preview");
+    const nodes = [];
+    const el = (tag, cls, text) => {
+      const n = document.createElement(tag);
+      if (cls) n.className = cls;
+      if (text !== undefined) n.textContent = text;
+      return n;
+    };
+    const p = result.preview;
+    if (p) {
+      nodes.push(el("p", "preview-title", visible(p.title)));
+      (p.warnings || []).forEach((w) => nodes.push(el("p", "warning", "⚠ " + visible(w))));
+      const dl = el("dl", "preview-rows");
+      (p.rows || []).forEach(([label, value]) => {
+        dl.appendChild(el("dt", "", visible(label)));
+        const dd = el("dd", "", visible(value));
+        if (hasInvisible(String(value))) dd.append(" ", el("span", "invisible-flag", "⚠ contains invisible characters"));
+        dl.appendChild(dd);
+      });
+      nodes.push(dl);
+      if (p.body !== null && p.body !== undefined) {
+        nodes.push(el("pre", "preview-body", visible(p.body)));
+        if (hasInvisible(p.body)) nodes.push(el("p", "invisible-flag", "⚠ the body contains invisible characters (shown escaped)"));
+      }
+    } else {
+      (result.errors || []).forEach((e) => nodes.push(el("p", "warning", "⚠ " + visible(e))));
+      if (!nodes.length) nodes.push(el("p", "muted", result.detail || "No preview."));
+    }
+    box.replaceChildren(...nodes);
+    box.dataset.fresh = String(Date.now());
+  }
+
+  async function refreshPreview(value) {
+    const token = editForm.querySelector("[name=csrfmiddlewaretoken]").value;
+    try {
+      const response = await fetch(page.dataset.previewUrl, {
+        method: "POST",
+        credentials: "same-origin",
+        headers: { "Content-Type": "application/json", "X-CSRFToken": token, Accept: "application/json" },
+        body: JSON.stringify({ arguments: value }),
+      });
+      const result = await response.json();
+      if (textarea.dataset.sent === JSON.stringify(value)) drawPreview(result); // not a stale answer
+    } catch (error) {
+      drawPreview({ preview: null, errors: ["the preview did not load (" + error.message + ")"] });
+    }
+  }
+
+  function resetReview() {
+    reviewed = false;
+    diff.hidden = true;
+    back.hidden = true;
+    submit.textContent = "Review the changes";
+  }
+
+  function onEdit() {
+    resetReview();
+    try {
+      parsed = JSON.parse(textarea.value);
+    } catch (error) {
+      showErrors(["not valid JSON: " + error.message]);
+      return;
+    }
+    const errors = window.DeskSchema.errors(schema, parsed);
+    showErrors(errors);
+    if (errors.length) return;
+    clearTimeout(timer);
+    timer = setTimeout(() => {
+      textarea.dataset.sent = JSON.stringify(parsed);
+      refreshPreview(parsed);
+    }, 250);
+  }
+
+  function sortedKeys(value) {
+    if (Array.isArray(value)) return value.map(sortedKeys);
+    if (value && typeof value === "object") {
+      return Object.fromEntries(Object.keys(value).sort().map((key) => [key, sortedKeys(value[key])]));
+    }
+    return value;
+  }
+
+  // A line diff (longest common subsequence) of the two pretty-printed documents.
+  function lineDiff(a, b) {
+    const n = a.length;
+    const m = b.length;
+    const lcs = Array.from({ length: n + 1 }, () => new Array(m + 1).fill(0));
+    for (let i = n - 1; i >= 0; i--) {
+      for (let j = m - 1; j >= 0; j--) {
+        lcs[i][j] = a[i] === b[j] ? lcs[i + 1][j + 1] + 1 : Math.max(lcs[i + 1][j], lcs[i][j + 1]);
+      }
+    }
+    const out = [];
+    let i = 0;
+    let j = 0;
+    while (i < n || j < m) {
+      if (i < n && j < m && a[i] === b[j]) {
+        out.push([" ", a[i++]]);
+        j++;
+      } else if (j < m && (i >= n || lcs[i][j + 1] >= lcs[i + 1][j])) out.push(["+", b[j++]]);
+      else out.push(["-", a[i++]]);
+    }
+    return out;
+  }
+
+  function showDiff() {
+    // Both sides with sorted keys: PostgreSQL stores JSON objects in its own key order, and a
+    // reordering is not a change to sign.
+    const lines = lineDiff(shownJson(sortedKeys(original)).split("\n"), shownJson(sortedKeys(parsed)).split("\n"));
+    const pre = document.getElementById("diff-lines");
+    pre.replaceChildren(
+      ...lines.map(([mark, text]) => {
+        const span = document.createElement("span");
+        span.className = mark === "+" ? "ins" : mark === "-" ? "del" : "same";
+        span.textContent = mark + " " + text + "\n";
+        return span;
+      })
+    );
+    diff.hidden = false;
+    back.hidden = false;
+    reviewed = true;
+    submit.textContent = "Sign and approve the edited arguments";
+  }
+
+  if (editForm) {
+    textarea.addEventListener("input", onEdit);
+    editForm.addEventListener("submit", (event) => {
+      if (!reviewed) {
+        event.preventDefault();
+        onEdit();
+        if (!submit.disabled) showDiff();
+        return;
+      }
+      if (!confirmed(submit)) event.preventDefault();
+    });
+    back.addEventListener("click", () => {
+      resetReview();
+      textarea.focus();
+    });
+  }
+
+  function openHandover() {
+    const handover = document.getElementById("handover-details");
+    if (!handover) return;
+    handover.open = true;
+    handover.querySelector("input[name=to]").focus();
+  }
+
+  function openEdit() {
+    if (!editDetails) return;
+    editDetails.open = true;
+    textarea.focus();
+  }
+
+  if (location.hash === "#edit") openEdit();
+  if (location.hash === "#handover") openHandover();
+  const editLink = document.getElementById("edit-link");
+  if (editLink) {
+    editLink.addEventListener("click", (event) => {
+      event.preventDefault();
+      openEdit();
+    });
+  }
+
+  // --- keys ---------------------------------------------------------------------------
+  document.addEventListener("keydown", (event) => {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    const field = event.target.closest("input, textarea, select");
+    if (event.key === "Escape" && field) {
+      intent = null;
+      field.blur();
+      return;
+    }
+    if (field || (help && help.open)) return;
+    const pending = page.dataset.status === "pending" && decideForm;
+    const actions = {
+      a: () => pending && decideForm.querySelector("button.approve").click(),
+      r: () => {
+        if (!pending) return;
+        intent = "reject";
+        decideForm.querySelector("input[name=reason]").focus();
+      },
+      e: () => pending && openEdit(),
+      h: () => page.dataset.status === "pending" && openHandover(),
+      g: () => {
+        const grant = document.getElementById("grant");
+        if (!pending || !grant) return;
+        grant.open = true;
+        document.getElementById("grant-on").checked = true;
+        document.getElementById("grant-on").focus();
+      },
+      "?": () => help && help.showModal(),
+    };
+    const action = actions[event.key];
+    if (action) {
+      event.preventDefault();
+      action();
+    }
+  });
+})();

@@ -1,0 +1,73 @@
+// Device-signed decisions on the approval page (issue 13). When this browser holds one of
+// the reviewer's endorsed device keys, a decision is not posted as a form: the page fetches
+// the exact payload bytes (/api/v1/approvals/{id}/payload), signs them with the key here,
+// and posts the decision with signature, key_id and payload. The server checks the signature
+// before storing; the worker checks it again against the key's endorsement before the tool runs.
+(function () {
+  "use strict";
+  const page = document.getElementById("approval");
+  const endorsed = (page.dataset.deviceKeys || "").split(" ").filter(Boolean);
+  const notice = document.getElementById("device-signing");
+  if (!endorsed.length || !window.crypto || !crypto.subtle || !notice) return;
+
+  function fields(form, verdict) {
+    const data = new FormData(form);
+    const out = { verdict: verdict, checkpoint_id: data.get("checkpoint_id"), reason: data.get("reason") || "", note: data.get("note") || "" };
+    if (data.has("external_ref")) out.external_ref = data.get("external_ref");
+    if (verdict === "edit") out.arguments = JSON.parse(data.get("arguments"));
+    if (verdict === "approve" && data.get("grant") === "on") out.grant = grantOf(data);
+    return out;
+  }
+
+  // "Always allow…" as the API's `grant` object, as the desk's form post builds it
+  // (desk/grant_views.posted_grant): the decision is device-signed, the grant server-signed.
+  function grantOf(data) {
+    const grant = { scope: data.get("grant_scope") || "" };
+    if (data.get("grant_match") === "constraints") grant.match = JSON.parse(data.get("grant_constraints") || "");
+    const hours = Number(data.get("grant_hours") || "24");
+    grant.max_uses = Number(data.get("grant_max_uses"));
+    grant.expires_at = new Date(Date.now() + hours * 3600 * 1000).toISOString();
+    return grant;
+  }
+
+  async function decide(entry, body) {
+    const query = new URLSearchParams({ verdict: body.verdict, checkpoint_id: body.checkpoint_id, reason: body.reason, note: body.note, key_id: entry.key_id });
+    if (body.external_ref !== undefined) query.set("external_ref", body.external_ref);
+    if (body.arguments !== undefined) query.set("arguments", JSON.stringify(body.arguments));
+    const fetched = await fetch(page.dataset.payloadUrl + "?" + query, { credentials: "same-origin", headers: { Accept: "application/json" } });
+    const signable = await fetched.json();
+    if (!fetched.ok) throw new Error(signable.detail || "the payload was refused");
+    const signature = await window.DeskDeviceKey.sign(entry, signable.bytes);
+    const response = await fetch(page.dataset.decisionUrl, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": window.DeskDeviceKey.csrfToken() },
+      body: JSON.stringify(Object.assign({}, body, { signature: signature, key_id: entry.key_id, payload: signable.payload })),
+    });
+    const decided = await response.json();
+    if (!response.ok) throw new Error(decided.detail || "the decision was refused");
+    return decided;
+  }
+
+  window.DeskDeviceKey.find(page.dataset.username, endorsed).then((entry) => {
+    if (!entry) return;
+    notice.textContent = "Decisions here are signed by this browser's device key " + entry.key_id + " (" + entry.label + ").";
+    notice.hidden = false;
+    page.dataset.signer = "device";
+    ["decide-form", "edit-form", "reconcile-form"].forEach((id) => {
+      const form = document.getElementById(id);
+      if (!form) return;
+      form.addEventListener("submit", async (event) => {
+        if (event.defaultPrevented || !event.submitter) return; // not confirmed, or not reviewed yet
+        event.preventDefault();
+        try {
+          await decide(entry, fields(form, event.submitter.value));
+          location.reload();
+        } catch (error) {
+          notice.textContent = "Not decided: " + error.message;
+          notice.className = "flash error";
+        }
+      });
+    });
+  });
+})();

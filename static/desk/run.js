@@ -1,0 +1,77 @@
+// The run page's timeline, live: the desk socket says when the run (run.updated) or one of its
+// approvals (approval.*) changed; the page then fetches itself and swaps in the new timeline and
+// status. A heartbeat past the last event seen may hide a lost push: that reloads too.
+(function () {
+  "use strict";
+  const section = document.getElementById("timeline");
+  if (!section || !("WebSocket" in window)) return;
+  const runId = section.dataset.runId;
+  const live = document.getElementById("timeline-live");
+  let lastSeq = 0;
+  let retryMs = 500;
+  let pending = null;
+
+  function reload() {
+    if (pending) return;
+    pending = fetch(location.href, { headers: { Accept: "text/html" }, credentials: "same-origin" })
+      .then((response) => (response.ok ? response.text() : Promise.reject(response.status)))
+      .then((html) => {
+        const fresh = new DOMParser().parseFromString(html, "text/html");
+        for (const id of ["timeline-list", "run-status"]) {
+          const now = document.getElementById(id);
+          const next = fresh.getElementById(id);
+          if (now && next) now.replaceWith(document.importNode(next, true));
+        }
+      })
+      .catch(() => {})
+      .finally(() => {
+        pending = null;
+      });
+  }
+
+  function ours(message) {
+    const data = message.data || {};
+    if (message.type === "run.updated") return data.id === runId;
+    if (message.type === "approval.created" || message.type === "approval.updated") return data.run === runId;
+    return false;
+  }
+
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    const socket = new WebSocket(scheme + location.host + section.dataset.socketPath);
+    socket.onopen = () => {
+      retryMs = 500;
+      live.textContent = "live";
+      live.dataset.state = "live";
+    };
+    socket.onmessage = (event) => {
+      const message = JSON.parse(event.data);
+      if (message.type === "snapshot") {
+        lastSeq = message.seq;
+        reload(); // whatever happened before this socket opened
+      } else if (message.type === "heartbeat") {
+        if (message.seq > lastSeq) reload();
+        lastSeq = Math.max(lastSeq, message.seq);
+      } else if (typeof message.seq === "number") {
+        lastSeq = Math.max(lastSeq, message.seq);
+        if (ours(message)) {
+          // Counted, so that a test can tell an event's refresh from a heartbeat's.
+          section.dataset.eventRefreshes = String(Number(section.dataset.eventRefreshes || 0) + 1);
+          reload();
+        }
+      }
+    };
+    socket.onclose = (event) => {
+      live.dataset.state = "";
+      if (event.code === 4403) {
+        live.textContent = ""; // not a reviewer: the page stays as loaded
+        return;
+      }
+      live.textContent = "reconnecting…";
+      setTimeout(connect, retryMs);
+      retryMs = Math.min(retryMs * 2, 10000);
+    };
+  }
+
+  connect();
+})();

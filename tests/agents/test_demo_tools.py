@@ -1,0 +1,106 @@
+"""The demo agent's tools take everything they need from their context, and nothing from Django."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from agents.registry import get_agent
+from agents.sandbox import shared_tmp_dir
+from agents.testing.world import RecordingWorld
+from agents.tools import DEFAULT_TIMEOUT_SECONDS, ToolContext, ToolError
+
+EXECUTE = get_agent("demo").tool("execute")
+SEND_EMAIL = get_agent("demo").tool("send_email")
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def tmp_path():
+    """A runs' directory the run's uid can walk to (pytest's own is 0700 when the suite runs as root)."""
+    root = Path(tempfile.mkdtemp(prefix="demo-tools-", dir=shared_tmp_dir()))
+    root.chmod(0o711)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def context(workdir: Path, **options) -> ToolContext:
+    return ToolContext(
+        run_id="run-1", tool_call_id="call_0_0", idempotency_key="run-1:call_0_0", workdir=workdir, **options
+    )
+
+
+def test_execute_runs_the_command_in_the_runs_working_directory(tmp_path):
+    result = EXECUTE.run({"command": "echo hi > note.txt && cat note.txt"}, context(tmp_path / "run"))
+
+    assert result == {"exit_code": 0, "stdout": "hi\n", "stderr": ""}
+    assert (tmp_path / "run" / "note.txt").read_text() == "hi\n"
+
+
+def test_execute_gives_up_after_the_timeout_its_context_carries(tmp_path):
+    with pytest.raises(ToolError, match=r"timed out after 0.3s"):
+        EXECUTE.run({"command": "sleep 5"}, context(tmp_path, timeout_seconds=0.3))
+
+
+def test_a_context_without_a_timeout_gets_the_desks_default():
+    assert context(Path("/nonexistent")).timeout_seconds == DEFAULT_TIMEOUT_SECONDS == 30
+
+
+def test_the_runtime_imports_no_django_even_when_its_tools_run(tmp_path):
+    # A fresh interpreter: this one has Django loaded by pytest-django already.
+    script = textwrap.dedent(
+        f"""
+        import pkgutil, sys
+        from pathlib import Path
+        import agents
+        for module in pkgutil.walk_packages(agents.__path__, "agents."):
+            __import__(module.name)
+        from agents.registry import get_agent
+        from agents.tools import ToolContext
+        ctx = ToolContext(run_id="r", tool_call_id="c", idempotency_key="r:c", workdir=Path({str(tmp_path)!r}))
+        assert get_agent("demo").tool("execute").run({{"command": "true"}}, ctx)["exit_code"] == 0
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("django", "reviewdesk"))
+        print("loaded:", loaded)
+        """
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+
+    completed = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == "loaded: []"
+
+
+NOT_BARE = [
+    "evil@evil.org (x@example.com",  # a comment: SMTP delivers to evil.org, endswith sees example.com
+    "Eve <evil@evil.org>, x@example.com",
+    "evil@evil.org,x@example.com",
+    '"evil@evil.org"@example.com',
+    "evil@evil.org\n",
+    "no-at-sign.example.com",
+]
+
+
+@pytest.mark.parametrize("to", NOT_BARE)
+def test_send_email_takes_a_bare_address_only_in_its_schema(to):
+    if not to.endswith("\n"):  # a JSON Schema `$` also matches before a final newline: the tool refuses it
+        assert SEND_EMAIL.validation_errors({"to": to, "subject": "s", "body": "b"})
+    assert SEND_EMAIL.validation_errors({"to": "o'brien@example.com", "subject": "s", "body": "b"}) == []
+
+
+@pytest.mark.parametrize("to", NOT_BARE)
+def test_send_email_refuses_anything_but_a_bare_address_before_sending(to):
+    world = RecordingWorld()
+    with pytest.raises(ToolError, match="bare email address"):
+        SEND_EMAIL.func(
+            {"to": to, "subject": "s", "body": "b"}, context(Path(tempfile.gettempdir()), world=world)
+        )
+    assert world.emails == []

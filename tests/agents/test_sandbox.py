@@ -1,0 +1,301 @@
+"""The sandbox a tool's processes run in, in both of its modes.
+
+`bwrap` needs namespaces from the machine: where bubblewrap cannot start here,
+those cases skip and say so; `basic` (the fallback) always runs. The suite runs
+as root on CI and on the developers' machines, so `basic` is tested with its
+per-run uid; as a non-root user it cannot change uid (see agents/sandbox.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from agents import sandbox
+from agents.sandbox import SandboxConfig, SandboxMode, SandboxUnavailable, run_sandboxed, shared_tmp_dir
+
+AS_ROOT = os.geteuid() == 0
+# Asked of bubblewrap directly, not through chosen_mode: the tests below check chosen_mode.
+_BWRAP = sandbox.bwrap_executable(SandboxConfig())
+BWRAP_HERE = _BWRAP is not None and sandbox._bwrap_works(
+    _BWRAP, sandbox.run_uid("probe") if AS_ROOT else None
+)
+needs_root = pytest.mark.skipif(
+    not AS_ROOT, reason="the basic mode isolates files only when the host is root"
+)
+
+MODES = [
+    pytest.param(
+        SandboxMode.BWRAP,
+        marks=pytest.mark.skipif(
+            not BWRAP_HERE, reason="bubblewrap cannot create namespaces on this machine"
+        ),
+        id="bwrap",
+    ),
+    pytest.param(SandboxMode.BASIC, id="basic"),
+]
+
+
+@pytest.fixture
+def runs_root():
+    """A runs' directory like the desk's default: under the temp dir, 0711, outside any var/."""
+    root = Path(tempfile.mkdtemp(prefix="sandbox-test-", dir=shared_tmp_dir()))
+    root.chmod(0o711)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def sh(command: str, *, root: Path, mode: SandboxMode, run_id: str = "", timeout: float = 20, **limits):
+    run_id = run_id or str(uuid.uuid4())
+    return run_sandboxed(
+        ["sh", "-c", command],
+        run_id=run_id,
+        workdir=root / run_id,
+        timeout=timeout,
+        config=SandboxConfig(mode=mode, **limits),
+    )
+
+
+def processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmdline:
+                found.append(int(entry))
+    return found
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_command_sees_only_path_lang_and_home(runs_root, mode, monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", "postgres://desk:hunter2@db/desk")
+    monkeypatch.setenv("DJANGO_SECRET_KEY", "s3cret-django")
+
+    result = sh("env", root=runs_root, mode=mode)
+
+    names = {line.split("=", 1)[0] for line in result.stdout.splitlines()}
+    assert names <= {"PATH", "LANG", "HOME", "PWD", "SHLVL", "_"}, result.stdout
+    assert "hunter2" not in result.stdout and "s3cret" not in result.stdout
+    assert result.mode == mode
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_command_works_in_its_runs_scratch_directory_which_is_its_home(runs_root, mode):
+    run_id = str(uuid.uuid4())
+
+    result = sh(
+        'echo hi > note.txt && test "$HOME" = "$(pwd)" && cat note.txt',
+        root=runs_root,
+        mode=mode,
+        run_id=run_id,
+    )
+
+    assert (result.exit_code, result.stdout) == (0, "hi\n"), result.stderr
+    assert (runs_root / run_id / "note.txt").read_text() == "hi\n"
+    assert (runs_root / run_id).stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_command_inherits_no_file_descriptor(runs_root, mode):
+    read_end, write_end = os.pipe()
+    os.set_inheritable(write_end, True)
+    try:
+        result = sh("ls /proc/self/fd", root=runs_root, mode=mode)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+    # 0-2, and the one `ls` opens on the directory it lists.
+    assert sorted(int(fd) for fd in result.stdout.split()) == [0, 1, 2, 3], result.stdout
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("escape", ["", "setsid "], ids=["background", "own session"])
+def test_nothing_the_command_started_outlives_the_call(runs_root, mode, escape):
+    if mode == SandboxMode.BASIC and escape and not AS_ROOT:
+        pytest.skip("as non-root the basic mode kills the process group only; setsid leaves it")
+    marker = f"300.{uuid.uuid4().int % 10**9}"
+
+    result = sh(f"{escape}sleep {marker} > /dev/null 2>&1 & echo started", root=runs_root, mode=mode)
+
+    assert result.stdout == "started\n"
+    assert processes_with(marker) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_command_past_its_timeout_is_killed_with_everything_it_started(runs_root, mode):
+    marker = f"301.{uuid.uuid4().int % 10**9}"
+
+    result = sh(f"sleep {marker} & sleep 30", root=runs_root, mode=mode, timeout=0.5)
+
+    assert result.timed_out
+    assert processes_with(marker) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_resource_limits_hold(runs_root, mode):
+    limits = {"cpu_seconds": 7, "memory_bytes": 512 << 20, "file_size_bytes": 1 << 20, "max_processes": 33}
+
+    result = sh(
+        "cat /proc/self/limits; head -c 2000000 /dev/zero > big; echo wrote=$?",
+        root=runs_root,
+        mode=mode,
+        **limits,
+    )
+
+    soft = {
+        line[:26].strip(): line[26:].split()[0]
+        for line in result.stdout.splitlines()[1:]
+        if line[:3] == "Max"
+    }
+    assert soft["Max cpu time"] == "7"
+    assert soft["Max address space"] == str(512 << 20)
+    assert soft["Max file size"] == str(1 << 20)
+    assert soft["Max processes"] == "33"
+    assert "wrote=0" not in result.stdout
+    assert os.path.getsize(next(runs_root.iterdir()) / "big") <= 1 << 20
+
+
+@needs_root
+@pytest.mark.parametrize("mode", MODES)
+def test_as_root_the_command_runs_as_its_runs_own_unprivileged_uid(runs_root, mode):
+    run_id = str(uuid.uuid4())
+
+    result = sh("id -u; id -g; id -G", root=runs_root, mode=mode, run_id=run_id)
+
+    uid = sandbox.run_uid(run_id)
+    assert result.stdout.split() == [str(uid)] * 3
+    assert uid >= 1 << 30 and uid != sandbox.run_uid(str(uuid.uuid4()))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_one_run_cannot_read_or_list_another_runs_directory(runs_root, mode):
+    if mode == SandboxMode.BASIC and not AS_ROOT:
+        pytest.skip("as non-root every run has the host's uid")
+    first, second = str(uuid.uuid4()), str(uuid.uuid4())
+    sh("echo private > mine.txt", root=runs_root, mode=mode, run_id=first)
+
+    result = sh(f"cat {runs_root}/{first}/mine.txt; ls {runs_root}", root=runs_root, mode=mode, run_id=second)
+
+    assert "private" not in result.stdout and first not in result.stdout
+    assert result.exit_code != 0
+
+
+@pytest.fixture
+def loopback_listener():
+    """A TCP service on 127.0.0.1, standing in for a Redis or a database server."""
+    server = socket.create_server(("127.0.0.1", 0))
+    accepted = []
+    server.settimeout(5)
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):  # closed by the fixture when nobody connected
+            accepted.append(server.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], accepted
+    server.close()
+    for conn in accepted:
+        conn.close()
+
+
+CONNECT = 'python3 -c \'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 2); print("connected")\' {port}'
+
+
+@pytest.mark.skipif(not BWRAP_HERE, reason="bubblewrap cannot create namespaces on this machine")
+def test_in_bwrap_the_command_has_no_network(runs_root, loopback_listener):
+    port, accepted = loopback_listener
+
+    result = sh(CONNECT.format(port=port), root=runs_root, mode=SandboxMode.BWRAP)
+
+    assert result.exit_code != 0 and "connected" not in result.stdout
+    assert accepted == []
+
+
+def test_the_basic_fallback_cannot_block_the_network(runs_root, loopback_listener):
+    """Said so in agents/sandbox.py: without a network namespace, loopback TCP is reachable."""
+    port, _ = loopback_listener
+
+    result = sh(CONNECT.format(port=port), root=runs_root, mode=SandboxMode.BASIC)
+
+    assert result.stdout == "connected\n", result.stderr
+
+
+@pytest.mark.skipif(not BWRAP_HERE, reason="bubblewrap cannot create namespaces on this machine")
+def test_in_bwrap_the_hosts_files_do_not_exist(runs_root):
+    result = sh(f"ls /; ls {Path.cwd()}; cat /etc/shadow", root=runs_root, mode=SandboxMode.BWRAP)
+
+    assert set(result.stdout.split()) <= {
+        "bin",
+        "dev",
+        "etc",
+        "lib",
+        "lib32",
+        "lib64",
+        "libx32",
+        "proc",
+        "sbin",
+        "scratch",
+        "tmp",
+        "usr",
+    }
+    assert result.exit_code != 0
+
+
+@pytest.mark.skipif(not BWRAP_HERE, reason="bubblewrap cannot create namespaces on this machine")
+def test_auto_uses_bwrap_where_the_machine_allows_it(runs_root):
+    result = sh("echo ran", root=runs_root, mode=SandboxMode.AUTO)
+
+    assert (result.mode, result.stdout) == (SandboxMode.BWRAP, "ran\n")
+
+
+def test_auto_falls_back_to_basic_when_bwrap_cannot_start(runs_root):
+    config = SandboxConfig(mode=SandboxMode.AUTO, bwrap="/bin/false")
+
+    result = run_sandboxed(
+        ["sh", "-c", "echo ran"], run_id="r1", workdir=runs_root / "r1", timeout=10, config=config
+    )
+
+    assert (result.mode, result.stdout) == (SandboxMode.BASIC, "ran\n")
+
+
+def test_forced_bwrap_refuses_to_run_without_it(runs_root):
+    config = SandboxConfig(mode=SandboxMode.BWRAP, bwrap="/nonexistent/bwrap")
+
+    with pytest.raises(SandboxUnavailable, match="bubblewrap cannot run here"):
+        run_sandboxed(
+            ["sh", "-c", "touch ran"], run_id="r1", workdir=runs_root / "r1", timeout=10, config=config
+        )
+    assert not (runs_root / "r1" / "ran").exists()
+
+
+@needs_root
+def test_a_runs_directory_the_runs_uid_cannot_reach_is_refused_with_a_reason(tmp_path):
+    # pytest's tmp_path is below a 0700 directory.
+    with pytest.raises(SandboxUnavailable, match="other users cannot enter"):
+        run_sandboxed(
+            ["true"], run_id="r1", workdir=tmp_path / "runs" / "r1", timeout=10, config=SandboxConfig()
+        )
+
+
+def test_the_shared_temporary_directory_is_one_a_runs_uid_can_walk_through(tmp_path):
+    # Some machines give a session a private 0700 /tmp: the runs' default directory and the
+    # bwrap probe must then live elsewhere, or every approved command fails.
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (private / "inner").mkdir(mode=0o755)
+
+    assert not sandbox.world_traversable(str(private / "inner"))
+    assert sandbox.world_traversable(shared_tmp_dir())

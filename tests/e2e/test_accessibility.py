@@ -1,0 +1,103 @@
+"""axe-core (axe-playwright-python, its axe.min.js from the wheel: nothing downloaded) on the
+desk, the approval page, the run page, the runs list, the grants page and the audit page, in headless Chromium
+against daphne and a Celery worker: no serious or critical violation on any of them. Each page
+is also photographed at 1280 px and at phone width under var/screenshots/, and axe's findings
+per page are written next to them (axe-<page>.json)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+from axe_playwright_python.sync_playwright import Axe
+
+from reviewdesk.accounts.services import token_create
+from tests.conftest import SEND_EMAIL_SCRIPT
+from tests.e2e.conftest import wait_for_run
+from tests.e2e.test_desk_review import SHOTS, browser, card_for, log_in, shoot, submit  # noqa: F401
+from tests.reviewdesk.desk.test_review_context import REFUND_SCRIPT
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+BLOCKING = ("serious", "critical")
+
+
+@pytest.fixture
+def carol_token(personas) -> str:
+    for user in (personas.alice, personas.admin):
+        user.set_password(f"{user.username}-password")
+        user.save()
+    return token_create(user=personas.carol, scopes=["submit"])[1]
+
+
+def audit(page, name: str, found: dict[str, list[dict]]) -> None:
+    """Run axe on the page as it stands, at both widths; photograph it; keep its violations."""
+    violations = []
+    for width in (1280, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        for v in Axe().run(page).response["violations"]:
+            violations.append(
+                {
+                    "width": width,
+                    "id": v["id"],
+                    "impact": v["impact"],
+                    "help": v["help"],
+                    "nodes": [n["target"] for n in v["nodes"]],
+                }
+            )
+    page.set_viewport_size({"width": 1280, "height": 900})
+    found[name] = violations
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    (SHOTS / f"axe-{name}.json").write_text(json.dumps(violations, indent=2))
+    shoot(page, f"a11y-{name}")
+
+
+def test_no_page_of_the_desk_has_a_serious_or_critical_accessibility_violation(
+    live_stack,
+    carol_token,
+    browser,  # noqa: F811
+):
+    decided_run = submit(live_stack, carol_token, SEND_EMAIL_SCRIPT)
+    pending_run = submit(live_stack, carol_token, REFUND_SCRIPT)
+    decided = wait_for_run(live_stack, carol_token, decided_run, "input_required")
+    pending = wait_for_run(live_stack, carol_token, pending_run, "input_required")
+    found: dict[str, list[dict]] = {}
+
+    page = log_in(browser, live_stack, "alice", f"/approvals/{decided['approvals'][0]['id']}/")
+    page.on("dialog", lambda dialog: dialog.accept())  # send_email is irreversible: confirm
+    page.keyboard.press("g")  # and always allow it, so that the grants page has a row
+    page.click("button[name=verdict][value=approve]")
+    page.wait_for_selector(".flash.success")
+    assert wait_for_run(live_stack, carol_token, decided_run)["status"] == "succeeded"
+
+    page.goto(live_stack.url + "/")
+    card_for(page, pending_run)
+    audit(page, "desk", found)
+    page.goto(f"{live_stack.url}/approvals/{pending['approvals'][0]['id']}/")
+    page.wait_for_selector("#preview")
+    audit(page, "approval", found)
+    page.goto(f"{live_stack.url}/runs/{decided_run}/")
+    audit(page, "run", found)
+    page.goto(f"{live_stack.url}/runs/?status=input_required")
+    page.wait_for_selector(f"a[href='/runs/{pending_run}/']")
+    audit(page, "runs", found)
+    page.goto(f"{live_stack.url}/grants/")
+    page.wait_for_selector("#grants tbody tr[data-grant-id]")
+    audit(page, "grants", found)
+
+    admin = log_in(browser, live_stack, "admin", "/audit/")
+    admin.wait_for_selector("#audit .badge.sig.ok")
+    audit(admin, "audit", found)
+
+    impacts = {name: dict(Counter(v["impact"] for v in vs)) for name, vs in found.items()}
+    print("axe violations by impact per page:", json.dumps(impacts))
+    blocking = {
+        name: [
+            f"{v['id']} ({v['impact']}, {v['width']} px): {v['nodes'][:3]}"
+            for v in vs
+            if v["impact"] in BLOCKING
+        ]
+        for name, vs in found.items()
+    }
+    assert blocking == {name: [] for name in found}, blocking

@@ -1,0 +1,42 @@
+"""seed_demo creates the demo users with the password the launcher prints."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+
+from reviewdesk.accounts.demo import FINANCE, demo_password
+from reviewdesk.accounts.roles import REVIEWERS, SUBMITTERS
+
+pytestmark = pytest.mark.django_db
+
+
+def test_seed_demo_creates_the_demo_users_with_the_password_the_launcher_prints(monkeypatch, capsys):
+    monkeypatch.setenv("DESK_DEMO_PASSWORD", "correct horse")
+
+    call_command("seed_demo")
+    call_command("seed_demo")  # again: it resets, never duplicates
+
+    assert demo_password() == "correct horse"
+    assert "password: correct horse" in capsys.readouterr().out
+    users = {u.username: u for u in User.objects.prefetch_related("groups")}
+    assert sorted(users) == ["admin", "alice", "bob", "carol", "dave"]
+    assert {name: sorted(g.name for g in u.groups.all()) for name, u in users.items()} == {
+        "admin": [REVIEWERS],
+        "alice": [REVIEWERS],
+        "bob": [REVIEWERS],
+        "carol": [SUBMITTERS],
+        "dave": sorted([FINANCE, REVIEWERS]),  # the demo's large refunds route to finance
+    }
+    assert [name for name, u in users.items() if u.is_superuser] == ["admin"]
+    assert all(u.check_password("correct horse") for u in users.values())
+
+
+def test_without_the_variable_the_password_is_generated_once_and_kept(monkeypatch, settings, tmp_path):
+    monkeypatch.delenv("DESK_DEMO_PASSWORD", raising=False)
+    settings.VAR_DIR = tmp_path
+
+    first = demo_password()
+
+    assert first and demo_password() == first == (tmp_path / "demo_password").read_text().strip()

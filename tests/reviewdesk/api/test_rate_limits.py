@@ -1,0 +1,68 @@
+"""Per-token rate limits on submit and decide: 429 `throttled` with Retry-After, counted in
+the real Redis (the `throttle` cache), each token its own budget."""
+
+from __future__ import annotations
+
+import pytest
+
+from reviewdesk.api.throttling import DecideThrottle
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def fresh_counts(redis_client):
+    """Token ids repeat across tests (rolled-back rows): forget the counts of earlier tests."""
+
+    def forget():
+        for key in redis_client.scan_iter("desk-throttle:*"):
+            redis_client.delete(key)
+
+    forget()
+    yield
+    forget()
+
+
+def submit(client):
+    body = {
+        "agent": "demo",
+        "input": "hello",
+        "model": {"provider": "scripted", "script": [{"content": "hi"}]},
+    }
+    return client.post("/api/v1/runs", body, format="json")
+
+
+def test_carols_third_submit_in_a_minute_is_429_with_retry_after_and_her_other_token_still_submits(
+    personas, api_as, settings, redis_client
+):
+    settings.DESK_RATE_SUBMIT = "2/min"
+    carol = api_as(personas.carol, "submit")
+    assert [submit(carol).status_code for _ in range(2)] == [201, 201]
+    refused = submit(carol)
+    assert refused.status_code == 429
+    assert refused["Content-Type"] == "application/problem+json"
+    assert refused.json()["code"] == "throttled"
+    assert 0 < int(refused["Retry-After"]) <= 60
+    assert carol.get("/api/v1/runs").status_code == 200  # reading is not counted
+    assert submit(api_as(personas.carol, "submit")).status_code == 201  # another token, its own budget
+    assert any(redis_client.scan_iter("desk-throttle:*submit:token:*"))  # counted in Redis
+
+
+def test_decisions_are_limited_per_token(interrupted_run, personas, api_as, settings):
+    settings.DESK_RATE_DECIDE = "1/min"
+    _, approval = interrupted_run()
+    alice = api_as(personas.alice, "review")
+    path = f"/api/v1/approvals/{approval.id}/decision"
+    bad = {"verdict": "approve", "checkpoint_id": "not-a-uuid"}
+    assert alice.post(path, bad, format="json").status_code == 422  # counted, though refused
+    refused = alice.post(
+        path, {"verdict": "approve", "checkpoint_id": str(approval.checkpoint_id)}, format="json"
+    )
+    assert refused.status_code == 429 and refused.json()["code"] == "throttled"
+    approval.refresh_from_db()
+    assert approval.status == "pending"  # the throttled decision changed nothing
+
+
+def test_an_empty_rate_turns_the_limit_off(settings):
+    settings.DESK_RATE_DECIDE = ""
+    assert DecideThrottle().rate is None

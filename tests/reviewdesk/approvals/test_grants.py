@@ -1,0 +1,263 @@
+"""Standing grants on the database: made with an approve, matched by the worker, used up,
+expired, revoked, raced. Runs execute in-process (tests/e2e covers a real worker)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connections, transaction
+from django.utils import timezone
+
+from agents.ledger import CallBinding
+from agents.state import CallState, CallStatus
+from reviewdesk.approvals.grants import grant_matching_call, grant_revoke, grant_use, grantor_may_decide_run
+from reviewdesk.approvals.models import ApprovalStatus, Grant, GrantUse
+from reviewdesk.approvals.services import approval_decide
+from reviewdesk.audit.models import AuditEvent
+from reviewdesk.errors import Conflict, Forbidden
+from reviewdesk.runs.execution import run_execute
+from reviewdesk.runs.models import Run, RunStatus, SideEffect
+from reviewdesk.runs.services import run_submit
+from tests.reviewdesk.approvals.conftest import refund_script
+
+EMAIL = {"to": "ada@example.com", "subject": "Your refund", "body": "It is on its way."}
+
+
+def email_script(**arguments) -> list[dict]:
+    return [
+        {"tool_calls": [{"name": "send_email", "arguments": {**EMAIL, **arguments}}]},
+        {"content": "Emailed."},
+    ]
+
+
+def run_until_it_stops(personas, script=None) -> Run:
+    run = run_submit(
+        submitter=personas.carol,
+        agent="demo",
+        input="Tell Ada.",
+        model={"provider": "scripted", "script": script or email_script()},
+    )
+    run_execute(run_id=run.id, worker="in-process")
+    run.refresh_from_db()
+    return run
+
+
+def approve_with_grant(personas, reviewer=None, script=None, **grant) -> Grant:
+    """A first run asks; `reviewer` (alice) approves it and grants ahead of time."""
+    run = run_until_it_stops(personas, script)
+    approval = run.approvals.get(status=ApprovalStatus.PENDING)
+    grant.setdefault("scope", "agent")
+    decision = approval_decide(
+        approval_id=approval.id,
+        reviewer=reviewer or personas.alice,
+        verdict="approve",
+        checkpoint_id=str(approval.checkpoint_id),
+        grant=grant,
+    )
+    return Grant.objects.get(decision=decision)
+
+
+@pytest.mark.django_db
+def test_an_exact_grant_lets_the_same_call_run_without_asking_and_says_which_grant(personas, mailoutbox):
+    grant = approve_with_grant(personas, match="exact", max_uses=3)
+    assert grant.payload["type"] == "grant" and grant.payload["arguments_sha256"] == grant.arguments_sha256
+    run = run_until_it_stops(personas)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert not run.approvals.exists()  # no human was asked
+    grant.refresh_from_db()
+    assert grant.uses == 1
+    use = GrantUse.objects.get(grant=grant)
+    assert use.run_id == run.id and use.number == 1
+    assert SideEffect.objects.get(run=run).status == "confirmed"
+    audit = AuditEvent.objects.get(action="grant.used")
+    assert audit.subject_id == str(grant.id) and audit.data["run"] == str(run.id)
+    assert len(mailoutbox) == 1
+
+
+@pytest.mark.django_db
+def test_an_exact_grant_does_not_allow_other_arguments(personas):
+    approve_with_grant(personas, match="exact")
+    run = run_until_it_stops(personas, email_script(body="Something else."))
+    assert run.status == RunStatus.INPUT_REQUIRED
+    assert run.approvals.filter(status=ApprovalStatus.PENDING).count() == 1
+
+
+@pytest.mark.django_db
+def test_a_pattern_grant_allows_calls_that_keep_its_constraints_only(personas):
+    approve_with_grant(personas, match={"to": {"endswith": "@example.com"}})
+    allowed = run_until_it_stops(personas, email_script(to="grace@example.com", body="Other text"))
+    assert allowed.status == RunStatus.SUCCEEDED and not allowed.approvals.exists()
+    refused = run_until_it_stops(personas, email_script(to="grace@example.com.evil.org"))
+    assert refused.status == RunStatus.INPUT_REQUIRED
+
+
+@pytest.mark.django_db
+def test_a_run_scoped_grant_does_not_reach_another_run(personas):
+    approve_with_grant(personas, match="exact", scope="run")
+    run = run_until_it_stops(personas)
+    assert run.status == RunStatus.INPUT_REQUIRED
+
+
+@pytest.mark.django_db
+def test_a_grant_is_used_up_to_its_limit_then_a_human_is_asked(personas):
+    grant = approve_with_grant(personas, match="exact", max_uses=2)
+    assert [run_until_it_stops(personas).status for _ in range(3)] == [
+        RunStatus.SUCCEEDED,
+        RunStatus.SUCCEEDED,
+        RunStatus.INPUT_REQUIRED,
+    ]
+    grant.refresh_from_db()
+    assert grant.uses == 2
+
+
+@pytest.mark.django_db
+def test_an_expired_grant_never_matches(personas):
+    expires = timezone.now() + timedelta(seconds=1)
+    approve_with_grant(personas, match="exact", expires_at=expires.isoformat())
+    time.sleep(max(0.0, (expires - timezone.now()).total_seconds()) + 0.1)
+    assert run_until_it_stops(personas).status == RunStatus.INPUT_REQUIRED
+
+
+@pytest.mark.django_db
+def test_a_revoked_grant_allows_nothing_more(personas):
+    grant = approve_with_grant(personas, match="exact")
+    grant_revoke(grant_id=grant.id, user=personas.alice)
+    assert run_until_it_stops(personas).status == RunStatus.INPUT_REQUIRED
+    grant.refresh_from_db()
+    assert grant.uses == 0 and grant.revoked_by == personas.alice
+
+
+@pytest.mark.django_db
+def test_a_use_after_revocation_is_refused_by_the_row(personas):
+    """The gate's use re-reads the row: a grant found live and revoked before its use counts nothing."""
+    grant = approve_with_grant(personas, match="exact")
+    binding = CallBinding(str(grant.approval.run_id), None, "call_x", "send_email")
+    grant_revoke(grant_id=grant.id, user=personas.admin)
+    assert grant_use(grant_id=str(grant.id), binding=binding, max_uses=10, attempt=None) is False
+
+
+@pytest.mark.django_db
+def test_a_use_past_expiry_is_refused_by_the_row(personas):
+    grant = approve_with_grant(personas, match="exact")
+    Grant.objects.filter(pk=grant.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    binding = CallBinding(str(grant.approval.run_id), None, "call_x", "send_email")
+    assert grant_use(grant_id=str(grant.id), binding=binding, max_uses=10, attempt=None) is False
+
+
+@pytest.mark.django_db
+def test_a_grant_never_allows_a_run_its_grantor_submitted(personas):
+    """Four eyes hold for grants: alice's grant does not approve alice's own run."""
+    from django.contrib.auth.models import Group
+
+    from reviewdesk.accounts.roles import SUBMITTERS
+
+    approve_with_grant(personas, match="exact")
+    personas.alice.groups.add(Group.objects.get_or_create(name=SUBMITTERS)[0])
+    run = run_submit(
+        submitter=personas.alice,
+        agent="demo",
+        input="x",
+        model={"provider": "scripted", "script": email_script()},
+    )
+    run_execute(run_id=run.id, worker="in-process")
+    run.refresh_from_db()
+    assert run.status == RunStatus.INPUT_REQUIRED
+
+
+@pytest.mark.django_db
+def test_only_the_owner_or_an_admin_revokes_and_only_once(personas):
+    grant = approve_with_grant(personas, match="exact")
+    with pytest.raises(Forbidden):
+        grant_revoke(grant_id=grant.id, user=personas.bob)
+    grant_revoke(grant_id=grant.id, user=personas.admin)
+    with pytest.raises(Conflict):
+        grant_revoke(grant_id=grant.id, user=personas.alice)
+    assert AuditEvent.objects.filter(action="grant.revoked").count() == 1
+
+
+def in_threads(*calls):
+    barrier = threading.Barrier(len(calls))
+    results: list = [None] * len(calls)
+
+    def body(i, call):
+        try:
+            barrier.wait()
+            results[i] = call()
+        except Exception as exc:  # reported to the test
+            results[i] = exc
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=body, args=(i, c)) for i, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return results
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_uses_of_a_last_use_count_once(personas):
+    grant = approve_with_grant(personas, match="exact", max_uses=1)
+
+    def use(call_id):
+        def go():
+            with transaction.atomic():
+                binding = CallBinding(str(grant.approval.run_id), None, call_id, "send_email")
+                return grant_use(grant_id=str(grant.id), binding=binding, max_uses=1, attempt=None)
+
+        return go
+
+    results = in_threads(use("call_a"), use("call_b"))
+    assert sorted(results, key=str) == [False, True], results
+    grant.refresh_from_db()
+    assert grant.uses == 1 and GrantUse.objects.filter(grant=grant).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_runs_racing_for_a_last_use_send_one_email(personas, mailoutbox):
+    approve_with_grant(personas, match="exact", max_uses=1)
+    runs = [
+        run_submit(
+            submitter=personas.carol,
+            agent="demo",
+            input="x",
+            model={"provider": "scripted", "script": email_script()},
+        )
+        for _ in range(2)
+    ]
+    in_threads(*(lambda r=r: run_execute(run_id=r.id, worker=f"w{r.pk}") for r in runs))
+    statuses = sorted(Run.objects.get(pk=r.pk).status for r in runs)
+    assert statuses == sorted([RunStatus.SUCCEEDED, RunStatus.INPUT_REQUIRED])
+    assert len(mailoutbox) == 1
+
+
+@pytest.mark.django_db
+def test_an_endswith_domain_grant_cannot_send_mail_to_another_domain(personas, mailoutbox):
+    approve_with_grant(personas, match={"to": {"endswith": "@example.com"}})
+    run = run_until_it_stops(personas, email_script(to="evil@evil.org (x@example.com"))
+    assert not run.approvals.exists()  # the call is invalid: no reviewer is asked, and no grant used
+    assert not Grant.objects.filter(uses__gt=0).exists()
+    assert mailoutbox == []
+
+
+@pytest.mark.django_db
+def test_a_grant_never_allows_a_call_routed_to_others_than_its_maker(personas, dave):
+    # alice may decide a 150 refund, and grants up to a million; 5,000 is finance's to decide
+    grant = approve_with_grant(personas, script=refund_script(150), match={"amount": {"lte": 1_000_000}})
+    run = run_until_it_stops(personas, refund_script(5000))
+    assert run.status == RunStatus.INPUT_REQUIRED
+    assert run.approvals.get().assignees == ["group:finance"]  # finance is asked, as with no grant
+    grant.refresh_from_db()
+    assert grant.uses == 0
+    refund = {"order_id": "A-1001", "amount": 5000}
+    assert (
+        grant_matching_call(run=run, call=CallState("c", "refund_payment", refund, CallStatus.AWAITING))
+        is None
+    )
+    assert not grantor_may_decide_run("alice", str(run.id), "refund_payment", refund)
+    assert grantor_may_decide_run("dave", str(run.id), "refund_payment", refund)
+    assert grantor_may_decide_run("alice", str(run.id), "refund_payment", {**refund, "amount": 150})

@@ -1,0 +1,187 @@
+"""Questions: ask_human waits for a reviewer's answer, validated, signed, and the tool's result."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+
+from agents.canonical import sha256_hex
+from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, Decision
+from reviewdesk.runs.execution import run_execute
+from reviewdesk.runs.models import ErrorKind, Message, RunStatus
+
+pytestmark = pytest.mark.django_db
+
+
+def asking(**arguments):
+    return [{"tool_calls": [{"name": "ask_human", "arguments": arguments}]}, {"content": "Thanks."}]
+
+
+COLOUR = {"question": "Which colour?", "options": ["red", "blue"]}
+SIZE = {
+    "question": "How many?",
+    "schema": {
+        "type": "object",
+        "properties": {"size": {"type": "integer", "minimum": 1}},
+        "required": ["size"],
+    },
+}
+
+
+def answer(api_as, reviewer, approval, **body):
+    body.setdefault("checkpoint_id", str(approval.checkpoint_id))
+    body.setdefault("verdict", "answer")
+    return api_as(reviewer, "review").post(f"/api/v1/approvals/{approval.id}/decision", body, format="json")
+
+
+def tool_results(run):
+    return [
+        m.body["content"]
+        for m in Message.objects.filter(run=run).order_by("position")
+        if m.body["role"] == "tool"
+    ]
+
+
+def test_ask_human_interrupts_the_run_with_a_question(interrupted_run):
+    _run, question = interrupted_run(asking(**COLOUR))
+
+    assert question.kind == ApprovalKind.QUESTION and question.tool == "ask_human"
+    assert question.arguments == COLOUR
+
+
+def test_an_answer_is_signed_and_becomes_the_tool_result_the_model_reads(interrupted_run, personas, api_as):
+    run, question = interrupted_run(asking(**COLOUR))
+
+    response = answer(api_as, personas.alice, question, answer="blue")
+
+    assert response.status_code == 201, response.json()
+    decision = Decision.objects.get(request=question)
+    assert decision.answer == "blue" and decision.payload["answer_sha256"] == sha256_hex("blue")
+    assert decision.payload["version"] == 3 and response.json()["answer"] == "blue"
+    run_execute(run_id=run.id)
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert tool_results(run) == [json.dumps("blue")]
+
+
+def test_an_answer_outside_the_options_is_422_with_the_reason(interrupted_run, personas, api_as):
+    _run, question = interrupted_run(asking(**COLOUR))
+
+    response = answer(api_as, personas.alice, question, answer="green")
+
+    assert response.status_code == 422
+    assert response.json()["code"] == "invalid_answer" and "red, blue" in response.json()["detail"]
+    question.refresh_from_db()
+    assert question.status == "pending" and not Decision.objects.exists()
+
+
+def test_a_schema_question_takes_only_an_answer_the_schema_accepts(interrupted_run, personas, api_as):
+    run, question = interrupted_run(asking(**SIZE))
+
+    refused = answer(api_as, personas.alice, question, answer={"size": 0})
+    accepted = answer(api_as, personas.alice, question, answer={"size": 3})
+
+    assert refused.status_code == 422 and "size" in refused.json()["detail"]
+    assert accepted.status_code == 201
+    run_execute(run_id=run.id)
+    assert tool_results(run) == [json.dumps({"size": 3})]
+
+
+def test_a_question_is_not_approved_and_an_approval_is_not_answered(interrupted_run, personas, api_as):
+    _, question = interrupted_run(asking(**COLOUR))
+    _, approval = interrupted_run()
+
+    approve = answer(api_as, personas.alice, question, verdict="approve")
+    stray = answer(api_as, personas.alice, approval, verdict="approve", answer="blue")
+    missing = answer(api_as, personas.alice, question)
+
+    assert approve.status_code == 422 and approve.json()["code"] == "verdict"
+    assert stray.status_code == 422 and "answer" in stray.json()["errors"]
+    assert missing.status_code == 422 and "answer" in missing.json()["errors"]
+
+
+def test_the_model_asking_with_an_invalid_schema_gets_an_error_not_a_question(interrupted_run):
+    script = [
+        {"tool_calls": [{"name": "ask_human", "arguments": {"question": "?", "schema": {"type": "bogus"}}}]},
+        {"tool_calls": [{"name": "ask_human", "arguments": COLOUR}]},
+    ]
+    run, question = interrupted_run(script)
+
+    assert "not a valid JSON Schema" in tool_results(run)[0]
+    assert question.arguments == COLOUR
+
+
+def test_the_model_asking_with_a_schema_whose_ref_points_outside_gets_an_error(interrupted_run):
+    script = [
+        {
+            "tool_calls": [
+                {"name": "ask_human", "arguments": {"question": "?", "schema": {"$ref": "urn:nowhere"}}}
+            ]
+        },
+        {"tool_calls": [{"name": "ask_human", "arguments": COLOUR}]},
+    ]
+    run, question = interrupted_run(script)
+
+    assert "cannot resolve 'urn:nowhere'" in tool_results(run)[0]
+    assert question.arguments == COLOUR
+
+
+def test_an_answer_to_a_schema_that_cannot_be_resolved_is_422_not_500(interrupted_run, personas, api_as):
+    _run, question = interrupted_run(asking(**SIZE))
+    # A request raised before refs were checked at ask time.
+    ApprovalRequest.objects.filter(pk=question.pk).update(
+        arguments={"question": "How many?", "schema": {"$ref": "urn:nowhere"}}
+    )
+
+    response = answer(api_as, personas.alice, question, answer="a")
+
+    assert response.status_code == 422 and response.json()["code"] == "invalid_answer"
+    assert not Decision.objects.exists()
+
+
+def test_an_answer_changed_in_the_database_is_refused_by_the_gate(interrupted_run, personas, api_as):
+    run, question = interrupted_run(asking(**COLOUR))
+    assert answer(api_as, personas.alice, question, answer="blue").status_code == 201
+    Decision.objects.filter(request=question).update(answer="red")
+
+    run_execute(run_id=run.id)
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.error_kind == ErrorKind.APPROVAL
+    assert "does not match what the reviewer signed" in run.error
+    assert tool_results(run) == []
+
+
+def test_a_reviewer_answers_from_the_desk_page_with_an_option_button(interrupted_run, personas):
+    _run, question = interrupted_run(asking(**COLOUR))
+    client = Client()
+    client.force_login(personas.alice)
+
+    page = client.get(f"/approvals/{question.id}/").content.decode()
+    response = client.post(
+        f"/approvals/{question.id}/",
+        {"checkpoint_id": str(question.checkpoint_id), "verdict": "answer", "answer": "red"},
+    )
+
+    assert 'name="answer" value="blue"' in page and "Which colour?" in page
+    assert response.status_code == 302
+    assert Decision.objects.get(request=question).answer == "red"
+    answered = client.get(f"/approvals/{question.id}/").content.decode()
+    assert 'id="answer">&quot;red&quot;' in answered and 'id="answer-form"' not in answered
+
+
+def test_the_desk_builds_a_form_from_a_simple_schema_and_reads_it_back(interrupted_run, personas):
+    _run, question = interrupted_run(asking(**SIZE))
+    client = Client()
+    client.force_login(personas.alice)
+
+    page = client.get(f"/approvals/{question.id}/").content.decode()
+    client.post(
+        f"/approvals/{question.id}/",
+        {"checkpoint_id": str(question.checkpoint_id), "verdict": "answer", "answer.size": "4"},
+    )
+
+    assert 'type="number" name="answer.size"' in page
+    assert Decision.objects.get(request=question).answer == {"size": 4}

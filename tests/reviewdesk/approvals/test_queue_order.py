@@ -1,0 +1,67 @@
+"""The queue's order: assigned to me by name, then to a group of mine, then the rest, each
+tier by expiry; the desk page draws the same order; the query count does not grow with the
+queue. In-process, on the test database."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import Group
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from reviewdesk.approvals.models import ApprovalRequest
+from reviewdesk.approvals.selectors import QueueFilters, approvals_queue_for
+from tests.reviewdesk.events.test_snapshot_window import clone_pending, desk_page_ids
+
+
+def tier_of(approval: ApprovalRequest) -> int:
+    if "alice" in approval.assignees:
+        return 0
+    return 1 if "group:billing" in approval.assignees else 2
+
+
+def queued(user, filters: QueueFilters | None = None) -> tuple[list[ApprovalRequest], int]:
+    with CaptureQueriesContext(connection) as queries:
+        page = approvals_queue_for(user, filters or QueueFilters())
+    return list(page.approvals), len(queries)
+
+
+def fill(approval: ApprovalRequest, n: int) -> None:
+    clone_pending(approval, n)  # open to every reviewer
+    clone_pending(approval, n, assignees=["group:billing"])
+    clone_pending(approval, n, assignees=["alice"])
+    clone_pending(approval, n, assignees=["bob", "group:billing"])  # her group's, though bob is named
+    clone_pending(approval, n, assignees=["group:legal"])  # not hers: not in her queue
+
+
+def test_mine_then_my_groups_then_the_rest_each_by_expiry_with_a_constant_query_count(
+    interrupted_run, personas
+):
+    Group.objects.get_or_create(name="billing")[0].user_set.add(personas.alice)
+    Group.objects.get_or_create(name="legal")
+    _, approval = interrupted_run()
+    fill(approval, 3)
+    few, few_queries = queued(personas.alice)
+    assert len(few) == 1 + 3 * 4
+    tiers = [tier_of(a) for a in few]
+    assert tiers == sorted(tiers) and tiers[:3] == [0, 0, 0] and tiers[3:9] == [1] * 6
+    for tier in (0, 1, 2):
+        expiries = [a.expires_at for a in few if tier_of(a) == tier]
+        assert expiries == sorted(expiries)
+    assert desk_page_ids(personas.alice) == [str(a.id) for a in few]
+
+    fill(approval, 15)
+    many, many_queries = queued(personas.alice)
+    assert many_queries == few_queries
+    assert [tier_of(a) for a in many] == [0] * 18 + [1] * 32  # one page of 50
+    # "Assigned to me" keeps both of her tiers, in the same order.
+    assigned, _ = queued(personas.alice, QueueFilters(assignee="me"))
+    assert [tier_of(a) for a in assigned] == [0] * 18 + [1] * 32
+
+
+def test_bob_outside_the_group_sees_his_named_calls_first_and_no_group_tier(interrupted_run, personas):
+    Group.objects.get_or_create(name="billing")[0].user_set.add(personas.alice)
+    _, approval = interrupted_run()
+    fill(approval, 2)
+    page, _ = queued(personas.bob)
+    assert [("bob" in a.assignees) for a in page] == [True, True] + [False] * 3  # then the open ones
+    assert all(not a.assignees for a in page[2:])

@@ -1,0 +1,94 @@
+"""Routing: the tool's rule over the arguments names who decides; four eyes always holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from reviewdesk.approvals.models import ApprovalStatus
+from reviewdesk.approvals.services import approval_decide
+from reviewdesk.audit.models import AuditEvent
+from reviewdesk.errors import Forbidden, NotFound
+from reviewdesk.runs.execution import run_execute
+from reviewdesk.runs.models import RunStatus, SideEffect
+from reviewdesk.runs.services import run_submit
+from tests.reviewdesk.approvals.conftest import refund_script
+
+pytestmark = pytest.mark.django_db
+
+
+def decide(approval, reviewer, verdict="approve", **options):
+    return approval_decide(
+        approval_id=approval.id,
+        reviewer=reviewer,
+        verdict=verdict,
+        checkpoint_id=str(approval.checkpoint_id),
+        **options,
+    )
+
+
+def test_a_refund_over_1000_is_raised_for_finance_whoever_the_run_named(interrupted_run, personas, dave):
+    _, approval = interrupted_run(script=refund_script(1500), reviewers=["alice"])
+    assert approval.assignees == ["group:finance"]
+    audit = AuditEvent.objects.get(action="approval.requested", subject_id=str(approval.id))
+    assert audit.data["assignees"] == ["group:finance"]
+
+
+def test_a_refund_of_1000_stays_with_the_reviewers_the_run_named(interrupted_run, personas, dave):
+    _, approval = interrupted_run(script=refund_script(1000), reviewers=["alice"])
+    assert approval.assignees == ["alice"]
+
+
+def test_only_a_finance_reviewer_may_decide_a_large_refund(interrupted_run, personas, dave):
+    _, approval = interrupted_run(script=refund_script(1500))
+    with pytest.raises(NotFound):  # alice is not in finance: she does not even see it
+        decide(approval, personas.alice)
+    decide(approval, dave)
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.APPROVED
+
+
+def test_the_gate_accepts_a_group_routed_decision_and_the_tool_runs(interrupted_run, personas, dave):
+    """The run named alice; the rule sent the refund to finance; dave's signed approval is the
+    one the gate checks, against the request's targets, and the refund runs."""
+    run, approval = interrupted_run(script=refund_script(1500), reviewers=["alice"])
+    decision = decide(approval, dave)
+    run_execute(run_id=run.id, worker="in-process")
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    effect = SideEffect.objects.get(run=run)
+    assert effect.decision_id == decision.id
+
+
+def test_the_submitter_never_decides_even_when_the_route_names_him(personas, sam, dave):
+    """sam is in finance and submitted the run: the rule names finance, but not him."""
+    run = run_submit(
+        submitter=sam,
+        agent="demo",
+        input="refund",
+        model={"provider": "scripted", "script": refund_script(5000)},
+    )
+    run_execute(run_id=run.id, worker="in-process")
+    approval = run.approvals.get()
+    assert approval.assignees == ["group:finance"]
+    with pytest.raises(Forbidden, match="you submitted this run"):
+        decide(approval, sam)
+    decide(approval, dave)
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.APPROVED
+
+
+def test_a_large_refund_is_visible_to_finance_and_admins_only(interrupted_run, personas, dave, api_as):
+    _, approval = interrupted_run(script=refund_script(5000))
+    for user, status in ((personas.alice, 404), (personas.bob, 404), (dave, 200), (personas.admin, 200)):
+        assert api_as(user, "review").get(f"/api/v1/approvals/{approval.id}").status_code == status, user
+    body = api_as(dave, "review").get(f"/api/v1/approvals/{approval.id}").json()
+    assert body["reviewer"] == {"users": ["dave"], "targets": ["group:finance"], "group": "reviewers"}
+
+
+def test_an_item_routed_to_nobody_is_pushed_to_admins_only_never_to_everyone(interrupted_run, personas):
+    """No one is in finance here: an empty audience would mean every reviewer, so only admins hear it."""
+    from reviewdesk.events.models import DeskEvent
+
+    _, approval = interrupted_run(script=refund_script(5000))
+    created = DeskEvent.objects.get(type="approval.created", data__id=str(approval.id))
+    assert created.audience == [personas.admin.pk]

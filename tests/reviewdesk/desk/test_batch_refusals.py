@@ -1,0 +1,66 @@
+"""What the desk answers desk.js (and its batches) when a decision is refused: the reason,
+its code and who decided first; and which cards a batch may pick. In-process, on the test database."""
+
+from __future__ import annotations
+
+from django.test import Client
+
+from reviewdesk.approvals.models import Verdict
+from reviewdesk.approvals.services import approval_decide
+from reviewdesk.runs.execution import run_execute
+from reviewdesk.runs.models import RunStatus
+
+
+def post_json(user, approval, verdict: str):
+    client = Client()
+    client.force_login(user)
+    return client.post(
+        f"/approvals/{approval.id}/",
+        {"verdict": verdict, "checkpoint_id": str(approval.checkpoint_id), "reason": ""},
+        HTTP_ACCEPT="application/json",
+    )
+
+
+def test_a_call_decided_first_is_refused_as_decided_by_whom_even_after_its_run_ended(
+    interrupted_run, personas
+):
+    run, approval = interrupted_run()
+    approval_decide(
+        approval_id=approval.id,
+        reviewer=personas.bob,
+        verdict=Verdict.APPROVE,
+        checkpoint_id=str(approval.checkpoint_id),
+    )
+    run_execute(run_id=run.id, worker="in-process")
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED  # the run went on and ended on bob's approval
+    refused = post_json(personas.alice, approval, Verdict.APPROVE)
+    assert refused.status_code == 409
+    assert refused.json() == {
+        "decided": False,
+        "detail": "Not decided: this approval was already approved by bob",
+        "code": "decided",
+    }
+
+
+def test_a_refusal_for_another_reason_names_no_one(interrupted_run, personas):
+    _, approval = interrupted_run()
+    refused = post_json(personas.alice, approval, "maybe")
+    assert refused.status_code == 422
+    assert refused.json()["decided"] is False and " by " not in refused.json()["detail"]
+    assert refused.json()["code"]
+
+
+def test_only_plain_tool_calls_can_be_picked_for_a_batch(pending, personas):
+    """Reconcile items need more than a plain approve: their cards have no batch checkbox."""
+    call, reconcile = pending("tool_call"), pending("reconcile")
+    client = Client()
+    client.force_login(personas.bob)
+    html = client.get("/").content.decode()
+    cards = {
+        chunk.split('data-approval-id="', 1)[1][:36]: chunk
+        for chunk in html.split('<li class="card"')[1:]
+        if 'data-approval-id="' in chunk.split(">", 1)[0]
+    }
+    assert 'class="batch-pick"' in cards[str(call.id)] and "pick-run" in cards[str(call.id)]
+    assert "batch-pick" not in cards[str(reconcile.id)] and "pick-run" not in cards[str(reconcile.id)]

@@ -1,0 +1,258 @@
+"""What a reviewer reads before deciding: context, previews that never act, the queue, and
+arguments whose invisible characters are shown escaped."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core import mail
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from reviewdesk.approvals.models import ApprovalRequest
+from reviewdesk.approvals.selectors import QUEUE_PAGE_SIZE, QueueFilters, approvals_queue_for
+from reviewdesk.demo.models import DemoRefund
+from reviewdesk.desk.templatetags.desk_json import has_invisible, visible
+
+pytestmark = pytest.mark.django_db
+
+REFUND_SCRIPT = [
+    {
+        "content": "Ada was charged twice; I will refund the order in full.",
+        "tool_calls": [{"name": "refund_payment", "arguments": {"order_id": "A-1001", "amount": 250}}],
+    },
+    {"content": "Refunded."},
+]
+EXECUTE_SCRIPT = [
+    {"tool_calls": [{"name": "execute", "arguments": {"command": "make deploy"}}]},
+    {"content": "ok"},
+]
+BIDI = "ada@example.com\u202egro.live"  # reads as ada@example.com + "evil.org" reversed
+BIDI_SCRIPT = [
+    {"tool_calls": [{"name": "send_email", "arguments": {"to": BIDI, "subject": "Hi", "body": "x\u200by"}}]},
+    {"content": "sent"},
+]
+
+
+def logged_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def preview(client: Client, approval, arguments):
+    return client.post(
+        f"/approvals/{approval.id}/preview",
+        data=json.dumps({"arguments": arguments}),
+        content_type="application/json",
+    )
+
+
+def test_the_approval_page_shows_who_asked_for_what_and_why(interrupted_run, personas):
+    _, approval = interrupted_run(REFUND_SCRIPT)
+    html = logged_in(personas.alice).get(f"/approvals/{approval.id}/").content.decode()
+    assert "Tell Ada her refund is on its way." in html  # the task
+    assert ">carol<" in html and ">demo<" in html  # submitter, agent
+    assert "Refund part or all of an order." in html  # the tool's description
+    assert "refund_payment needs a reviewer&#x27;s approval under its policy" in html
+    # The model's message that made the call, marked as model text.
+    assert 'id="asking-text">Ada was charged twice; I will refund the order in full.' in html
+    assert "model text, untrusted" in html
+    # The preview: total, already refunded, this refund, what is left.
+    for label, value in (("Order total", "250.00"), ("Already refunded", "0.00"), ("This refund", "250.00")):
+        assert f"<dt>{label}</dt><dd>{value}" in html
+    assert "<dt>Left after it</dt><dd>0.00" in html
+
+
+def test_the_approval_page_lists_the_runs_earlier_decisions(interrupted_run, personas):
+    from reviewdesk.approvals.services import approval_decide
+    from reviewdesk.runs.execution import run_execute
+
+    two_emails = [
+        {
+            "tool_calls": [
+                {"name": "send_email", "arguments": {"to": "ada@example.com", "subject": "1", "body": "a"}}
+            ]
+        },
+        {
+            "tool_calls": [
+                {"name": "send_email", "arguments": {"to": "ada@example.com", "subject": "2", "body": "b"}}
+            ]
+        },
+        {"content": "done"},
+    ]
+    run, first = interrupted_run(two_emails)
+    approval_decide(
+        approval_id=first.id,
+        reviewer=personas.bob,
+        verdict="reject",
+        reason="wrong tone",
+        checkpoint_id=str(first.checkpoint_id),
+    )
+    run_execute(run_id=run.id, worker="in-process")
+    second = ApprovalRequest.objects.get(run=run, status="pending")
+    html = logged_in(personas.alice).get(f"/approvals/{second.id}/").content.decode()
+    assert "rejected</span> by bob: “wrong tone”" in html
+
+
+def test_a_preview_reads_the_world_and_never_acts_on_it(interrupted_run, personas, tmp_path):
+    _, email = interrupted_run()
+    _, refund = interrupted_run(REFUND_SCRIPT)
+    _, command = interrupted_run(EXECUTE_SCRIPT)
+    DemoRefund.objects.create(order_id="A-1001", amount=Decimal("30.00"), idempotency_key="earlier")
+    alice = logged_in(personas.alice)
+    outbox = Path(settings.EMAIL_FILE_PATH)
+    before = sorted(outbox.iterdir()) if outbox.exists() else []
+    runs_dir = Path(settings.DESK_RUNS_DIR) / str(command.run_id)
+
+    email_answer = preview(
+        alice, email, {"to": "ada@example.com", "subject": "Edited", "body": "Body\nline 2"}
+    )
+    refund_answer = preview(alice, refund, {"order_id": "A-1001", "amount": 200})
+    command_answer = preview(alice, command, {"command": "touch /tmp/should-not-exist-desk9"})
+
+    assert email_answer.status_code == refund_answer.status_code == command_answer.status_code == 200
+    email_rows = dict(email_answer.json()["preview"]["rows"])
+    assert email_rows["To"] == "ada@example.com" and email_rows["Subject"] == "Edited"
+    assert email_answer.json()["preview"]["body"] == "Body\nline 2"
+    assert dict(refund_answer.json()["preview"]["rows"]) == {
+        "Order total": "250.00",
+        "Already refunded": "30.00",
+        "This refund": "200.00",
+        "Left after it": "20.00",
+    }
+    command_rows = dict(command_answer.json()["preview"]["rows"])
+    assert command_rows["Working directory"] == str(runs_dir)
+    assert command_rows["Time limit"].startswith(f"{settings.DESK_EXECUTE_TIMEOUT_SECONDS:g} s")
+    # Nothing happened: no mail, no new refund row, no command run, no working directory made.
+    assert mail.outbox == []
+    assert (sorted(outbox.iterdir()) if outbox.exists() else []) == before
+    assert list(DemoRefund.objects.values_list("idempotency_key", flat=True)) == ["earlier"]
+    assert not Path("/tmp/should-not-exist-desk9").exists()
+    assert not runs_dir.exists()
+
+
+def test_a_refund_preview_warns_when_it_exceeds_what_is_left(interrupted_run, personas):
+    _, refund = interrupted_run(REFUND_SCRIPT)
+    DemoRefund.objects.create(order_id="A-1001", amount=Decimal("100.00"), idempotency_key="earlier")
+    answer = preview(logged_in(personas.alice), refund, {"order_id": "A-1001", "amount": 250}).json()
+    assert answer["preview"]["warnings"] == [
+        "this refund exceeds what is left to refund (150.00): it will fail"
+    ]
+
+
+def test_the_preview_endpoint_refuses_bad_arguments_and_strangers(interrupted_run, personas):
+    _, approval = interrupted_run()
+    alice = logged_in(personas.alice)
+    bad = preview(alice, approval, {"to": "ada@example.com", "subject": "", "body": "x", "cc": "eve"})
+    assert bad.status_code == 422
+    assert bad.json()["errors"] == [
+        "(root): Additional properties are not allowed ('cc' was unexpected)",
+        "subject: '' should be non-empty",
+    ]
+    assert (
+        alice.post(f"/approvals/{approval.id}/preview", data="{", content_type="application/json").status_code
+        == 400
+    )
+    deep: object = "x"
+    for _ in range(40):
+        deep = {"a": deep}
+    assert preview(alice, approval, deep).status_code == 400
+    assert preview(logged_in(personas.olivia), approval, {}).status_code == 403
+    anonymous = preview(Client(), approval, {})
+    assert anonymous.status_code == 302 and "/accounts/login/" in anonymous["Location"]
+    assert logged_in(personas.alice).get(f"/approvals/{approval.id}/preview").status_code == 405
+
+
+def test_the_preview_of_an_approval_assigned_to_someone_else_is_not_found(interrupted_run, personas):
+    _, approval = interrupted_run(reviewers=["bob"])
+    assert preview(logged_in(personas.alice), approval, {}).status_code == 404
+
+
+def test_the_queue_puts_my_approvals_first_then_the_soonest_to_expire(interrupted_run, personas):
+    _, open_late = interrupted_run(approval_ttl_seconds=3000)
+    _, open_soon = interrupted_run(approval_ttl_seconds=600)
+    _, mine_late = interrupted_run(reviewers=["alice"], approval_ttl_seconds=5000)
+    _, bobs = interrupted_run(reviewers=["bob"])
+    page = approvals_queue_for(personas.alice, QueueFilters())
+    assert [a.id for a in page.approvals] == [mine_late.id, open_soon.id, open_late.id]
+    assert bobs.id not in [a.id for a in page.approvals]
+    assert [a.id for a in approvals_queue_for(personas.alice, QueueFilters(assignee="me")).approvals] == [
+        mine_late.id
+    ]
+    assert [a.id for a in approvals_queue_for(personas.alice, QueueFilters(assignee="any")).approvals] == [
+        open_soon.id,
+        open_late.id,
+    ]
+    only_run = approvals_queue_for(personas.alice, QueueFilters(run=str(open_late.run_id)))
+    assert [a.id for a in only_run.approvals] == [open_late.id]
+    assert approvals_queue_for(personas.alice, QueueFilters(run="not-a-uuid")).approvals == []
+    assert approvals_queue_for(personas.alice, QueueFilters(tool="execute")).approvals == []
+
+
+def test_the_desk_page_is_paged_and_its_query_count_does_not_grow(interrupted_run, personas):
+    _, approval = interrupted_run()
+    template = ApprovalRequest.objects.get(pk=approval.pk)
+
+    def clone(n):
+        for _ in range(n):
+            template.pk = None
+            template.tool_call_id = f"clone-{ApprovalRequest.objects.count()}"
+            template.save(force_insert=True)
+
+    def render():
+        with CaptureQueriesContext(connection) as queries:
+            response = logged_in(personas.alice).get("/")
+        return response, len(queries)
+
+    _, few_queries = render()
+    clone(QUEUE_PAGE_SIZE + 20)
+    many, many_queries = render()
+    assert many_queries == few_queries
+    html = many.content.decode()
+    cards = html.count('<li class="card"') - 1  # the blank one in #card-template
+    assert cards == QUEUE_PAGE_SIZE
+    assert f"<title>({QUEUE_PAGE_SIZE + 21}) Desk" in html
+    second = logged_in(personas.alice).get("/", {"offset": QUEUE_PAGE_SIZE}).content.decode()
+    assert second.count('<li class="card"') - 1 == 21
+    assert 'rel="prev"' in second and 'rel="next"' not in second
+
+
+def test_invisible_characters_in_arguments_are_escaped_and_flagged_on_every_page(interrupted_run, personas):
+    run, approval = interrupted_run(BIDI_SCRIPT)
+    alice = logged_in(personas.alice)
+    for url in ("/", f"/approvals/{approval.id}/", f"/runs/{run.id}/"):
+        html = alice.get(url).content.decode()
+        assert "\u202e" not in html and "\u200b" not in html, url
+        assert "ada@example.com\\u202egro.live" in html, url
+    assert "contains invisible characters" in alice.get("/").content.decode()
+    assert "contains invisible characters" in alice.get(f"/approvals/{approval.id}/").content.decode()
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("a\u202eb", "a\\u202eb"),
+        ("\u2066x\u2069", "\\u2066x\\u2069"),
+        ("zero\u200b\u200c\u200dwidth\ufeff", "zero\\u200b\\u200c\\u200dwidth\\ufeff"),
+        ("bell\x07 c1\x85", "bell\\u0007 c1\\u0085"),
+        ("tag\U000e0041", "tag\\udb40\\udc41"),
+        ("line\nand\ttab stay, é and 😀 too", "line\nand\ttab stay, é and 😀 too"),
+    ],
+    ids=[
+        "bidi override",
+        "isolates",
+        "zero width and BOM",
+        "C0 and C1 controls",
+        "astral as a surrogate pair",
+        "ordinary text untouched",
+    ],
+)
+def test_visible_escapes_what_cannot_be_seen(text, shown):
+    assert visible(text) == shown
+    assert has_invisible({"k": [text]}) == (text != shown)

@@ -1,0 +1,345 @@
+"""The runs list and the audit page: filters kept in the URL, pages of a fixed cost, the
+audit's CSV export, and each decision's signature checked as it is shown."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from reviewdesk.approvals.models import Decision
+from reviewdesk.approvals.services import approval_decide
+from reviewdesk.audit.models import AuditEvent
+from reviewdesk.desk.paging import LIST_PAGE_SIZE
+from reviewdesk.runs.models import Run, RunStatus
+
+pytestmark = pytest.mark.django_db
+
+
+def logged_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def make_runs(user, count: int, **fields) -> list[Run]:
+    defaults = {"agent": "demo", "input": "x", "model": {}, "approval_ttl_seconds": 60, "submitted_by": user}
+    return Run.objects.bulk_create([Run(**{**defaults, **fields}) for _ in range(count)])
+
+
+def run_ids(html: str) -> list[str]:
+    return re.findall(r'href="/runs/([0-9a-f-]{36})/"', html)
+
+
+# -- the runs list ---------------------------------------------------------------------------
+
+
+def test_carol_filters_her_runs_by_status_and_agent_and_the_links_keep_the_filters(personas):
+    failed = make_runs(personas.carol, 2, status=RunStatus.FAILED)
+    make_runs(personas.carol, 3, status=RunStatus.SUCCEEDED)
+    make_runs(personas.carol, 1, status=RunStatus.FAILED, agent="other")
+    client = logged_in(personas.carol)
+
+    page = client.get(reverse("runs"), {"status": "failed", "agent": "demo"}).content.decode()
+
+    assert sorted(run_ids(page)) == sorted(str(r.id) for r in failed)
+    assert '<option value="failed" selected>' in page
+    assert "<option selected>demo</option>" in page
+    assert "1\N{EN DASH}2 of 2" in page
+
+
+def test_the_runs_list_pages_through_its_runs_keeping_the_filters_in_each_link(personas):
+    runs = make_runs(personas.carol, LIST_PAGE_SIZE + 5, status=RunStatus.FAILED)
+    make_runs(personas.carol, 3, status=RunStatus.SUCCEEDED)
+    client = logged_in(personas.carol)
+
+    first = client.get(reverse("runs"), {"status": "failed"}).content.decode()
+    next_link = re.search(r'href="\?([^"]+)" rel="next"', first).group(1).replace("&amp;", "&")
+    assert next_link == f"status=failed&offset={LIST_PAGE_SIZE}"
+    second = client.get(reverse("runs") + "?" + next_link).content.decode()
+
+    shown = run_ids(first) + run_ids(second)
+    assert len(run_ids(first)) == LIST_PAGE_SIZE
+    assert sorted(shown) == sorted(str(r.id) for r in runs)
+    assert 'rel="next"' not in second and 'rel="prev"' in second
+
+
+def test_the_runs_list_costs_the_same_queries_with_five_runs_or_two_hundred(personas):
+    client = logged_in(personas.admin)
+    make_runs(personas.carol, 5)
+    with CaptureQueriesContext(connection) as few:
+        client.get(reverse("runs"))
+    make_runs(personas.carol, 195)
+    with CaptureQueriesContext(connection) as many:
+        client.get(reverse("runs"))
+    assert len(many) == len(few)
+
+
+def test_olivia_sees_none_of_carols_runs_in_the_list(personas):
+    make_runs(personas.carol, 3)
+    page = logged_in(personas.olivia).get(reverse("runs")).content.decode()
+    assert run_ids(page) == []
+    assert "No runs yet." in page
+
+
+def test_a_malformed_offset_shows_the_first_page(personas):
+    make_runs(personas.carol, 2)
+    response = logged_in(personas.carol).get(reverse("runs"), {"offset": "-7x"})
+    assert response.status_code == 200 and len(run_ids(response.content.decode())) == 2
+
+
+# -- the audit page --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def decided(interrupted_run, personas):
+    """Two runs by carol: alice approved the first's send_email, bob rejected the second's."""
+    first, a1 = interrupted_run()
+    second, a2 = interrupted_run()
+    approval_decide(
+        approval_id=a1.id, reviewer=personas.alice, verdict="approve", checkpoint_id=str(a1.checkpoint_id)
+    )
+    approval_decide(
+        approval_id=a2.id,
+        reviewer=personas.bob,
+        verdict="reject",
+        reason='=HYPERLINK("http://evil")',
+        checkpoint_id=str(a2.checkpoint_id),
+    )
+    return first, second
+
+
+def audit_ids(html: str) -> list[int]:
+    return [int(i) for i in re.findall(r'<tr id="audit-(\d+)">', html)]
+
+
+def test_only_admins_see_the_audit_page_and_its_export(personas):
+    for user in (personas.alice, personas.carol, personas.olivia):
+        client = logged_in(user)
+        assert client.get(reverse("audit")).status_code == 403
+        assert client.get(reverse("audit-export")).status_code == 403
+    assert Client().get(reverse("audit-export")).status_code == 302  # to the login page
+
+
+def test_the_admin_filters_the_audit_by_actor_action_and_run(decided, personas):
+    first, _second = decided
+    client = logged_in(personas.admin)
+
+    by_bob = audit_ids(client.get(reverse("audit"), {"actor": "bob"}).content.decode())
+    assert by_bob == list(
+        AuditEvent.objects.filter(actor_name="bob").order_by("-id").values_list("id", flat=True)
+    )
+    assert len(by_bob) == 1
+
+    decisions = audit_ids(client.get(reverse("audit"), {"action": "decision."}).content.decode())
+    assert {AuditEvent.objects.get(id=i).action for i in decisions} == {"decision.approve", "decision.reject"}
+
+    of_first = client.get(reverse("audit"), {"run": str(first.id)}).content.decode()
+    actions = {AuditEvent.objects.get(id=i).action for i in audit_ids(of_first)}
+    assert {"run.submitted", "approval.requested", "decision.approve"} <= actions
+    assert "decision.reject" not in actions
+    assert all(
+        e.subject_id == str(first.id) or e.data.get("run") == str(first.id)
+        for e in AuditEvent.objects.filter(id__in=audit_ids(of_first))
+    )
+
+
+def test_the_audit_filters_by_time_and_says_when_a_time_is_malformed(decided, personas):
+    client = logged_in(personas.admin)
+    newest = AuditEvent.objects.order_by("-id").first()
+    since = newest.at.strftime("%Y-%m-%dT%H:%M:%S.%f")
+    shown = audit_ids(client.get(reverse("audit"), {"since": since}).content.decode())
+    assert shown and newest.id in shown
+    assert all(AuditEvent.objects.get(id=i).at >= newest.at for i in shown)
+    assert audit_ids(client.get(reverse("audit"), {"until": since}).content.decode()) == list(
+        AuditEvent.objects.filter(at__lt=newest.at)
+        .order_by("-id")
+        .values_list("id", flat=True)[:LIST_PAGE_SIZE]
+    )
+
+    bad = client.get(reverse("audit"), {"since": "yesterday"})
+    assert bad.status_code == 400
+    assert "since: &#x27;yesterday&#x27; is not a time" in bad.content.decode()
+    assert client.get(reverse("audit"), {"run": "not-a-run"}).status_code == 400
+    assert client.get(reverse("audit-export"), {"until": "soon"}).status_code == 400
+
+
+def test_each_decision_row_shows_its_signature_checked_and_a_forged_one_is_flagged(decided, personas):
+    client = logged_in(personas.admin)
+    page = client.get(reverse("audit"), {"action": "decision."}).content.decode()
+    assert page.count("✓ signature valid") == 2
+
+    tampered = Decision.objects.get(verdict="reject")
+    tampered.payload = {**tampered.payload, "verdict": "approve"}
+    tampered.verdict = "approve"
+    tampered.save()
+    page = client.get(reverse("audit"), {"action": "decision."}).content.decode()
+    assert page.count("✓ signature valid") == 1
+    assert page.count("✗ invalid") == 1
+
+
+def test_a_decision_row_whose_arguments_hash_differs_from_the_decisions_is_flagged(decided, personas):
+    row = AuditEvent.objects.get(action="decision.approve")
+    decision = Decision.objects.get(id=row.data["decision"])
+    decision.arguments_sha256 = "0" * 64
+    decision.save()
+    page = logged_in(personas.admin).get(reverse("audit"), {"action": "decision."}).content.decode()
+    assert page.count("✓ signature valid") == 1 and page.count("✗ invalid") == 1
+
+
+def test_a_decision_signed_with_a_key_not_in_the_keyring_is_flagged(decided, personas):
+    Decision.objects.filter(verdict="approve").update(key_id="ed25519:0000000000000000")
+    page = logged_in(personas.admin).get(reverse("audit"), {"action": "decision."}).content.decode()
+    assert page.count("✗ unknown key") == 1
+
+
+def test_the_audit_page_shows_the_chain_intact_then_broken(decided, personas):
+    client = logged_in(personas.admin)
+    assert "Hash chain intact." in client.get(reverse("audit")).content.decode()
+    victim = AuditEvent.objects.order_by("id")[2]
+    AuditEvent.objects.filter(id=victim.id).update(actor_name="mallory")
+    assert f"Hash chain broken at row {victim.id}." in client.get(reverse("audit")).content.decode()
+
+
+def test_the_audit_page_costs_the_same_queries_for_a_page_of_few_or_many_decisions(interrupted_run, personas):
+    client = logged_in(personas.admin)
+
+    def decide_one():
+        _run, approval = interrupted_run()
+        approval_decide(
+            approval_id=approval.id,
+            reviewer=personas.alice,
+            verdict="approve",
+            checkpoint_id=str(approval.checkpoint_id),
+        )
+
+    decide_one()
+    with CaptureQueriesContext(connection) as few:
+        client.get(reverse("audit"), {"action": "decision."})
+    for _ in range(4):
+        decide_one()
+    with CaptureQueriesContext(connection) as many:
+        page = client.get(reverse("audit"), {"action": "decision."}).content.decode()
+    assert page.count("✓ signature valid") == 5
+    # audit_verify walks the chain in chunks; the page's own queries do not grow with its rows.
+    page_queries = [q for q in many if "approvals_decision" in q["sql"]]
+    assert len(page_queries) == len([q for q in few if "approvals_decision" in q["sql"]]) == 1
+
+
+def test_the_export_streams_the_filtered_rows_as_csv_with_badges_and_defused_formulas(decided, personas):
+    first, _second = decided
+    client = logged_in(personas.admin)
+    response = client.get(reverse("audit-export"), {"action": "decision."})
+    assert response.status_code == 200 and response.streaming
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+    assert "attachment" in response["Content-Disposition"]
+    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+
+    assert [int(r["id"]) for r in rows] == list(
+        AuditEvent.objects.filter(action__startswith="decision.").order_by("-id").values_list("id", flat=True)
+    )
+    assert {r["signature"] for r in rows} == {"valid"}
+    rejected = next(r for r in rows if r["action"] == "decision.reject")
+    assert rejected["actor"] == "bob"
+    assert '"reason":"=HYPERLINK' in rejected["data"]  # inside JSON: not at the cell's start
+
+    everything = client.get(reverse("audit-export"), {"run": str(first.id)})
+    exported = list(csv.DictReader(io.StringIO(b"".join(everything.streaming_content).decode())))
+    assert exported and all(r["subject_id"] == str(first.id) or str(first.id) in r["data"] for r in exported)
+
+
+def test_a_cell_that_starts_like_a_formula_is_exported_as_text(personas):
+    from reviewdesk.audit.services import audit_record
+
+    audit_record(actor=personas.admin, action="=cmd|' /C calc'!A0", subject_type="run", subject_id="-1+1")
+    response = logged_in(personas.admin).get(reverse("audit-export"))
+    (row,) = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert row["action"] == "'=cmd|' /C calc'!A0"
+    assert row["subject_id"] == "'-1+1"
+
+
+# -- the run page's timeline -----------------------------------------------------------------
+
+
+def timeline_texts(html: str) -> list[str]:
+    section = html[
+        html.index('<ol class="timeline"') : html.index("</ol>", html.index('<ol class="timeline"'))
+    ]
+    return [
+        re.sub(r"<[^>]+>", "", t).strip() for t in re.findall(r'<span class="tl-text">(.*?)</span>', section)
+    ]
+
+
+def test_the_run_page_tells_the_run_in_order_from_submission_to_its_end(interrupted_run, personas):
+    from reviewdesk.runs.execution import run_execute
+
+    run, approval = interrupted_run()
+    approval_decide(
+        approval_id=approval.id,
+        reviewer=personas.alice,
+        verdict="approve",
+        checkpoint_id=str(approval.checkpoint_id),
+    )
+    run_execute(run_id=run.id, worker="in-process")
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.error
+
+    texts = timeline_texts(logged_in(personas.carol).get(f"/runs/{run.id}/").content.decode())
+
+    assert texts[0] == "Run submitted"
+    expected_in_order = [
+        "Run submitted",
+        "Attempt #1 started",
+        "Model turn: asks for lookup_customer, send_email",
+        "Approval requested: send_email",
+        "Attempt #1 released",
+        "Approved send_email",
+        "Attempt #2 started",
+        "Effect send_email recorded as pending",
+        "Effect send_email confirmed",
+        "Model turn: answers",
+        "Run succeeded",
+    ]
+    assert set(expected_in_order) <= set(texts), texts
+    positions = [texts.index(t) for t in expected_in_order]
+    assert positions == sorted(positions), texts
+
+
+def test_a_cancelled_run_ends_its_timeline_with_who_cancelled_it(interrupted_run, personas):
+    from reviewdesk.runs.services import run_cancel
+
+    run, _approval = interrupted_run()
+    run_cancel(run_id=run.id, user=personas.carol)
+    page = logged_in(personas.carol).get(f"/runs/{run.id}/").content.decode()
+    texts = timeline_texts(page)
+    assert texts.index("Approval cancelled: send_email") > texts.index("Approval requested: send_email")
+    assert "Run cancelled" in texts and "by carol" in page
+
+
+def test_an_audit_row_whose_subject_is_not_an_id_is_shown_unlinked(decided, personas):
+    from reviewdesk.audit.services import audit_record
+
+    audit_record(actor=None, action="run.odd", subject_type="run", subject_id="<not-an-id>")
+    page = logged_in(personas.admin).get(reverse("audit")).content.decode()
+    assert "run <code>&lt;not-an-id&gt;</code>" in page
+    run_rows = AuditEvent.objects.filter(subject_type="run").exclude(subject_id="<not-an-id>")
+    assert all(f'href="/runs/{e.subject_id}/"' in page for e in run_rows)
+    approval_rows = AuditEvent.objects.filter(subject_type="approval")
+    assert all(f'href="/approvals/{e.subject_id}/"' in page for e in approval_rows)
+
+
+def test_a_row_about_something_else_after_a_run_row_links_nowhere(personas):
+    from reviewdesk.audit.services import audit_record
+
+    run = make_runs(personas.carol, 1)[0]
+    audit_record(actor=None, action="run.touched", subject_type="run", subject_id=run.id)
+    audit_record(actor=None, action="key.rotated", subject_type="key", subject_id="k1")
+    page = logged_in(personas.admin).get(reverse("audit")).content.decode()
+    assert "key <code>k1</code>" in page
+    assert run_ids(page) == [str(run.id)]

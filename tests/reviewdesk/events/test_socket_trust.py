@@ -1,0 +1,182 @@
+"""/ws/desk/ under attack: bad frames, foreign origins, rights lost while the socket is open.
+
+Through the real ASGI stack and the Redis channel layer; heartbeats every 2 s in tests.
+"""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.contrib.auth.models import Group
+from django.contrib.sessions.models import Session
+
+from reviewdesk.accounts.roles import REVIEWERS
+from tests.reviewdesk.events.test_desk_socket import ORIGIN, communicator, in_thread, session_headers
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def with_origin(headers, origin: bytes):
+    return [h for h in headers if h[0] != b"origin"] + [(b"origin", origin)]
+
+
+async def connected_with_snapshot(headers):
+    comm = communicator(headers)
+    connected, code = await comm.connect()
+    assert connected, code
+    assert (await comm.receive_json_from(timeout=5))["type"] == "snapshot"
+    return comm
+
+
+async def next_non_heartbeat(comm) -> dict:
+    while True:
+        message = await comm.receive_json_from(timeout=10)
+        if message["type"] != "heartbeat":
+            return message
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        "not json",
+        "{",
+        '{"type": "replay", "after": 1e400}',
+        '{"type": "replay", "after": "7"}',
+        '{"type": "replay", "after": -1}',
+        '{"type": "replay", "after": 1180591620717411303424}',
+        '{"type": "replay", "after": true}',
+        "[" * 100_000,
+        b"\x00binary",
+    ],
+    ids=["text", "truncated", "1e400", "a string", "negative", "2**70", "true", "deeply nested", "binary"],
+)
+def test_a_bad_frame_gets_an_error_message_and_the_socket_stays_open(personas, frame):
+    headers = session_headers(personas.alice)
+
+    async def scenario():
+        comm = await connected_with_snapshot(headers)
+        if isinstance(frame, bytes):
+            await comm.send_to(bytes_data=frame)
+        else:
+            await comm.send_to(text_data=frame)
+        error = await next_non_heartbeat(comm)
+        assert error["type"] == "error", error
+
+        await comm.send_json_to({"type": "replay", "after": 0})  # still open, still serving
+        assert (await next_non_heartbeat(comm))["type"] == "replay.done"
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+@pytest.mark.parametrize(
+    ("origin", "accepted"),
+    [
+        (b"http://127.0.0.1:8000", True),
+        (b"http://localhost:8000", True),
+        (b"https://127.0.0.1:8000", True),
+        (b"http://127.0.0.1", False),  # port 80, not the served port
+        (b"http://127.0.0.1:9000", False),
+        (b"ftp://127.0.0.1:8000", False),
+        (b"http://127.0.0.1.evil.example:8000", False),
+        (b"http://user@127.0.0.1:8000", False),
+        (b"null", False),
+    ],
+)
+def test_the_origin_must_match_the_allow_list_exactly_scheme_host_and_port(
+    personas, settings, origin, accepted
+):
+    assert [
+        f"{scheme}://{host}:8000"
+        for host in ("127.0.0.1", "localhost", "testserver")
+        for scheme in ("http", "https")
+    ] == settings.DESK_WS_ALLOWED_ORIGINS
+    headers = with_origin(session_headers(personas.alice), origin)
+
+    async def scenario():
+        comm = communicator(headers)
+        connected, _ = await comm.connect()
+        assert connected is accepted
+        if connected:
+            await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_a_socket_is_closed_at_the_next_heartbeat_after_its_user_logs_out(personas):
+    headers = session_headers(personas.alice)
+
+    async def scenario():
+        comm = await connected_with_snapshot(headers)
+        await in_thread(lambda: Session.objects.all().delete())()  # what logout does to the session
+
+        closed = await comm.receive_output(timeout=10)
+        while closed["type"] != "websocket.close":  # a heartbeat may have been on its way
+            closed = await comm.receive_output(timeout=10)
+        assert closed["code"] == 4403
+
+    async_to_sync(scenario)()
+
+
+def test_a_socket_is_closed_at_the_next_heartbeat_after_its_user_loses_the_reviewer_role(personas):
+    headers = session_headers(personas.alice)
+
+    async def scenario():
+        comm = await connected_with_snapshot(headers)
+        await in_thread(lambda: personas.alice.groups.remove(Group.objects.get(name=REVIEWERS)))()
+
+        closed = await comm.receive_output(timeout=10)
+        while closed["type"] != "websocket.close":
+            closed = await comm.receive_output(timeout=10)
+        assert closed["code"] == 4403
+
+    async_to_sync(scenario)()
+
+
+def test_a_replay_after_the_reviewer_role_is_gone_closes_the_socket_instead_of_answering(personas, settings):
+    settings.DESK_WS_HEARTBEAT_SECONDS = 3600  # only the replay can notice
+    headers = session_headers(personas.alice)
+
+    async def scenario():
+        comm = await connected_with_snapshot(headers)
+        await in_thread(lambda: personas.alice.groups.remove(Group.objects.get(name=REVIEWERS)))()
+
+        await comm.send_json_to({"type": "replay", "after": 0})
+
+        closed = await comm.receive_output(timeout=10)
+        assert closed == {"type": "websocket.close", "code": 4403}
+
+    async_to_sync(scenario)()
+
+
+def test_the_origin_of_the_existing_tests_is_the_embedded_defaults():
+    assert ORIGIN == (b"origin", b"http://127.0.0.1:8000")
+
+
+def test_a_database_error_during_a_heartbeat_skips_that_beat_and_keeps_the_socket(personas, monkeypatch):
+    """Fault injection: the rights check raises DatabaseError once (as SQLite's "database is
+    locked" would); the socket stays open and the next heartbeat arrives. The channel layer
+    and the database are the real ones; only that one call is made to fail."""
+    from django.db import OperationalError
+
+    from reviewdesk.events import consumers
+
+    real = consumers._rights_now
+    failures = iter([OperationalError("database is locked")])
+
+    async def flaky(user_pk, session_key):
+        failure = next(failures, None)
+        if failure is not None:
+            raise failure
+        return await real(user_pk, session_key)
+
+    monkeypatch.setattr(consumers, "_rights_now", flaky)
+    headers = session_headers(personas.alice)
+
+    async def scenario():
+        comm = await connected_with_snapshot(headers)
+        message = await comm.receive_json_from(timeout=10)
+        assert message["type"] == "heartbeat"  # the failed beat was skipped, not fatal
+        await comm.disconnect()
+
+    async_to_sync(scenario)()

@@ -1,0 +1,183 @@
+"""The worker's gate and device keys, in-process on the database: with device keys required
+(DESK_REQUIRE_DEVICE_KEYS), only a decision signed by the reviewer's endorsed, unrevoked
+device key runs the tool; every refusal below leaves no email, no ledger row, an unconsumed
+decision and a failed run that says why."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from django.utils import timezone
+
+from agents.testing.trust import endorse, revoke
+from agents.trust import public_key_b64
+from reviewdesk.accounts.models import DeviceKey, Endorsement, Revocation
+from reviewdesk.approvals.models import Decision
+from reviewdesk.approvals.services import approval_decide
+from reviewdesk.runs.execution import run_execute
+from reviewdesk.runs.models import RunStatus, SideEffect
+from tests.reviewdesk.device_keys import device_decide
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def required(settings):
+    settings.DESK_REQUIRE_DEVICE_KEYS = True
+
+
+@pytest.fixture
+def alice(personas, api_as):
+    return api_as(personas.alice, "review")
+
+
+def assert_refused(run, says: str, outbox) -> None:
+    run_execute(run_id=run.id, worker="in-process")
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.error_kind == "approval", run.error
+    assert says in run.error
+    assert outbox == []
+    assert not SideEffect.objects.filter(run=run).exists()
+    assert Decision.objects.get().consumed_at is None
+
+
+def test_alices_device_signed_approval_runs_the_tool(interrupted_run, alice, device_keys, mailoutbox):
+    run, approval = interrupted_run()
+    assert device_decide(alice, approval, device_keys.alice).status_code == 201
+    run_execute(run_id=run.id, worker="in-process")
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert [m.to for m in mailoutbox] == [["ada@example.com"]]
+    assert Decision.objects.get().consumed_at is not None
+
+
+def test_the_desk_refuses_a_server_signed_approval_where_device_keys_are_required(interrupted_run, alice):
+    _, approval = interrupted_run()
+    response = alice.post(
+        f"/api/v1/approvals/{approval.id}/decision",
+        {"verdict": "approve", "checkpoint_id": str(approval.checkpoint_id)},
+        format="json",
+    )
+    assert response.status_code == 422 and response.json()["code"] == "device_signature_required"
+    assert not Decision.objects.exists()
+    rejected = alice.post(
+        f"/api/v1/approvals/{approval.id}/decision",
+        {"verdict": "reject", "reason": "no", "checkpoint_id": str(approval.checkpoint_id)},
+        format="json",
+    )
+    assert rejected.status_code == 201  # a rejection runs nothing: the server may sign it
+
+
+def test_a_decision_signed_with_the_servers_key_is_refused(
+    interrupted_run, personas, device_keys, settings, mailoutbox
+):
+    """Signed while device keys were not required (or by a web tier that skipped the check):
+    the worker refuses it all the same."""
+    run, approval = interrupted_run()
+    settings.DESK_REQUIRE_DEVICE_KEYS = False
+    approval_decide(
+        approval_id=approval.id,
+        reviewer=personas.alice,
+        verdict="approve",
+        checkpoint_id=str(approval.checkpoint_id),
+    )
+    settings.DESK_REQUIRE_DEVICE_KEYS = True
+    assert_refused(run, "requires a decision signed by the reviewer's device key", mailoutbox)
+
+
+def test_alices_public_key_swapped_in_the_database_is_refused(
+    interrupted_run, alice, device_keys, mailoutbox
+):
+    """A database writer puts mallory's public key in alice's row; the server, which trusts its
+    row, accepts mallory's signature; the worker checks the endorsement, which names alice's key."""
+    run, approval = interrupted_run()
+    mallory = Ed25519PrivateKey.generate()
+    DeviceKey.objects.filter(key_id=device_keys.alice_key_id).update(
+        public_key=public_key_b64(mallory.public_key())
+    )
+    response = device_decide(alice, approval, mallory, key_id=device_keys.alice_key_id)
+    assert response.status_code == 201, response.json()
+    assert_refused(run, "device signature does not verify", mailoutbox)
+
+
+def test_an_endorsement_signed_by_an_unpinned_key_is_refused(
+    interrupted_run, alice, personas, device_keys, mailoutbox
+):
+    """A database writer replaces alice's endorsement with one signed by a key of its own."""
+    run, approval = interrupted_run()
+    stranger = Ed25519PrivateKey.generate()
+    forged = endorse(stranger, device_keys.alice, user="alice", issued_at=timezone.now())
+    Endorsement.objects.update(
+        record=forged.record, signature=forged.signature, signer_key_id=forged.record["signer_key_id"]
+    )
+    assert device_decide(alice, approval, device_keys.alice).status_code == 201
+    assert_refused(run, "endorsement is not signed by a pinned root", mailoutbox)
+
+
+def test_a_key_revoked_after_the_decision_is_refused(
+    interrupted_run, alice, personas, device_keys, mailoutbox
+):
+    run, approval = interrupted_run()
+    assert device_decide(alice, approval, device_keys.alice).status_code == 201
+    signed = revoke(device_keys.admin, device_keys.alice, at=timezone.now())
+    Revocation.objects.create(
+        device_key=DeviceKey.objects.get(key_id=device_keys.alice_key_id),
+        record=signed.record,
+        signature=signed.signature,
+        signer_key_id=signed.record["signer_key_id"],
+        signed_by=personas.admin,
+    )
+    assert_refused(run, "has been revoked", mailoutbox)
+
+
+def test_an_expired_endorsement_is_refused(interrupted_run, alice, device_keys, mailoutbox):
+    run, approval = interrupted_run()
+    old = endorse(
+        device_keys.admin,
+        device_keys.alice,
+        user="alice",
+        issued_at=timezone.now() - timedelta(days=2),
+        valid=timedelta(days=1),
+    )
+    Endorsement.objects.update(record=old.record, signature=old.signature)
+    assert device_decide(alice, approval, device_keys.alice).status_code == 201
+    assert_refused(run, "endorsement has expired", mailoutbox)
+
+
+def test_a_device_signature_over_different_arguments_is_refused(
+    interrupted_run, alice, device_keys, mailoutbox
+):
+    run, approval = interrupted_run()
+    assert device_decide(alice, approval, device_keys.alice).status_code == 201
+    decision = Decision.objects.get()
+    decision.arguments = {**decision.arguments, "to": "mallory@example.com"}
+    decision.save()
+    assert_refused(run, "arguments_sha256 differs", mailoutbox)
+
+
+def test_a_worker_without_a_trust_file_refuses_device_signed_decisions(
+    interrupted_run, alice, device_keys, settings, mailoutbox
+):
+    run, approval = interrupted_run()
+    assert device_decide(alice, approval, device_keys.alice).status_code == 201
+    settings.DESK_TRUST_FILE = device_keys.trust_file.with_name("missing.json")
+    assert_refused(run, "pinned root", mailoutbox)
+
+
+def test_a_revocation_pinned_in_the_trust_file_holds_when_its_row_is_deleted(
+    interrupted_run, alice, personas, device_keys, mailoutbox
+):
+    """Revoked, pinned again (`manage.py trust pin` writes revoked key ids into the file), then
+    a database writer deletes the revocation row: the worker still refuses the key."""
+    from django.core.management import call_command
+
+    run, approval = interrupted_run()
+    assert device_decide(alice, approval, device_keys.alice).status_code == 201
+    call_command(
+        "trust", "revoke", "--key-id", device_keys.alice_key_id, "--signer", str(device_keys.admin_file)
+    )
+    call_command("trust", "pin", "--user", "admin")
+    Revocation.objects.all().delete()
+    assert_refused(run, "is revoked in the trust file", mailoutbox)

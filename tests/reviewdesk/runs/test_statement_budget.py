@@ -1,0 +1,103 @@
+"""A budget of statements and transactions for the worker's standard cycle (issue 11).
+
+Not a timing test: it counts what one `runs.run` task and one `runs.resume` task send to the
+database, in this process, for the bench's cycle (one `send_email` call, approved, then a final
+message), and fails when a change adds round trips back. The bounds sit just above today's
+counts; lower them when you cut more.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import pytest
+from django.db import connection
+
+from reviewdesk.approvals.services import approval_decide
+from reviewdesk.runs.execution import run_execute
+from reviewdesk.runs.models import RunStatus
+from reviewdesk.runs.services import run_submit
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+EMAIL = {"to": "ada@example.com", "subject": "Your refund", "body": "It is on its way."}
+SCRIPT = [{"tool_calls": [{"name": "send_email", "arguments": EMAIL}]}, {"content": "Emailed Ada."}]
+
+# (statements, transactions), one above what was measured on the embedded default when the
+# budget was set: run 26 / 6, resume 35 / 15 (before issue 11's pass: run 35 / 7, resume 46 / 15).
+# Issue 10 then added to the run task the standing-grant lookup before an approval is raised,
+# and the quorum's votes in the approval's event: run 29 / 8; and to the resume the per-request
+# reviewer check (the request, the reviewer's groups): resume 38 / 18.
+RUN_BUDGET = (30, 9)
+RESUME_BUDGET = (39, 19)
+
+
+@dataclass
+class Tally:
+    """Statements as bench/probe.py counts them: not BEGIN, and not PostgreSQL's advisory
+    locks (the same code takes none on SQLite). A transaction is a commit, or a statement
+    run in autocommit."""
+
+    statements: list[str] = field(default_factory=list)
+    transactions: int = 0
+
+    def __call__(self, execute, sql, params, many, context):
+        head = sql.lstrip().upper()
+        if not head.startswith("BEGIN") and "PG_ADVISORY_XACT_LOCK" not in head:
+            self.statements.append(sql)
+            if connection.get_autocommit():
+                self.transactions += 1
+        return execute(sql, params, many, context)
+
+
+@contextmanager
+def tallied():
+    tally = Tally()
+    commit = connection.commit
+
+    def counted_commit():
+        tally.transactions += 1
+        commit()
+
+    connection.commit = counted_commit
+    try:
+        with connection.execute_wrapper(tally):
+            yield tally
+    finally:
+        del connection.commit  # back to the class's method
+
+
+def describe(tally: Tally) -> str:
+    return f"{len(tally.statements)} statements, {tally.transactions} transactions:\n" + "\n".join(
+        sql[:120] for sql in tally.statements
+    )
+
+
+def test_one_cycle_stays_within_its_statement_and_transaction_budget(personas):
+    run = run_submit(
+        submitter=personas.carol,
+        agent="demo",
+        input="Tell Ada.",
+        model={"provider": "scripted", "script": SCRIPT},
+    )
+    with tallied() as first:
+        run_execute(run_id=run.id, worker="budget")
+    run.refresh_from_db()
+    assert run.status == RunStatus.INPUT_REQUIRED, run.error
+    approval = run.approvals.get()
+    approval_decide(
+        approval_id=approval.id,
+        reviewer=personas.alice,
+        verdict="approve",
+        checkpoint_id=str(approval.checkpoint_id),
+    )
+    with tallied() as resumed:
+        run_execute(run_id=run.id, worker="budget")
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.error
+
+    print(f"run: {describe(first)}\nresume: {describe(resumed)}")
+    assert len(first.statements) <= RUN_BUDGET[0] and first.transactions <= RUN_BUDGET[1], describe(first)
+    assert len(resumed.statements) <= RESUME_BUDGET[0], describe(resumed)
+    assert resumed.transactions <= RESUME_BUDGET[1], describe(resumed)

@@ -1,0 +1,214 @@
+"""An approved `execute` command, run through the desk's real host, cannot reach the desk.
+
+Each test is an attack: a command a reviewer approved (alice approves carol's
+run), run by `run_execute` in this process exactly as a worker runs it, then
+checked twice: on what the tool returned (what the submitter reads through the
+API) and on the world (the file unchanged, the process gone).
+
+Both sandbox modes run every attack. `bwrap` needs namespaces from the
+machine and skips, saying so, where bubblewrap cannot start. `basic` (the
+fallback) keeps the desk's files out of reach by the per-run uid, which needs
+a root host and a var/ that is 0700 with 0600 files (the suite's var/ is a
+mkdtemp, 0700); it cannot block TCP (see agents/sandbox.py), so the Redis
+attack over TCP runs in `bwrap` only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from django.conf import settings
+
+from agents.sandbox import SandboxConfig, _bwrap_works, bwrap_executable, run_uid
+from reviewdesk.accounts.demo import demo_password
+from reviewdesk.approvals import signing
+from reviewdesk.approvals.services import approval_decide
+from reviewdesk.runs.execution import run_execute
+from reviewdesk.runs.models import SideEffect
+
+pytestmark = pytest.mark.django_db
+
+AS_ROOT = os.geteuid() == 0
+# Asked of bubblewrap directly: with mode "bwrap" forced, the sandbox must then use it.
+_BWRAP = bwrap_executable(SandboxConfig())
+BWRAP_HERE = _BWRAP is not None and _bwrap_works(_BWRAP, run_uid("probe") if AS_ROOT else None)
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(
+            "bwrap",
+            marks=pytest.mark.skipif(
+                not BWRAP_HERE, reason="bubblewrap cannot create namespaces on this machine"
+            ),
+        ),
+        pytest.param(
+            "basic",
+            marks=pytest.mark.skipif(
+                not AS_ROOT, reason="the basic fallback isolates files only on a root host"
+            ),
+        ),
+    ]
+)
+def mode(request, settings):
+    settings.DESK_SANDBOX = request.param
+    return request.param
+
+
+@pytest.fixture
+def approved_command(interrupted_run, personas):
+    """Run `command` as an approved execute call; return the run and what the tool returned."""
+
+    def run(command: str):
+        script = [
+            {"tool_calls": [{"name": "execute", "arguments": {"command": command}}]},
+            {"content": "Done."},
+        ]
+        run, approval = interrupted_run(script)
+        for reviewer in (personas.alice, personas.bob):  # the demo's execute needs two reviewers
+            approval_decide(
+                approval_id=approval.id,
+                reviewer=reviewer,
+                verdict="approve",
+                checkpoint_id=str(approval.checkpoint_id),
+            )
+        run_execute(run_id=run.id, worker="in-process")
+        effect = SideEffect.objects.get(run=run, tool="execute")
+        assert effect.status == "confirmed"
+        return run, effect.result
+
+    return run
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def secret_files() -> dict[str, Path]:
+    signing.ensure_keys()
+    demo_password()
+    files = {
+        "signing key": Path(settings.DESK_SIGNING_KEY_FILE),
+        "keyring": Path(settings.DESK_VERIFY_KEYS_FILE),
+        "django secret": Path(settings.VAR_DIR) / "secret_key",
+        "demo password": Path(settings.VAR_DIR) / "demo_password",
+    }
+    if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+        files["database"] = Path(settings.DATABASES["default"]["NAME"])
+    return files
+
+
+@pytest.mark.parametrize("secret", ["signing key", "keyring", "django secret", "demo password", "database"])
+def test_an_approved_command_cannot_read_the_desks_files(approved_command, mode, secret):
+    path = secret_files().get(secret)
+    if path is None:
+        pytest.skip("the database is a server here (DATABASE_URL), not a file")
+    before = path.read_bytes()
+
+    _, result = approved_command(f"cat {path} | head -c 4096 | base64")
+
+    assert result["stdout"].strip() == ""
+    assert before[:64] not in (result["stdout"] + result["stderr"]).encode()
+    assert path.read_bytes()[:4096] == before[:4096]
+
+
+@pytest.mark.parametrize(
+    "variable",
+    ["DATABASE_URL", "DJANGO_SECRET_KEY", "DESK_DEMO_PASSWORD", "REDIS_URL", "OPENAI_API_KEY"],
+)
+def test_an_approved_command_cannot_read_the_workers_credentials_from_its_environment(
+    approved_command, mode, monkeypatch, variable
+):
+    value = f"credential-{uuid.uuid4().hex}"
+    monkeypatch.setenv(variable, value)
+
+    _, result = approved_command(f'echo "[${variable}]"; env; cat /proc/$PPID/environ /proc/1/environ')
+
+    assert result["stdout"].startswith("[]\n")
+    assert value not in result["stdout"] + result["stderr"]
+    assert os.environ[variable] == value
+
+
+def test_an_approved_command_cannot_write_the_keyring(approved_command, mode):
+    keyring = secret_files()["keyring"]
+    before = digest(keyring)
+
+    _, result = approved_command(
+        f"""echo '{{"ed25519:attacker": "AAAA"}}' > {keyring}; echo exit=$?; """
+        f"cp /dev/null {keyring}.tmp && mv {keyring}.tmp {keyring}; echo exit=$?"
+    )
+
+    assert "exit=0" not in result["stdout"]
+    assert digest(keyring) == before
+
+
+def test_an_approved_command_cannot_read_or_list_another_runs_directory(approved_command, mode):
+    first, _ = approved_command("echo 'the other run' > private.txt")
+    theirs = Path(settings.DESK_RUNS_DIR) / str(first.id)
+    assert (theirs / "private.txt").read_text() == "the other run\n"
+
+    _, result = approved_command(
+        f"cat {theirs}/private.txt; ls {settings.DESK_RUNS_DIR}; echo > {theirs}/planted"
+    )
+
+    assert "the other run" not in result["stdout"]
+    assert str(first.id) not in result["stdout"]
+    assert sorted(p.name for p in theirs.iterdir()) == ["private.txt"]
+
+
+PING_UNIX = (
+    "python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.settimeout(2); s.connect(sys.argv[1]);"
+    ' s.sendall(b"PING\\r\\n"); print(s.recv(64))\' {path}'
+)
+PING_TCP = (
+    "python3 -c 'import socket,sys; s=socket.create_connection((sys.argv[1], int(sys.argv[2])), 2);"
+    ' s.sendall(b"PING\\r\\n"); print(s.recv(64))\' {host} {port}'
+)
+
+
+def test_an_approved_command_cannot_reach_the_redis_socket(approved_command, mode, redis_client):
+    if settings.EMBEDDED_REDIS_SOCKET is not None:
+        command = PING_UNIX.format(path=settings.EMBEDDED_REDIS_SOCKET)
+    elif mode == "basic":
+        pytest.skip("Redis listens on TCP here, and the basic fallback has no network namespace")
+    else:
+        url = urlparse(settings.REDIS_URL)
+        command = PING_TCP.format(host=url.hostname, port=url.port or 6379)
+    assert redis_client.ping()  # it is up, and the desk reaches it
+
+    _, result = approved_command(command)
+
+    assert "PONG" not in result["stdout"]
+    assert result["exit_code"] != 0
+
+
+def test_an_approved_command_leaves_no_process_behind(approved_command, mode):
+    marker = f"302.{uuid.uuid4().int % 10**9}"
+
+    _, result = approved_command(
+        f"sleep {marker} >/dev/null 2>&1 & setsid sleep {marker} >/dev/null 2>&1 & echo $!"
+    )
+
+    assert result["exit_code"] == 0 and result["stdout"].strip().isdigit()
+    alive = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                alive.append(entry)
+        except OSError:
+            continue
+    assert alive == []
+
+
+def test_an_approved_command_with_a_bidi_override_is_refused_and_never_runs(approved_command):
+    # A right-to-left override makes the page show the tail of the command reversed: what the
+    # reviewer read is not what sh would run. The tool refuses it before any process starts.
+    run, result = approved_command("touch pwned #\u202e;sl")
+
+    assert result == {"error": "command refused: it contains control or format characters (U+202E)"}
+    assert not (Path(settings.DESK_RUNS_DIR) / str(run.id) / "pwned").exists()

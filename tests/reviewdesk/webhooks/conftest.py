@@ -1,0 +1,81 @@
+"""A real HTTP receiver (http.server in a thread) and a real Celery worker (a thread of this
+process consuming the real Redis queue) for the webhook tests."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from celery.contrib.testing.worker import start_worker
+
+from reviewdesk.celery import app as celery_app
+
+
+@dataclass
+class Received:
+    at: float
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Receiver:
+    url: str
+    status: int = 200  # what it answers; a test switches it
+    delay: float = 0.0  # seconds it takes to answer
+    requests: list[Received] = field(default_factory=list)
+
+    def verified(self, request: Received, secret: str) -> bool:
+        """What a client's receiver does: parse Desk-Signature, recompute the HMAC, compare."""
+        parts = dict(item.split("=", 1) for item in request.headers["Desk-Signature"].split(","))
+        expected = hmac.new(
+            secret.encode(), parts["t"].encode() + b"." + request.body, hashlib.sha256
+        ).hexdigest()
+        return hmac.compare_digest(expected, parts["v1"]) and abs(time.time() - int(parts["t"])) < 300
+
+    def wait_for(self, count: int, timeout: float = 30) -> list[Received]:
+        deadline = time.monotonic() + timeout
+        while len(self.requests) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(self.requests) >= count, f"{len(self.requests)} of {count} requests arrived"
+        return self.requests
+
+
+@pytest.fixture
+def receiver():
+    state = Receiver(url="")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            state.requests.append(Received(time.monotonic(), dict(self.headers), body))
+            time.sleep(state.delay)
+            self.send_response(state.status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield state
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def celery_worker(task_queue, settings):
+    """A Celery worker in a thread, consuming the real Redis queue (runs and deliveries alike).
+    Fast retries: 0.2 s, then doubling."""
+    settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True
+    settings.DESK_WEBHOOK_BACKOFF_SECONDS = 0.2
+    with start_worker(celery_app, pool="solo", perform_ping_check=False, shutdown_timeout=20) as worker:
+        yield worker

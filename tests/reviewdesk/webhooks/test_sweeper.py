@@ -1,0 +1,70 @@
+"""Beat's webhook sweep: a delivery whose task was lost (the broker flushed or down at commit)
+is sent again, through the real Redis queue, by a real Celery worker, to a real receiver."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from reviewdesk.runs.execution import run_execute
+from reviewdesk.runs.services import run_submit
+from reviewdesk.webhooks.models import DeliveryStatus, WebhookDelivery
+from reviewdesk.webhooks.services import webhook_register
+from reviewdesk.webhooks.sweeper import webhooks_sweep
+from tests.conftest import SEND_EMAIL_SCRIPT
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_delivery_whose_task_was_lost_is_sent_again_by_the_sweeper(
+    personas, receiver, task_queue, settings, request
+):
+    settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True
+    endpoint, secret = webhook_register(owner=personas.carol, url=receiver.url, events=["run.input_required"])
+    run = run_submit(
+        submitter=personas.carol,
+        agent="demo",
+        input="Tell Ada.",
+        model={"provider": "scripted", "script": SEND_EMAIL_SCRIPT},
+    )
+    run_execute(run_id=run.id, worker="in-process")
+    (delivery,) = WebhookDelivery.objects.filter(endpoint=endpoint)
+    assert task_queue.length() >= 1  # the run's task and the delivery's, sent on commit
+    task_queue.clear()  # lost: what a flushed or unreachable broker leaves behind
+
+    assert webhooks_sweep() == {"resent": 0}  # not overdue yet: its task may still be on its way
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(due_at=timezone.now() - timedelta(seconds=121))
+    assert webhooks_sweep() == {"resent": 1}
+    assert task_queue.length() == 1
+    assert webhooks_sweep() == {"resent": 0}  # touched: the next sweep waits its turn
+
+    request.getfixturevalue("celery_worker")  # a worker consumes the re-sent task
+    (received,) = receiver.wait_for(1)
+    assert receiver.verified(received, secret)
+    assert received.headers["Desk-Delivery"] == str(delivery.id)
+    delivery.refresh_from_db()
+    assert (delivery.status, delivery.attempts) == (DeliveryStatus.DELIVERED, 1)
+
+
+def test_the_sweeper_leaves_deliveries_that_are_waiting_for_a_retry_held_or_finished(
+    personas, settings, task_queue
+):
+    settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True
+    endpoint, _ = webhook_register(owner=personas.carol, url="http://127.0.0.1:9/", events=["run.failed"])
+    now = timezone.now()
+    old = now - timedelta(seconds=600)
+
+    def row(**fields) -> WebhookDelivery:
+        return WebhookDelivery.objects.create(endpoint=endpoint, event_type="run.failed", body="{}", **fields)
+
+    row(due_at=now + timedelta(seconds=60))  # a retry's countdown has not run out
+    row(due_at=old, leased_until=now + timedelta(seconds=30))  # a worker is sending it now
+    row(due_at=old, status=DeliveryStatus.DELIVERED)
+    row(due_at=old, status=DeliveryStatus.FAILED)
+    assert webhooks_sweep(now=now) == {"resent": 0}
+    lost = row(due_at=old, leased_until=old)  # its worker died mid-send, long ago
+    assert webhooks_sweep(now=now) == {"resent": 1}
+    lost.refresh_from_db()
+    assert lost.due_at == now

@@ -1,0 +1,234 @@
+"""Webhooks: signed deliveries to a real receiver by a real worker, retries, disabling,
+re-sending, address checks and who may do what."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from django.utils import timezone
+
+from reviewdesk.accounts.roles import SUBMITTERS
+from reviewdesk.webhooks.models import WebhookDelivery, WebhookEndpoint
+from reviewdesk.webhooks.services import webhook_deliver
+from tests.conftest import SEND_EMAIL_SCRIPT, make_user
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def submit(client) -> str:
+    response = client.post(
+        "/api/v1/runs",
+        {
+            "agent": "demo",
+            "input": "Tell Ada her refund is on its way.",
+            "model": {"provider": "scripted", "script": SEND_EMAIL_SCRIPT},
+        },
+        format="json",
+    )
+    assert response.status_code == 201, response.json()
+    return response.json()["id"]
+
+
+def register(client, url, *events):
+    return client.post("/api/v1/webhooks", {"url": url, "events": list(events)}, format="json")
+
+
+def wait_for(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := predicate():
+            return result
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def test_carol_receives_a_signed_delivery_when_her_run_needs_approval(
+    personas, api_as, receiver, celery_worker
+):
+    carol = api_as(personas.carol, "submit")
+    created = register(carol, receiver.url, "run.input_required")
+    assert created.status_code == 201, created.json()
+    secret = created.json()["secret"]
+    run_id = submit(carol)
+
+    (request,) = receiver.wait_for(1)
+    assert receiver.verified(request, secret)
+    assert not receiver.verified(request, secret + "x")
+    body = json.loads(request.body)
+    assert (body["type"], body["run"], body["data"]["status"]) == (
+        "run.input_required",
+        run_id,
+        "input_required",
+    )
+    assert request.headers["Desk-Event"] == "run.input_required"
+
+    hook = created.json()["id"]
+    delivered = wait_for(
+        lambda: (
+            (page := carol.get(f"/api/v1/webhooks/{hook}/deliveries").json()["results"])
+            and page[0]["status"] == "delivered"
+            and page
+        )
+    )
+    assert delivered[0]["attempts"][0]["status_code"] == 200
+    # The secret was shown once: neither the list nor the deliveries carry it.
+    assert secret not in carol.get("/api/v1/webhooks").content.decode()
+    assert secret not in carol.get(f"/api/v1/webhooks/{hook}/deliveries").content.decode()
+
+
+def test_a_failing_receiver_is_retried_with_backoff_then_disabled_and_a_resend_revives_it(
+    personas, api_as, receiver, celery_worker, settings
+):
+    settings.DESK_WEBHOOK_MAX_ATTEMPTS = 3
+    settings.DESK_WEBHOOK_DISABLE_AFTER = 2
+    receiver.status = 500
+    carol = api_as(personas.carol, "submit")
+    hook = register(carol, receiver.url, "run.input_required", "run.cancelled").json()["id"]
+    run_id = submit(carol)
+    receiver.wait_for(3)  # the first delivery, three attempts
+    assert carol.post(f"/api/v1/runs/{run_id}/cancel", format="json").status_code == 200
+    requests = receiver.wait_for(6)
+
+    first = [r.at for r in requests[:3]]
+    assert first[1] - first[0] >= 0.2 and first[2] - first[1] >= 0.4  # 0.2 s, then doubled
+    endpoint = wait_for(lambda: carol.get("/api/v1/webhooks").json()["results"][0]["disabled_at"] and True)
+    assert endpoint
+    listed = carol.get("/api/v1/webhooks").json()["results"][0]
+    assert "2 deliveries in a row failed" in listed["disabled_reason"]
+    deliveries = carol.get(f"/api/v1/webhooks/{hook}/deliveries").json()["results"]
+    assert [d["status"] for d in deliveries] == ["failed", "failed"]
+    assert [a["status_code"] for a in deliveries[0]["attempts"]] == [500, 500, 500]
+
+    # A third run event is not sent to a disabled endpoint.
+    submit(carol)
+    time.sleep(1)
+    assert len(receiver.requests) == 6
+    assert WebhookDelivery.objects.filter(endpoint_id=hook).count() == 2
+
+    receiver.status = 204
+    resent = carol.post(f"/api/v1/webhooks/{hook}/deliveries/{deliveries[-1]['id']}/resend", format="json")
+    assert resent.status_code == 202, resent.json()
+    receiver.wait_for(7)
+    assert json.loads(receiver.requests[6].body) == json.loads(receiver.requests[0].body)
+    revived = wait_for(
+        lambda: (row := carol.get("/api/v1/webhooks").json()["results"][0])["disabled_at"] is None and row
+    )
+    assert (revived["consecutive_failures"], revived["disabled_reason"]) == (0, None)
+    again = carol.get(f"/api/v1/webhooks/{hook}/deliveries").json()["results"][0]
+    assert (again["status"], again["resend_of"]) == ("delivered", deliveries[-1]["id"])
+
+
+def test_a_private_address_is_refused_without_the_setting(personas, api_as, settings):
+    settings.DESK_WEBHOOKS_ALLOW_PRIVATE = False
+    carol = api_as(personas.carol, "submit")
+    for url in (
+        "http://127.0.0.1:9/hook",
+        "http://10.1.2.3/hook",
+        "http://169.254.169.254/latest",
+        "http://[::1]/",
+    ):
+        response = register(carol, url, "run.succeeded")
+        assert response.status_code == 422, (url, response.json())
+        assert response.json()["code"] == "invalid" and "url" in response.json()["errors"]
+    assert WebhookEndpoint.objects.count() == 0
+
+
+def test_a_host_that_turned_private_is_refused_at_delivery_time(
+    personas, api_as, receiver, celery_worker, settings
+):
+    carol = api_as(personas.carol, "submit")
+    hook = register(carol, receiver.url, "run.input_required").json()["id"]
+    settings.DESK_WEBHOOKS_ALLOW_PRIVATE = False  # as if the name now resolved to 127.0.0.1
+    submit(carol)
+    delivery = wait_for(
+        lambda: (
+            WebhookDelivery.objects.filter(endpoint_id=hook, status="failed")
+            .prefetch_related("attempt_rows")
+            .first()
+        )
+    )
+    (attempt,) = delivery.attempt_rows.all()
+    assert attempt.error.startswith("refused:") and attempt.status_code is None
+    assert receiver.requests == []
+
+
+def test_only_the_runs_owner_hears_of_it_and_only_the_owner_sees_the_webhook(
+    personas, api_as, receiver, celery_worker
+):
+    sam = api_as(make_user("sam", SUBMITTERS), "submit")
+    sams = register(sam, receiver.url, "run.input_required").json()["id"]
+    carol = api_as(personas.carol, "submit")
+    carols_receiver_hook = register(carol, receiver.url + "?carol", "run.input_required").json()["id"]
+    submit(carol)
+    (request,) = receiver.wait_for(1)
+    time.sleep(0.5)
+    assert len(receiver.requests) == 1 and request.headers["Desk-Event"] == "run.input_required"
+    assert WebhookDelivery.objects.filter(endpoint_id=sams).count() == 0
+
+    assert sam.get(f"/api/v1/webhooks/{carols_receiver_hook}/deliveries").status_code == 404
+    delivery = WebhookDelivery.objects.get(endpoint_id=carols_receiver_hook)
+    resend = sam.post(
+        f"/api/v1/webhooks/{carols_receiver_hook}/deliveries/{delivery.id}/resend", format="json"
+    )
+    assert resend.status_code == 404
+    assert [h["id"] for h in sam.get("/api/v1/webhooks").json()["results"]] == [sams]
+
+
+def test_registering_needs_the_submit_scope_and_known_event_types(personas, api_as, settings):
+    settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True
+    reviewer = api_as(personas.alice, "review")
+    refused = register(reviewer, "http://127.0.0.1:9/", "run.succeeded")
+    assert refused.status_code == 403 and refused.json()["code"] == "missing_scope"
+    assert reviewer.get("/api/v1/webhooks").status_code == 403
+    carol = api_as(personas.carol, "submit")
+    assert register(carol, "http://127.0.0.1:9/", "run.exploded").status_code == 422
+    assert register(carol, "http://127.0.0.1:9/").status_code == 422
+    assert register(carol, "ftp://127.0.0.1/", "run.failed").status_code == 422
+    assert WebhookEndpoint.objects.count() == 0
+
+
+def _pending_delivery(owner, url) -> WebhookDelivery:
+    endpoint = WebhookEndpoint.objects.create(owner=owner, url=url, events=["run.succeeded"], secret="s")
+    return WebhookDelivery.objects.create(endpoint=endpoint, event_type="run.succeeded", body="{}")
+
+
+def test_a_delivery_still_queued_when_its_endpoint_is_disabled_is_not_sent(personas, receiver, settings):
+    settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True
+    delivery = _pending_delivery(personas.carol, receiver.url)
+    WebhookEndpoint.objects.filter(pk=delivery.endpoint_id).update(disabled_at=timezone.now())
+    assert webhook_deliver(delivery_id=delivery.id) == "endpoint disabled"
+    delivery.refresh_from_db()
+    assert delivery.status == "failed" and receiver.requests == []
+
+
+def test_a_duplicated_delivery_task_sends_once(personas, receiver, settings):
+    """Two workers handed the same delivery at once (a redelivered message): one attempt."""
+    settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True
+    receiver.delay = 0.5
+    delivery = _pending_delivery(personas.carol, receiver.url)
+    outcomes = []
+    threads = [
+        threading.Thread(target=lambda: outcomes.append(webhook_deliver(delivery_id=delivery.id)))
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes) == ["delivered", "skipped"]
+    assert len(receiver.requests) == 1
+
+
+def test_a_url_with_credentials_and_a_twenty_first_webhook_are_refused(personas, api_as, settings):
+    settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True
+    carol = api_as(personas.carol, "submit")
+    with_password = register(carol, "http://user:pw@127.0.0.1:9/hook", "run.failed")
+    assert with_password.status_code == 422 and "credentials" in with_password.json()["detail"]
+    for _ in range(20):
+        WebhookEndpoint.objects.create(owner=personas.carol, url="http://127.0.0.1:9/", events=["run.failed"])
+    one_more = register(carol, "http://127.0.0.1:9/hook", "run.failed")
+    assert one_more.status_code == 422 and "at most 20" in one_more.json()["detail"]
+    assert WebhookEndpoint.objects.count() == 20

@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run test test-e2e bench chaos lint mutants format clean
+.PHONY: run test test-e2e bench chaos lint mutants mutants-short format clean
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -61,6 +61,11 @@ lint: $(VENV)/.installed
 MUTANTS_ARGS ?=
 mutants: $(VENV)/.installed
 	$(PY) tests/mutants.py $(MUTANTS_ARGS)
+
+# CI's short run: every 5th listed mutation (about a fifth of the full run's ~40 minutes), with
+# every entry still checked against the source. `make mutants` runs them all.
+mutants-short: $(VENV)/.installed
+	$(PY) tests/mutants.py --every 5 $(MUTANTS_ARGS)
 
 format: $(VENV)/.installed
 	$(VENV)/bin/ruff check --fix .

@@ -101,6 +101,9 @@ class ApprovalRequest(models.Model):
             models.Index(fields=["status", "expires_at"]),
             # The desk's queue order (approvals.routing.in_queue_order): a page without sorting every row.
             models.Index(fields=["status", "expires_at", "created_at", "id"], name="approval_queue_order"),
+            # The few calls assigned to someone (approvals.routing.ids_targeting reads their
+            # lists): found without reading the many open to any reviewer.
+            models.Index(fields=["status"], condition=~models.Q(assignees=[]), name="approval_targeted"),
         ]
 
     def __str__(self) -> str:

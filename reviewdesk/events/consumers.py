@@ -123,7 +123,8 @@ def _snapshot(user, view: tuple[QueueFilters, int] = (QueueFilters(), 0)) -> dic
 
     A window, not the whole queue: with 10,000 pending the snapshot stays one page. `total`
     counts every approval pending for the user (filters aside, the desk's count), `matching`
-    those the filters keep, and `more` says whether matching ones follow the window.
+    those the filters keep, and `more` says whether matching ones follow the window. Counts stop
+    at QUEUE_COUNT_CAP: `total_capped` / `matching_capped` say there are more ("1000+").
     """
     # Read the sequence first: anything committed after it arrives as a delta.
     seq = latest_seq()
@@ -135,7 +136,9 @@ def _snapshot(user, view: tuple[QueueFilters, int] = (QueueFilters(), 0)) -> dic
         "data": {
             "approvals": [approval_data(a) for a in page.approvals],
             "total": page.total,
+            "total_capped": page.total_capped,
             "matching": page.matching,
+            "matching_capped": page.matching_capped,
             "offset": page.offset,
             "limit": QUEUE_PAGE_SIZE,
             "more": page.next_offset is not None,

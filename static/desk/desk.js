@@ -27,6 +27,8 @@
   // The count in the heading and tab: every approval pending for me (all pages, filters aside).
   // The page's and then the snapshot's total; events after the snapshot move it, once per change.
   let total = Number(list.dataset.total || 0);
+  // Past the server's count cap the count is a lower bound ("1000+"); events still move it.
+  let totalCapped = list.dataset.totalCapped === "yes";
   let snapshotSeq = null; // the snapshot's seq once it arrived: older events are in its total
   const counted = new Map(); // approval id -> pending?, as the count last saw it
   const offPage = new Map(); // pending and matching, but on another page: id -> "next" | "earlier"
@@ -43,9 +45,9 @@
   }
 
   function refreshCount() {
-    const n = Math.max(0, total);
-    count.textContent = String(n);
-    document.title = document.title.replace(/^(\(\d+\) )?/, "(" + n + ") ");
+    const n = Math.max(0, total) + (totalCapped ? "+" : "");
+    count.textContent = n;
+    document.title = document.title.replace(/^(\(\d+\+?\) )?/, "(" + n + ") ");
     empty.hidden = cards().length > 0;
   }
 
@@ -302,6 +304,7 @@
   function applySnapshot(data, seq) {
     const approvals = data.approvals;
     total = typeof data.total === "number" ? data.total : approvals.length; // no total: all of them
+    totalCapped = data.total_capped === true;
     if (typeof data.more === "boolean") hasNext = data.more;
     snapshotSeq = seq;
     counted.clear();

@@ -9,6 +9,7 @@ it does not. Both return plain strings, so autoescaping still applies.
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from typing import Any
 
@@ -50,8 +51,18 @@ INVISIBLE_CATEGORIES = frozenset({"Cf", "Cc", "Zl", "Zp"})
 KEPT = frozenset("\n\t")
 
 
+# In ASCII text only the controls are invisible: a regex finds them without a call per character.
+ASCII_INVISIBLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
 def _invisible(char: str) -> bool:
     return char not in KEPT and unicodedata.category(char) in INVISIBLE_CATEGORIES
+
+
+def _holds_invisible(text: str) -> bool:
+    if text.isascii():
+        return ASCII_INVISIBLE.search(text) is not None
+    return any(_invisible(c) for c in text)
 
 
 def _escape_char(char: str) -> str:
@@ -64,7 +75,7 @@ def _escape_char(char: str) -> str:
 def visible(text: Any) -> str:
     """`text` with every invisible character written out as its escape (`\\u202e`)."""
     text = str(text)
-    if not any(_invisible(c) for c in text):
+    if not _holds_invisible(text):
         return text
     return "".join(_escape_char(c) if _invisible(c) else c for c in text)
 
@@ -73,7 +84,7 @@ def visible(text: Any) -> str:
 def has_invisible(value: Any) -> bool:
     """Whether a value (text, or JSON data at any depth) holds an invisible character."""
     if isinstance(value, str):
-        return any(_invisible(c) for c in value)
+        return _holds_invisible(value)
     if isinstance(value, dict):
         return any(has_invisible(k) or has_invisible(v) for k, v in value.items())
     if isinstance(value, list | tuple):

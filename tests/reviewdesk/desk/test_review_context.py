@@ -211,16 +211,49 @@ def test_the_desk_page_is_paged_and_its_query_count_does_not_grow(interrupted_ru
         return response, len(queries)
 
     _, few_queries = render()
-    clone(QUEUE_PAGE_SIZE + 20)
+    clone(QUEUE_PAGE_SIZE + 5)
     many, many_queries = render()
     assert many_queries == few_queries
     html = many.content.decode()
     cards = html.count('<li class="card"') - 1  # the blank one in #card-template
     assert cards == QUEUE_PAGE_SIZE
-    assert f"<title>({QUEUE_PAGE_SIZE + 21}) Desk" in html
+    assert f"<title>({QUEUE_PAGE_SIZE + 6}) Desk" in html
     second = logged_in(personas.alice).get("/", {"offset": QUEUE_PAGE_SIZE}).content.decode()
-    assert second.count('<li class="card"') - 1 == 21
+    assert second.count('<li class="card"') - 1 == 6
     assert 'rel="prev"' in second and 'rel="next"' not in second
+
+
+def test_past_the_count_cap_the_desk_says_1000_plus_and_still_pages_to_the_end(
+    interrupted_run, personas, monkeypatch
+):
+    """With the cap at 3 and pages of 2, five pending read "3+" on the page, its title and its
+    socket snapshot; "next page" still follows the rows themselves, not the stopped count."""
+    from reviewdesk.approvals import selectors
+    from reviewdesk.events import consumers
+
+    monkeypatch.setattr(selectors, "QUEUE_COUNT_CAP", 3)
+    monkeypatch.setattr(selectors, "QUEUE_PAGE_SIZE", 2)
+    _, approval = interrupted_run()
+    template = ApprovalRequest.objects.get(pk=approval.pk)
+    for n in range(4):
+        template.pk, template.tool_call_id = None, f"clone-{n}"
+        template.save(force_insert=True)
+
+    alice = logged_in(personas.alice)
+    pages = [alice.get("/", {"offset": offset}).content.decode() for offset in (0, 2, 4)]
+    assert all("<title>(3+) Desk" in html and 'data-total-capped="yes"' in html for html in pages)
+    assert [html.count('<li class="card"') - 1 for html in pages] == [2, 2, 1]
+    assert ['rel="next"' in html for html in pages] == [True, True, False]
+    assert "of 3+" in pages[0]
+    filtered = alice.get("/", {"tool": approval.tool}).content.decode()
+    assert "of 3+ matching" in filtered
+
+    snapshot = consumers._snapshot.func(personas.alice)["data"]
+    assert (snapshot["total"], snapshot["total_capped"], snapshot["more"]) == (3, True, True)
+
+    monkeypatch.setattr(selectors, "QUEUE_COUNT_CAP", 5)
+    exact = alice.get("/").content.decode()
+    assert "<title>(5) Desk" in exact and 'data-total-capped=""' in exact
 
 
 def test_invisible_characters_in_arguments_are_escaped_and_flagged_on_every_page(interrupted_run, personas):
@@ -243,6 +276,8 @@ def test_invisible_characters_in_arguments_are_escaped_and_flagged_on_every_page
         ("bell\x07 c1\x85", "bell\\u0007 c1\\u0085"),
         ("tag\U000e0041", "tag\\udb40\\udc41"),
         ("line\nand\ttab stay, é and 😀 too", "line\nand\ttab stay, é and 😀 too"),
+        ("ascii bell\x07, escape\x1b and delete\x7f", "ascii bell\\u0007, escape\\u001b and delete\\u007f"),
+        ("plain ascii\nwith a tab\t", "plain ascii\nwith a tab\t"),
     ],
     ids=[
         "bidi override",
@@ -251,6 +286,8 @@ def test_invisible_characters_in_arguments_are_escaped_and_flagged_on_every_page
         "C0 and C1 controls",
         "astral as a surrogate pair",
         "ordinary text untouched",
+        "ASCII controls (the regex path)",
+        "plain ASCII untouched",
     ],
 )
 def test_visible_escapes_what_cannot_be_seen(text, shown):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import smtplib
+import unicodedata
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Protocol
@@ -16,7 +17,7 @@ from typing import Any, Protocol
 from agents.questions import ask_human_tool
 from agents.registry import Agent, register
 from agents.routing import Condition, Quorum, Route
-from agents.sandbox import SandboxUnavailable, run_sandboxed
+from agents.sandbox import SandboxConfig, SandboxMode, SandboxUnavailable, run_sandboxed
 from agents.tools import ALWAYS, NEVER, CallHistory, Effect, Tool, ToolContext, ToolError, ToolUnavailable
 
 CUSTOMERS: dict[str, dict[str, Any]] = {
@@ -100,20 +101,20 @@ def refund_payment(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any
     return _world(ctx).refund(order_id=order["order_id"], amount=amount, idempotency_key=ctx.idempotency_key)
 
 
-# Characters that make what a reviewer reads differ from what runs: C0 controls other
-# than tab and newline, DEL, bidi embeddings/overrides/isolates, zero-width characters.
-_SPOOFING = frozenset(
-    [chr(c) for c in range(0x20) if chr(c) not in "\t\n"]
-    + ["\x7f"]
-    + [chr(c) for c in range(0x202A, 0x202F)]
-    + [chr(c) for c in range(0x2066, 0x206A)]
-    + ["\u200b", "\u200c", "\u200d", "\u200e", "\u200f", "\u061c", "\ufeff"]
-)
+# Characters that make what a reviewer reads differ from what runs: the desk's own rule for
+# "invisible" (reviewdesk/desk/templatetags/desk_json.py, static/desk/shown.js): format
+# characters (bidi, zero-width, soft hyphen, word joiner, tags, the BOM), controls other than
+# tab and newline (C0, DEL, C1), and the line and paragraph separators.
+_SPOOFING_CATEGORIES = frozenset({"Cf", "Cc", "Zl", "Zp"})
+
+
+def _spoofing(char: str) -> bool:
+    return char not in "\t\n" and unicodedata.category(char) in _SPOOFING_CATEGORIES
 
 
 def spoofing_characters(text: str) -> list[str]:
     """The control and format characters in `text`, as U+XXXX, in order of first appearance."""
-    return list(dict.fromkeys(f"U+{ord(ch):04X}" for ch in text if ch in _SPOOFING))
+    return list(dict.fromkeys(f"U+{ord(ch):04X}" for ch in text if _spoofing(ch)))
 
 
 def execute(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
@@ -229,19 +230,33 @@ def preview_refund_payment(arguments: Mapping[str, Any], ctx: ToolContext) -> di
     }
 
 
+SANDBOX_SHOWN = {
+    SandboxMode.BWRAP: "bubblewrap: only the run's scratch directory is writable, no network, no desk files",
+    SandboxMode.AUTO: "bubblewrap where it can run here, else a user id of its own with the limits below",
+    SandboxMode.BASIC: "a user id of its own with the limits below (no file or network isolation)",
+}
+
+
+def sandbox_limits_text(config: SandboxConfig) -> str:
+    return (
+        f"CPU {config.cpu_seconds} s, memory {config.memory_bytes >> 20} MiB, "
+        f"files {config.file_size_bytes >> 20} MiB, {config.max_processes} processes; environment: PATH, LANG, HOME only"
+    )
+
+
 def preview_execute(arguments: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
     """The command, where it runs, for how long, and inside which limits."""
     command = arguments.get("command")
     if not isinstance(command, str):
         return _preview_error("Command", "the command must be text")
-    limits = getattr(ctx.world, "sandbox_limits", None)
     return {
         "title": "Shell command, run as soon as you approve (irreversible)",
         "rows": [
             ["Shell", "sh -c"],
             ["Working directory", str(ctx.workdir)],
             ["Time limit", f"{ctx.timeout_seconds:g} s, then the command is killed"],
-            ["Sandbox limits", limits or "none declared: the worker's user and its environment"],
+            ["Sandbox", SANDBOX_SHOWN[ctx.sandbox.mode]],
+            ["Sandbox limits", sandbox_limits_text(ctx.sandbox)],
         ],
         "body": command,
         "warnings": [],

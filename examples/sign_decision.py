@@ -14,7 +14,13 @@ decision with `signature`, `key_id` and the `payload`. The server checks the sig
 before storing (422 `bad_signature` otherwise); the worker checks it again, with the admin's
 endorsement of your key, before the tool runs.
 
-Exit status: 0 decided, 2 on an API error. Needs httpx and cryptography.
+It does not take the server's word for what it signs: the bytes must be the payload it was
+given, and the payload must name this approval, this verdict, this key, and the SHA-256 of the
+arguments shown here (computed here, over their RFC 8785 form). A web tier that swaps the call
+gets no signature (exit 3).
+
+Exit status: 0 decided, 2 on an API error, 3 when the payload is not what was asked for.
+Needs httpx, cryptography and rfc8785 (all in requirements.txt).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import rfc8785
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -48,6 +55,28 @@ def fail(response: httpx.Response) -> None:
         file=sys.stderr,
     )
     raise SystemExit(2)
+
+
+def payload_mismatches(
+    *, signed: bytes, payload: dict, approval_id: str, verdict: str, key_id: str, to_run: object
+) -> list[str]:
+    """What about the bytes to sign differs from the decision asked for (empty: sign them)."""
+    try:
+        parsed = json.loads(signed)
+    except ValueError:
+        return ["the bytes to sign are not JSON"]
+    wrong = [] if parsed == payload else ["the bytes to sign are not the payload shown"]
+    expected = {
+        "request_id": approval_id,
+        "verdict": verdict,
+        "key_id": key_id,
+        "signer": "device",
+        "arguments_sha256": hashlib.sha256(rfc8785.dumps(to_run)).hexdigest(),
+    }
+    for field, value in expected.items():
+        if parsed.get(field) != value:
+            wrong.append(f"{field} is {parsed.get(field)!r}, expected {value!r}")
+    return wrong
 
 
 def main() -> int:
@@ -80,6 +109,19 @@ def main() -> int:
         if signable.status_code != 200:
             fail(signable)
         body = signable.json()
+        to_run = decision.get("arguments", approval.json()["arguments"])
+        print(f"tool: {approval.json()['tool']}\narguments: {json.dumps(to_run, indent=2)}")
+        wrong = payload_mismatches(
+            signed=base64.b64decode(body["bytes"]),
+            payload=body["payload"],
+            approval_id=args.approval_id,
+            verdict=args.verdict,
+            key_id=key_id,
+            to_run=to_run,
+        )
+        if wrong:
+            print("refusing to sign:", "; ".join(wrong), file=sys.stderr)
+            return 3
         print("signing:", body["canonical"])
         signature = base64.b64encode(key.sign(base64.b64decode(body["bytes"]))).decode()
         posted = client.post(

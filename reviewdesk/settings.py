@@ -261,6 +261,8 @@ DESK_ALLOW_SCRIPTED_MODEL = env_bool("DESK_ALLOW_SCRIPTED_MODEL", not DESK_PRODU
 # recompute the chain. DESK_AUDIT_KEY (the value itself) overrides the file.
 DESK_AUDIT_KEY = env_str("DESK_AUDIT_KEY")
 DESK_AUDIT_KEY_FILE = Path(env_str("DESK_AUDIT_KEY_FILE", str(VAR_DIR / "audit_key")))
+# The last unkeyed (pre-upgrade) row id, written beside the key on the first keyed write.
+DESK_AUDIT_PLAIN_UNTIL_FILE = Path(env_str("DESK_AUDIT_PLAIN_UNTIL_FILE", str(VAR_DIR / "audit_plain_until")))
 # Where beat appends the signed chain head: outside the database, it catches a truncated tail.
 DESK_AUDIT_ANCHOR_FILE = Path(env_str("DESK_AUDIT_ANCHOR_FILE", str(VAR_DIR / "audit_anchors.jsonl")))
 # The Ed25519 key that signs anchors (workers run the anchor task, and must not hold the

@@ -1,7 +1,7 @@
 """The world the agents' tools act on, chosen by the DESK_TOOL_WORLD setting.
 
 A tool reaches email, payments and the like only through `ToolContext.world`,
-which the run's host fills with `tool_world()`. The default is the demo
+which the run's host fills with `tool_world()` (and `sandbox_config()` for its processes). The default is the demo
 agent's world on Django (`reviewdesk.demo.world.DjangoDemoWorld`); a deployment
 with its own agents names its own class, so the core apps import no demo code.
 """
@@ -13,6 +13,8 @@ from typing import Any
 
 from django.conf import settings
 from django.utils.module_loading import import_string
+
+from agents.sandbox import SandboxConfig, SandboxMode
 
 
 @lru_cache(maxsize=8)
@@ -27,3 +29,16 @@ def _world_class(dotted_path: str) -> type[Any]:
 def tool_world() -> Any:
     """A fresh instance of the DESK_TOOL_WORLD class, for one tool call's context."""
     return _world_class(settings.DESK_TOOL_WORLD)()
+
+
+def sandbox_config() -> SandboxConfig:
+    """How tools that start processes are isolated, from the DESK_SANDBOX* settings: the same
+    for the call that runs and for the preview a reviewer reads before approving it."""
+    return SandboxConfig(
+        mode=SandboxMode(settings.DESK_SANDBOX),
+        cpu_seconds=settings.DESK_SANDBOX_CPU_SECONDS,
+        memory_bytes=settings.DESK_SANDBOX_MEMORY_MB << 20,
+        file_size_bytes=settings.DESK_SANDBOX_FILE_MB << 20,
+        max_processes=settings.DESK_SANDBOX_PROCESSES,
+        bwrap=settings.DESK_SANDBOX_BWRAP,
+    )

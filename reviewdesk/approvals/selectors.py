@@ -32,7 +32,7 @@ from reviewdesk.approvals.routing import ids_targeting, ids_targeting_by_tier, i
 from reviewdesk.db import ids_naming
 from reviewdesk.errors import NotFound
 from reviewdesk.runs.models import Run
-from reviewdesk.tool_world import tool_world
+from reviewdesk.tool_world import sandbox_config, tool_world
 
 logger = logging.getLogger(__name__)
 
@@ -309,6 +309,7 @@ def approval_preview(approval: ApprovalRequest, arguments: Any) -> dict[str, Any
         workdir=settings.DESK_RUNS_DIR / run_id,
         world=tool_world(),
         timeout_seconds=settings.DESK_EXECUTE_TIMEOUT_SECONDS,
+        sandbox=sandbox_config(),
     )
     try:
         preview = tool.preview(arguments, ctx)

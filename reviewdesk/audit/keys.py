@@ -17,6 +17,7 @@ import base64
 import contextlib
 import json
 import os
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -47,6 +48,37 @@ def _key_from_file(path: Path, create: bool) -> bytes:
     if not create and not path.exists():
         raise AuditKeyMissing(f"no audit key: set DESK_AUDIT_KEY or provide {path}")
     return embedded.read_or_create_secret(path, nbytes=32).encode()
+
+
+# Where the chain's unkeyed (legacy) rows end, recorded outside the database the first time
+# this code writes a keyed row: 0 on a deployment that never had any. Without it, a database
+# writer could rewrite the whole chain as "legacy" rows until the first anchor pins it.
+_plain_boundary_known: set[Path] = set()
+
+
+def plain_boundary_path() -> Path:
+    return Path(settings.DESK_AUDIT_PLAIN_UNTIL_FILE)
+
+
+def record_plain_boundary(last_plain_id: Callable[[], int]) -> None:
+    """Write the boundary once per deployment (the first writer wins; later calls are a stat)."""
+    path = plain_boundary_path()
+    if path in _plain_boundary_known:
+        return
+    if not path.exists():
+        with contextlib.suppress(FileExistsError):
+            _write_private(path, f"{last_plain_id()}\n".encode())
+    _plain_boundary_known.add(path)
+
+
+def plain_boundary() -> int | None:
+    """The last row id that may be unkeyed, or None where no boundary was ever recorded."""
+    try:
+        return int(plain_boundary_path().read_text().strip())
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return 0  # unreadable: trust no unkeyed row
 
 
 def _write_private(path: Path, data: bytes) -> None:

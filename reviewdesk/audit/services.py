@@ -16,7 +16,13 @@ from django.utils import timezone
 
 from reviewdesk.audit.anchors import Anchor, AnchorFileInvalid, anchor_append, anchors_read, chain_head
 from reviewdesk.audit.chain import GENESIS, row_hash
-from reviewdesk.audit.keys import AuditKeyMissing, audit_key
+from reviewdesk.audit.keys import (
+    AuditKeyMissing,
+    audit_key,
+    plain_boundary,
+    plain_boundary_path,
+    record_plain_boundary,
+)
 from reviewdesk.audit.models import AuditEvent, ChainVersion
 from reviewdesk.db import serialize_writers
 
@@ -35,6 +41,7 @@ def audit_record(
     # saved per row; issue 11).
     with transaction.atomic(savepoint=False):
         serialize_writers("audit-chain")
+        record_plain_boundary(_last_plain_id)
         prev = AuditEvent.objects.order_by("-id").values_list("hash", flat=True).first() or GENESIS
         actor_name = actor.get_username() if actor is not None else "system"
         # The keyed hash covers the row id, known only after the insert: insert with a unique
@@ -54,6 +61,11 @@ def audit_record(
         row.hash = row_hash(row, key=key)
         AuditEvent.objects.filter(pk=row.pk).update(hash=row.hash)
         return row
+
+
+def _last_plain_id() -> int:
+    last = AuditEvent.objects.filter(version=ChainVersion.PLAIN).order_by("-id").values_list("id", flat=True)
+    return last.first() or 0
 
 
 @dataclass(frozen=True)
@@ -92,6 +104,12 @@ def _row_problem(row: AuditEvent, prev: str, keyed_seen: bool, plain_until: int 
             return "an unkeyed row after keyed rows (the chain was rewritten without the key)"
         if plain_until is not None and row.id > plain_until:
             return "an unkeyed row that no anchor covers (the chain was rewritten without the key)"
+        boundary = plain_boundary()
+        if boundary is not None and row.id > boundary:
+            return (
+                f"an unkeyed row past the last legacy row ({boundary}, recorded in "
+                f"{plain_boundary_path().name}): the chain was rewritten without the key"
+            )
     if row.prev_hash != prev:
         return "it does not follow the row before it (a row before it was deleted or rewritten)"
     try:

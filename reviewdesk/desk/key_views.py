@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -27,6 +28,7 @@ from reviewdesk.accounts.devicekeys import (
 from reviewdesk.accounts.models import DeviceKey
 from reviewdesk.accounts.roles import is_admin
 from reviewdesk.errors import DeskError
+from reviewdesk.jsonlimits import json_depth_exceeds
 
 BODY_MAX = 16 * 1024
 
@@ -40,9 +42,11 @@ def _body(request: HttpRequest) -> dict | None:
         return None
     try:
         body = json.loads(request.body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting the decoder gave up on
         return None
-    return body if isinstance(body, dict) else None
+    if not isinstance(body, dict) or json_depth_exceeds(body, settings.DESK_JSON_MAX_DEPTH):
+        return None
+    return body
 
 
 def _bad_body() -> JsonResponse:

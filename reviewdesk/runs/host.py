@@ -22,7 +22,6 @@ from django.utils import timezone
 
 from agents.gate import ApprovalGate, CallBinding, LedgerEntry, LedgerStatus, SignedGrant
 from agents.loop import DecisionState
-from agents.sandbox import SandboxConfig, SandboxMode
 from agents.state import AgentState, CallState
 from agents.tools import ToolContext
 from reviewdesk import faults
@@ -39,7 +38,7 @@ from reviewdesk.approvals.services import decision_consume
 from reviewdesk.approvals.signing import FileKeyring
 from reviewdesk.runs.models import Attempt, EffectStatus, Message, Run, RunStatus, SideEffect
 from reviewdesk.runs.stores import DatabaseCheckpointStore
-from reviewdesk.tool_world import tool_world
+from reviewdesk.tool_world import sandbox_config, tool_world
 
 logger = logging.getLogger(__name__)
 
@@ -163,14 +162,7 @@ class DatabaseHost:
             workdir=settings.DESK_RUNS_DIR / self.run_id,
             world=tool_world(),
             timeout_seconds=settings.DESK_EXECUTE_TIMEOUT_SECONDS,
-            sandbox=SandboxConfig(
-                mode=SandboxMode(settings.DESK_SANDBOX),
-                cpu_seconds=settings.DESK_SANDBOX_CPU_SECONDS,
-                memory_bytes=settings.DESK_SANDBOX_MEMORY_MB << 20,
-                file_size_bytes=settings.DESK_SANDBOX_FILE_MB << 20,
-                max_processes=settings.DESK_SANDBOX_PROCESSES,
-                bwrap=settings.DESK_SANDBOX_BWRAP,
-            ),
+            sandbox=sandbox_config(),
         )
 
 

@@ -104,3 +104,33 @@ def test_send_email_refuses_anything_but_a_bare_address_before_sending(to):
             {"to": to, "subject": "s", "body": "b"}, context(Path(tempfile.gettempdir()), world=world)
         )
     assert world.emails == []
+
+
+@pytest.mark.parametrize(
+    "char",
+    ["\u2060", "\u00ad", "\u0085", "\u2028", "\u2029", "\U000e0041", "\u202e", "\x1b"],
+    ids=[
+        "word joiner",
+        "soft hyphen",
+        "C1 NEL",
+        "line separator",
+        "paragraph separator",
+        "tag",
+        "bidi",
+        "ESC",
+    ],
+)
+def test_execute_refuses_every_character_the_desk_flags_as_invisible(tmp_path, char):
+    """The tool's rule is the desk's "invisible" rule: what the page escapes, the tool refuses."""
+    with pytest.raises(ToolError, match=f"U\\+{ord(char):04X}"):
+        EXECUTE.run({"command": f"touch pwned{char}x"}, context(tmp_path))
+    assert not any(tmp_path.iterdir())
+
+
+def test_the_execute_preview_shows_the_sandbox_and_limits_it_will_run_under(tmp_path):
+    from agents.sandbox import SandboxConfig, SandboxMode
+
+    sandbox = SandboxConfig(mode=SandboxMode.BASIC, cpu_seconds=7, memory_bytes=256 << 20, max_processes=9)
+    shown = dict(EXECUTE.preview({"command": "ls"}, context(tmp_path, sandbox=sandbox))["rows"])
+    assert shown["Sandbox"].startswith("a user id of its own")
+    assert shown["Sandbox limits"].startswith("CPU 7 s, memory 256 MiB, files 64 MiB, 9 processes")

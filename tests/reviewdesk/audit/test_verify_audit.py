@@ -17,6 +17,7 @@ import hashlib
 import hmac
 
 import pytest
+from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
@@ -26,6 +27,12 @@ from reviewdesk.audit.models import AuditEvent, ChainVersion
 from reviewdesk.audit.services import audit_anchor, audit_record, audit_verify
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def own_legacy_boundary(settings, tmp_path):
+    """Each test's chain starts fresh, so its legacy boundary (a file beside the key) does too."""
+    settings.DESK_AUDIT_PLAIN_UNTIL_FILE = tmp_path / "audit_plain_until"
 
 
 def record(n: int, actor=None) -> list[AuditEvent]:
@@ -38,8 +45,10 @@ def record(n: int, actor=None) -> list[AuditEvent]:
 def rewrite_chain(strategy: str) -> None:
     """The attacker recomputes every row's link and hash, as the old code's chain let them."""
     prev = GENESIS
+    if strategy == "plain, no boundary":
+        settings.DESK_AUDIT_PLAIN_UNTIL_FILE.unlink()
     for row in AuditEvent.objects.order_by("id"):
-        if strategy == "plain":  # the old rule, and the row marked as written under it
+        if strategy.startswith("plain"):  # the old rule, and the row marked as written under it
             version, digest = ChainVersion.PLAIN, plain_hash(prev, row_fields(row))
         else:  # the keyed rule under a key of the attacker's choosing
             message = {"v": 2, "id": row.pk, "prev": prev, "actor_id": row.actor_id, **row_fields(row)}
@@ -77,7 +86,9 @@ def recorded_and_anchored() -> list[AuditEvent]:
 
 
 def first_bad_after_rewrite(strategy: str, rows: list[AuditEvent]) -> int:
-    return rows[0].pk if strategy == "guessed-key" else rows[3].pk
+    # The legacy boundary refuses the first rewritten unkeyed row; without it (a boundary never
+    # recorded) the anchor still pins row 3, whose hash the old rule cannot reproduce.
+    return rows[3].pk if strategy == "plain, no boundary" else rows[0].pk
 
 
 def test_an_edited_row_is_caught():
@@ -86,12 +97,25 @@ def test_an_edited_row_is_caught():
     assert "does not match its contents" in verify_audit_fails_at(rows[1].pk)
 
 
-@pytest.mark.parametrize("strategy", ["plain", "guessed-key"])
+@pytest.mark.parametrize("strategy", ["plain", "plain, no boundary", "guessed-key"])
 def test_an_edited_row_is_caught_even_when_the_chain_is_recomputed(strategy):
     rows = recorded_and_anchored()
     AuditEvent.objects.filter(pk=rows[1].pk).update(data={"forged": True})
     rewrite_chain(strategy)
     verify_audit_fails_at(first_bad_after_rewrite(strategy, rows))
+
+
+@pytest.mark.parametrize("change", ["edit", "delete"])
+def test_before_any_anchor_a_chain_rewritten_as_legacy_rows_is_still_caught(change):
+    """No anchor yet: the only thing outside the database is the legacy boundary, written on
+    the first keyed row (0 here: this chain never had unkeyed rows)."""
+    rows = record(4)
+    if change == "edit":
+        AuditEvent.objects.filter(pk=rows[1].pk).update(data={"forged": True})
+    else:
+        AuditEvent.objects.filter(pk=rows[1].pk).delete()
+    rewrite_chain("plain")
+    assert "past the last legacy row (0" in verify_audit_fails_at(rows[0].pk)
 
 
 def test_a_deleted_row_is_caught():
@@ -100,7 +124,7 @@ def test_a_deleted_row_is_caught():
     assert "does not follow the row before it" in verify_audit_fails_at(rows[2].pk)
 
 
-@pytest.mark.parametrize("strategy", ["plain", "guessed-key"])
+@pytest.mark.parametrize("strategy", ["plain", "plain, no boundary", "guessed-key"])
 def test_a_deleted_row_is_caught_even_when_the_chain_is_recomputed(strategy):
     rows = recorded_and_anchored()
     AuditEvent.objects.filter(pk=rows[1].pk).delete()
@@ -115,13 +139,13 @@ def test_a_truncated_tail_is_caught_by_the_anchor():
     assert "the tail was cut" in verify_audit_fails_at(rows[3].pk)
 
 
-@pytest.mark.parametrize("strategy", ["plain", "guessed-key"])
+@pytest.mark.parametrize("strategy", ["plain", "plain, no boundary", "guessed-key"])
 def test_a_truncated_tail_is_caught_even_when_the_chain_is_recomputed(strategy):
     rows = recorded_and_anchored()
     AuditEvent.objects.filter(pk__in=[row.pk for row in rows[2:]]).delete()
     rewrite_chain(strategy)
     message = verify_audit_fails_at(first_bad_after_rewrite(strategy, rows))
-    if strategy == "plain":
+    if strategy == "plain, no boundary":
         assert "the tail was cut" in message
 
 

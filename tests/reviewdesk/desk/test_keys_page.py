@@ -47,6 +47,16 @@ def test_a_public_key_that_is_not_32_bytes_is_refused(personas):
     assert status == 422 and "32 raw bytes" in body["detail"]
 
 
+@pytest.mark.parametrize("depth", [100, 5000], ids=["past the limit", "past the decoder"])
+def test_deeply_nested_json_to_the_key_endpoints_is_a_400_not_a_500(personas, depth):
+    alice = logged_in(personas.alice)
+    body = '{"label": "x", "public_key": ' + "[" * depth + "]" * depth + "}"
+    for url in ("/keys/register",):
+        response = alice.post(url, body, content_type="application/json")
+        assert response.status_code == 400, (url, response.status_code)
+        assert response.json()["code"] == "invalid"
+
+
 def test_a_reviewer_cannot_draft_or_store_an_endorsement(personas, device_keys):
     alice = logged_in(personas.alice)
     key_id = device_keys.alice_key_id

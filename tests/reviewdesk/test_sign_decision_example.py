@@ -1,0 +1,93 @@
+"""examples/sign_decision.py refuses to sign bytes that are not the decision asked for.
+
+In-process: the example's check is called with a payload as the desk's /payload endpoint
+builds it (approval_device_payload, on the test database), then with one field at a time
+swapped, as a compromised web tier would. The end-to-end signing path is in
+tests/e2e/test_device_keys.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from agents.canonical import canonical_json
+from reviewdesk.approvals.signable import approval_device_payload
+
+REPO_EXAMPLE = "examples/sign_decision.py"
+
+
+def load_example():
+    spec = importlib.util.spec_from_file_location("sign_decision_example", REPO_EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def asked(interrupted_run, personas, device_keys):
+    _, approval = interrupted_run()
+    payload = approval_device_payload(
+        approval_id=approval.id,
+        reviewer=personas.alice,
+        verdict="approve",
+        arguments=None,
+        checkpoint_id=str(approval.checkpoint_id),
+        key_id=device_keys.alice_key_id,
+    )
+    return approval, device_keys.alice_key_id, payload
+
+
+def check(example, approval, key_id, payload, signed=None, **overrides):
+    return example.payload_mismatches(
+        signed=canonical_json(payload) if signed is None else signed,
+        payload=payload,
+        **{
+            "approval_id": str(approval.id),
+            "verdict": "approve",
+            "key_id": key_id,
+            "to_run": approval.arguments,
+            **overrides,
+        },
+    )
+
+
+def test_the_payload_the_desk_builds_is_signed(asked):
+    approval, key_id, payload = asked
+    assert check(load_example(), approval, key_id, payload) == []
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("request_id", "00000000-0000-0000-0000-000000000000"),
+        ("verdict", "reject"),
+        ("key_id", "ed25519:0000000000000000"),
+        ("arguments_sha256", "0" * 64),
+        ("signer", "server"),
+    ],
+)
+def test_a_swapped_field_is_refused(asked, field, value):
+    approval, key_id, payload = asked
+    swapped = {**payload, field: value}
+    wrong = check(load_example(), approval, key_id, swapped)
+    assert any(w.startswith(field) for w in wrong), wrong
+
+
+def test_bytes_that_are_not_the_payload_shown_are_refused(asked):
+    approval, key_id, payload = asked
+    other = canonical_json({**payload, "tool": "execute"})
+    assert check(load_example(), approval, key_id, payload, signed=other) == [
+        "the bytes to sign are not the payload shown"
+    ]
+    assert check(load_example(), approval, key_id, payload, signed=b"\xff") == [
+        "the bytes to sign are not JSON"
+    ]
+
+
+def test_arguments_other_than_those_shown_are_refused(asked):
+    approval, key_id, payload = asked
+    shown = {**approval.arguments, "to": "someone@elsewhere.example"}
+    wrong = check(load_example(), approval, key_id, payload, to_run=shown)
+    assert [w.split(" ")[0] for w in wrong] == ["arguments_sha256"], json.dumps(wrong)

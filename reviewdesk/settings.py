@@ -136,14 +136,17 @@ else:
     CELERY_BROKER_URL = f"redis+socket://{EMBEDDED_REDIS_SOCKET}"
     CHANNEL_REDIS_ADDRESS = f"unix://{EMBEDDED_REDIS_SOCKET}"
 
+# Redis pub/sub, not the list-based core layer: with the core layer, every consumer of a process
+# shares one Redis list, and a consumer cancelled mid-BRPOP (a tab closing) can take another
+# socket's message with it (django/channels#1683). Desk pushes went missing that way, under
+# tests that open and close many pages and in the 200-socket fan-out (issue 11, figure #8).
+# Delivery stays at-most-once either way; clients replay on heartbeat.
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
         "CONFIG": {
             "hosts": [CHANNEL_REDIS_ADDRESS],
             "prefix": env_str("DESK_CHANNEL_PREFIX", "reviewdesk"),
-            "capacity": 500,
-            "expiry": 60,
         },
     }
 }

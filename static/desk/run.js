@@ -10,9 +10,15 @@
   let lastSeq = 0;
   let retryMs = 500;
   let pending = null;
+  let stale = false; // something changed while a fetch was in flight: fetch again after it
 
   function reload() {
-    if (pending) return;
+    if (pending) {
+      // The fetch in flight may have left before this change committed: never drop it.
+      stale = true;
+      return;
+    }
+    stale = false;
     pending = fetch(location.href, { headers: { Accept: "text/html" }, credentials: "same-origin" })
       .then((response) => (response.ok ? response.text() : Promise.reject(response.status)))
       .then((html) => {
@@ -26,6 +32,7 @@
       .catch(() => {})
       .finally(() => {
         pending = null;
+        if (stale) reload();
       });
   }
 

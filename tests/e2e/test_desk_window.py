@@ -73,7 +73,7 @@ def test_live_arrivals_beyond_the_page_are_counted_and_linked_not_drawn(
     push("approval.created", late)
     expect(page.locator("#count")).to_have_text(str(total + 1))
     expect(page.locator("#off-page")).to_have_text("1 more — next page →")
-    assert "offset=50" in page.locator("#off-page a").get_attribute("href")
+    assert f"offset={QUEUE_PAGE_SIZE}" in page.locator("#off-page a").get_attribute("href")
     expect(page.locator(f"li.card[data-approval-id='{late['id']}']")).to_have_count(0)
 
     # Assigned to alice: mine first, so it joins this page and pushes its last card off.

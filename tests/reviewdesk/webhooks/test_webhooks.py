@@ -205,20 +205,18 @@ def test_a_delivery_still_queued_when_its_endpoint_is_disabled_is_not_sent(perso
 
 
 def test_a_duplicated_delivery_task_sends_once(personas, receiver, settings):
-    """Two workers handed the same delivery at once (a redelivered message): one attempt."""
+    """Two workers handed the same delivery (a redelivered message): the second arrives while
+    the first's request is in flight, reads the claimed row, and is turned away by the lease."""
     settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True
-    receiver.delay = 0.5
+    receiver.delay = 1.0
     delivery = _pending_delivery(personas.carol, receiver.url)
     outcomes = []
-    threads = [
-        threading.Thread(target=lambda: outcomes.append(webhook_deliver(delivery_id=delivery.id)))
-        for _ in range(2)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert sorted(outcomes) == ["delivered", "skipped"]
+    first = threading.Thread(target=lambda: outcomes.append(webhook_deliver(delivery_id=delivery.id)))
+    first.start()
+    receiver.wait_for(1)  # the first worker's request is at the receiver, not answered yet
+    outcomes.append(webhook_deliver(delivery_id=delivery.id))
+    first.join()
+    assert outcomes == ["skipped", "delivered"]
     assert len(receiver.requests) == 1
 
 

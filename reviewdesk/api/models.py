@@ -4,12 +4,15 @@ from django.conf import settings
 from django.db import models
 
 
+class IdempotencyState(models.TextChoices):
+    IN_FLIGHT = "in_flight"
+    DONE = "done"
+
+
 class IdempotencyRecord(models.Model):
     """The first response to a POST carrying `Idempotency-Key`, scoped to its client."""
 
-    class State(models.TextChoices):
-        IN_FLIGHT = "in_flight"
-        DONE = "done"
+    State = IdempotencyState
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
     key = models.CharField(max_length=200)
@@ -23,6 +26,6 @@ class IdempotencyRecord(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["user", "key"], name="idempotency_key_per_client"),
             models.CheckConstraint(
-                condition=models.Q(state__in=["in_flight", "done"]), name="idempotency_state_valid"
+                condition=models.Q(state__in=IdempotencyState.values), name="idempotency_state_valid"
             ),
         ]

@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from reviewdesk.approvals.models import ApprovalRequest
-from reviewdesk.approvals.selectors import QueueFilters, approvals_queue_for
+from reviewdesk.approvals.selectors import QUEUE_PAGE_SIZE, QueueFilters, approvals_queue_for
 from tests.reviewdesk.events.test_snapshot_window import clone_pending, desk_page_ids
 
 
@@ -49,13 +49,15 @@ def test_mine_then_my_groups_then_the_rest_each_by_expiry_with_a_constant_query_
         assert expiries == sorted(expiries)
     assert desk_page_ids(personas.alice) == [str(a.id) for a in few]
 
-    fill(approval, 15)
+    fill(approval, 5)
     many, many_queries = queued(personas.alice)
     assert many_queries == few_queries
-    assert [tier_of(a) for a in many] == [0] * 18 + [1] * 32  # one page of 50
+    page = [0] * 8 + [1] * (QUEUE_PAGE_SIZE - 8)  # 8 hers, 16 her group's: one page
+    assert QUEUE_PAGE_SIZE < 8 + 16
+    assert [tier_of(a) for a in many] == page
     # "Assigned to me" keeps both of her tiers, in the same order.
     assigned, _ = queued(personas.alice, QueueFilters(assignee="me"))
-    assert [tier_of(a) for a in assigned] == [0] * 18 + [1] * 32
+    assert [tier_of(a) for a in assigned] == page
 
 
 def test_bob_outside_the_group_sees_his_named_calls_first_and_no_group_tier(interrupted_run, personas):

@@ -92,3 +92,18 @@ def test_an_item_routed_to_nobody_is_pushed_to_admins_only_never_to_everyone(int
     _, approval = interrupted_run(script=refund_script(5000))
     created = DeskEvent.objects.get(type="approval.created", data__id=str(approval.id))
     assert created.audience == [personas.admin.pk]
+
+
+def test_a_reviewer_a_rule_routed_the_call_to_opens_its_run_and_others_still_cannot(
+    interrupted_run, personas, dave, client
+):
+    """The run named alice; the refund went to finance: dave may decide it, so he may read the
+    run it belongs to (page and API). bob, neither named nor in finance, still may not."""
+    from reviewdesk.runs.selectors import run_get_for_user
+
+    run, _ = interrupted_run(script=refund_script(1500), reviewers=["alice"])
+    assert run_get_for_user(run_id=run.id, user=dave) == run
+    client.force_login(dave)
+    assert client.get(f"/runs/{run.id}/").status_code == 200
+    with pytest.raises(NotFound):
+        run_get_for_user(run_id=run.id, user=personas.bob)

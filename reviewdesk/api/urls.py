@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from reviewdesk.api import grant_views, payload_views, thread_views, views, webhook_views
+from reviewdesk.api import audit_views, grant_views, payload_views, thread_views, views, webhook_views
 from reviewdesk.api.throttling import DecideThrottle, SubmitThrottle
 
 urlpatterns = [
@@ -46,5 +46,7 @@ urlpatterns = [
         webhook_views.WebhookResendView.as_view(),
         name="api-webhook-resend",
     ),
+    # The audit trail (admins, `audit` scope)
+    path("audit", audit_views.AuditListView.as_view(), name="api-audit"),
     re_path(r"^.*$", views.api_not_found),
 ]

@@ -75,6 +75,8 @@ MATRIX: dict[str, tuple[str, dict[str, int]]] = {
     "webhooks_create": ("carol", {"none": 401, "submit": 201, "review": 403, "audit": 403, "other": 201}),
     "webhooks_deliveries": ("carol", {"none": 401, "submit": 200, "review": 403, "audit": 403, "other": 404}),
     "webhooks_resend": ("carol", {"none": 401, "submit": 202, "review": 403, "audit": 403, "other": 404}),
+    # The audit trail: audit scope, and an admin (olivia, with every scope but no role: forbidden).
+    "audit_list": ("admin", {"none": 401, "submit": 403, "review": 403, "audit": 200, "other": 403}),
 }
 STREAMS = ("runs_stream", "stream")  # served by the ASGI application, not by Django's views
 
@@ -184,6 +186,7 @@ REQUESTS: dict[str, Callable[[World], tuple[str, str, Any]]] = {
         f"/api/v1/webhooks/{w.webhook_id}/deliveries/{w.delivery_id}/resend",
         None,
     ),
+    "audit_list": lambda w: ("get", "/api/v1/audit", None),
 }
 
 

@@ -3,6 +3,8 @@ else reads it. In-process (DRF's test client), on the test database."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 from rest_framework.test import APIClient
 
@@ -33,7 +35,7 @@ def test_the_admin_pages_through_every_row_in_chain_order_and_filters(personas):
     assert [row["seq"] for row in seen] == list(
         AuditEvent.objects.order_by("id").values_list("id", flat=True)
     )
-    assert all(later["prev_hash"] == earlier["hash"] for earlier, later in zip(seen, seen[1:]))
+    assert all(later["prev_hash"] == earlier["hash"] for earlier, later in pairwise(seen))
 
     by_alice = admin.get("/api/v1/audit", {"actor": "alice", "action": "test.step"}).json()["results"]
     assert [row["subject_id"] for row in by_alice] == ["1", "3", "5"]

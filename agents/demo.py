@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from agents.questions import ask_human_tool
 from agents.registry import Agent, register
 from agents.routing import Condition, Quorum, Route
-from agents.sandbox import SandboxConfig, SandboxMode, SandboxUnavailable, run_sandboxed
+from agents.sandbox import SandboxConfig, SandboxMode, SandboxStartFailed, SandboxUnavailable, run_sandboxed
 from agents.tools import ALWAYS, NEVER, CallHistory, Effect, Tool, ToolContext, ToolError, ToolUnavailable
 
 CUSTOMERS: dict[str, dict[str, Any]] = {
@@ -133,6 +133,8 @@ def execute(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         )
     except SandboxUnavailable as exc:
         raise ToolError(str(exc)) from None
+    except SandboxStartFailed as exc:  # no process ever ran: safe to try again
+        raise ToolUnavailable(str(exc)) from None
     if completed.timed_out:
         raise ToolError(f"command timed out after {ctx.timeout_seconds}s")
     return {"exit_code": completed.exit_code, "stdout": completed.stdout, "stderr": completed.stderr}

@@ -89,6 +89,10 @@ class SandboxUnavailable(RuntimeError):
     """The configured mode cannot run on this machine (``bwrap`` without bubblewrap)."""
 
 
+class SandboxStartFailed(RuntimeError):
+    """The process could not be started (fork or exec failed): the command certainly did not run."""
+
+
 @dataclass(frozen=True)
 class SandboxConfig:
     mode: SandboxMode = SandboxMode.AUTO
@@ -300,17 +304,20 @@ def run_sandboxed(
     with tempfile.TemporaryDirectory(prefix="sandbox-out-") as out:
         stdout_path, stderr_path = Path(out, "stdout"), Path(out, "stderr")
         with stdout_path.open("wb") as stdout, stderr_path.open("wb") as stderr:
-            process = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=stdout,
-                stderr=stderr,
-                close_fds=True,
-                start_new_session=True,
-                preexec_fn=lambda: _limits(config, uid),
-            )
+            try:
+                process = subprocess.Popen(
+                    argv,
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=stdout,
+                    stderr=stderr,
+                    close_fds=True,
+                    start_new_session=True,
+                    preexec_fn=lambda: _limits(config, uid),
+                )
+            except (OSError, subprocess.SubprocessError) as exc:
+                raise SandboxStartFailed(f"the command could not be started: {exc}") from exc
             timed_out = False
             try:
                 process.wait(timeout=timeout)
@@ -321,7 +328,7 @@ def run_sandboxed(
                 _kill_group(process.pid)
                 # Not proven by a test yet: tests/reviewdesk/test_sandbox_attacks.py's
                 # leaves-no-process test passes in basic mode with this line deleted (a
-                # `setsid sleep` still disappears); see the closing note of 2026-11-30.
+                # `setsid sleep` still disappears); see the closing note of 2026-12-01.
                 if uid is not None:
                     _kill_uid(uid)
                 process.wait()

@@ -134,3 +134,33 @@ def test_the_execute_preview_shows_the_sandbox_and_limits_it_will_run_under(tmp_
     shown = dict(EXECUTE.preview({"command": "ls"}, context(tmp_path, sandbox=sandbox))["rows"])
     assert shown["Sandbox"].startswith("a user id of its own")
     assert shown["Sandbox limits"].startswith("CPU 7 s, memory 256 MiB, files 64 MiB, 9 processes")
+
+
+def test_a_command_that_cannot_start_is_a_start_failure_not_an_unknown_effect(tmp_path):
+    """Basic mode execs the command directly: a missing program fails in Popen, before anything
+    ran, and the sandbox says so with its own exception."""
+    from agents.sandbox import SandboxConfig, SandboxMode, SandboxStartFailed, run_sandboxed
+
+    with pytest.raises(SandboxStartFailed, match="could not be started"):
+        run_sandboxed(
+            ["/nonexistent/program"],
+            run_id="run-1",
+            workdir=tmp_path / "run",
+            timeout=5,
+            config=SandboxConfig(mode=SandboxMode.BASIC),
+        )
+
+
+def test_execute_reports_a_start_failure_as_transient(tmp_path, monkeypatch):
+    """In-process, with run_sandboxed replaced: only the mapping is checked here (the failure
+    itself is the test above)."""
+    from agents import demo
+    from agents.sandbox import SandboxStartFailed
+    from agents.tools import ToolUnavailable
+
+    def cannot_start(*args, **kwargs):
+        raise SandboxStartFailed("the command could not be started: [Errno 11] fork")
+
+    monkeypatch.setattr(demo, "run_sandboxed", cannot_start)
+    with pytest.raises(ToolUnavailable, match="could not be started"):
+        EXECUTE.run({"command": "true"}, context(tmp_path))

@@ -291,8 +291,18 @@
     textarea.focus();
   }
 
+  // Grant ahead of time: the fields open with the grant ticked; Approve then signs both.
+  function openGrant() {
+    const grant = document.getElementById("grant");
+    if (!grant) return;
+    grant.open = true;
+    document.getElementById("grant-on").checked = true;
+    document.getElementById("grant-on").focus();
+  }
+
   if (location.hash === "#edit") openEdit();
   if (location.hash === "#handover") openHandover();
+  if (location.hash === "#grant" && page.dataset.status === "pending") openGrant();
   const editLink = document.getElementById("edit-link");
   if (editLink) {
     editLink.addEventListener("click", (event) => {
@@ -321,13 +331,7 @@
       },
       e: () => pending && openEdit(),
       h: () => page.dataset.status === "pending" && openHandover(),
-      g: () => {
-        const grant = document.getElementById("grant");
-        if (!pending || !grant) return;
-        grant.open = true;
-        document.getElementById("grant-on").checked = true;
-        document.getElementById("grant-on").focus();
-      },
+      g: () => pending && openGrant(),
       "?": () => help && help.showModal(),
     };
     const action = actions[event.key];

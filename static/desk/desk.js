@@ -388,6 +388,7 @@
       o: () => node && (location.href = node.querySelector("a.details").href),
       e: () => node && (location.href = node.querySelector("a.details").href + "#edit"),
       h: () => node && (location.href = node.querySelector("a.details").href + "#handover"),
+      g: () => node && (location.href = node.querySelector("a.details").href + "#grant"),
       a: () => node && decide(node, node.querySelector("button.approve")),
       r: () => {
         if (!node) return;

@@ -4,6 +4,7 @@ filters that survive a reload, and invisible characters on a live card."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -138,6 +139,15 @@ def test_a_reviewer_decides_two_approvals_with_the_keyboard_alone(live_stack, ca
     assert page.is_visible("#keys-help")
     page.keyboard.press("Escape")
     if first != email_run:
+        page.keyboard.press("j")
+    assert page.get_attribute("li.card[aria-current=true]", "data-run") == email_run
+    # g: the approval's page, its grant fields open and ticked; back to the queue, nothing decided.
+    page.keyboard.press("g")
+    page.wait_for_url(re.compile(r"/approvals/[0-9a-f-]+/#grant$"))
+    assert page.is_checked("#grant-on") and page.get_attribute("#grant", "open") is not None
+    page.goto(live_stack.url + "/")
+    card_for(page, refund_run)
+    if page.get_attribute("li.card[aria-current=true]", "data-run") != email_run:
         page.keyboard.press("j")
     assert page.get_attribute("li.card[aria-current=true]", "data-run") == email_run
     page.keyboard.press("a")  # send_email is external: it asks first

@@ -136,11 +136,8 @@ else:
     CELERY_BROKER_URL = f"redis+socket://{EMBEDDED_REDIS_SOCKET}"
     CHANNEL_REDIS_ADDRESS = f"unix://{EMBEDDED_REDIS_SOCKET}"
 
-# Redis pub/sub, not the list-based core layer: with the core layer, every consumer of a process
-# shares one Redis list, and a consumer cancelled mid-BRPOP (a tab closing) can take another
-# socket's message with it (django/channels#1683). Desk pushes went missing that way, under
-# tests that open and close many pages and in the 200-socket fan-out (issue 11, figure #8).
-# Delivery stays at-most-once either way; clients replay on heartbeat.
+# Pub/sub, not the core layer: there a consumer cancelled mid-BRPOP (a closing tab) can take
+# another socket's message with it (django/channels#1683). Clients still replay on heartbeat.
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
@@ -264,7 +261,6 @@ DESK_ALLOW_SCRIPTED_MODEL = env_bool("DESK_ALLOW_SCRIPTED_MODEL", not DESK_PRODU
 # recompute the chain. DESK_AUDIT_KEY (the value itself) overrides the file.
 DESK_AUDIT_KEY = env_str("DESK_AUDIT_KEY")
 DESK_AUDIT_KEY_FILE = Path(env_str("DESK_AUDIT_KEY_FILE", str(VAR_DIR / "audit_key")))
-# The last unkeyed (pre-upgrade) row id, written beside the key on the first keyed write.
 DESK_AUDIT_PLAIN_UNTIL_FILE = Path(env_str("DESK_AUDIT_PLAIN_UNTIL_FILE", str(VAR_DIR / "audit_plain_until")))
 # Where beat appends the signed chain head: outside the database, it catches a truncated tail.
 DESK_AUDIT_ANCHOR_FILE = Path(env_str("DESK_AUDIT_ANCHOR_FILE", str(VAR_DIR / "audit_anchors.jsonl")))

@@ -24,11 +24,10 @@ from agents.tools import Effect
 from reviewdesk.accounts.roles import is_reviewer
 from reviewdesk.approvals.device import DeviceSignature
 from reviewdesk.approvals.models import KIND_VERDICTS, ApprovalRequest, Verdict
+from reviewdesk.approvals.queue import QueueFilters, approvals_queue_for
 from reviewdesk.approvals.selectors import (
-    QueueFilters,
     approval_preview,
     approval_tool,
-    approvals_queue_for,
     user_may_decide_approval,
 )
 from reviewdesk.approvals.services import approval_decide

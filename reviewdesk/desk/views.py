@@ -17,16 +17,18 @@ from agents.registry import agent_names, get_agent
 from reviewdesk.accounts.devicekeys import endorsed_key_ids
 from reviewdesk.accounts.roles import is_admin, is_reviewer
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus, Verdict
-from reviewdesk.approvals.routing import user_qualifies
-from reviewdesk.approvals.selectors import (
+from reviewdesk.approvals.queue import (
     QUEUE_FILTER_NAMES,
     QUEUE_PAGE_SIZE,
+    approvals_queue_for,
+    queue_view_from,
+)
+from reviewdesk.approvals.routing import user_qualifies
+from reviewdesk.approvals.selectors import (
     approval_context,
     approval_get_for_reviewer,
     approval_preview,
     approval_tool,
-    approvals_queue_for,
-    queue_view_from,
 )
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.approvals.validation import EXTERNAL_REF_MAX, TEXT_MAX

@@ -19,7 +19,7 @@ from django.db import DatabaseError
 from django.utils.crypto import constant_time_compare
 
 from reviewdesk.accounts.roles import is_admin, is_reviewer
-from reviewdesk.approvals.selectors import (
+from reviewdesk.approvals.queue import (
     QUEUE_PAGE_SIZE,
     QueueFilters,
     approvals_queue_for,

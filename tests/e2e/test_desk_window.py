@@ -8,7 +8,7 @@ import pytest
 from django.db import transaction
 from playwright.sync_api import expect
 
-from reviewdesk.approvals.selectors import QUEUE_PAGE_SIZE
+from reviewdesk.approvals.queue import QUEUE_PAGE_SIZE
 from reviewdesk.events.services import event_emit
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.services import run_submit

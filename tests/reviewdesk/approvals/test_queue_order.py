@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from reviewdesk.approvals.models import ApprovalRequest
-from reviewdesk.approvals.selectors import QUEUE_PAGE_SIZE, QueueFilters, approvals_queue_for
+from reviewdesk.approvals.queue import QUEUE_PAGE_SIZE, QueueFilters, approvals_queue_for
 from tests.reviewdesk.events.test_snapshot_window import clone_pending, desk_page_ids
 
 

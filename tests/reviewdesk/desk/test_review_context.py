@@ -15,7 +15,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from reviewdesk.approvals.models import ApprovalRequest
-from reviewdesk.approvals.selectors import QUEUE_PAGE_SIZE, QueueFilters, approvals_queue_for
+from reviewdesk.approvals.queue import QUEUE_PAGE_SIZE, QueueFilters, approvals_queue_for
 from reviewdesk.demo.models import DemoRefund
 from reviewdesk.desk.templatetags.desk_json import has_invisible, visible
 
@@ -228,7 +228,7 @@ def test_past_the_count_cap_the_desk_says_1000_plus_and_still_pages_to_the_end(
 ):
     """With the cap at 3 and pages of 2, five pending read "3+" on the page, its title and its
     socket snapshot; "next page" still follows the rows themselves, not the stopped count."""
-    from reviewdesk.approvals import selectors
+    from reviewdesk.approvals import queue as selectors
     from reviewdesk.events import consumers
 
     monkeypatch.setattr(selectors, "QUEUE_COUNT_CAP", 3)

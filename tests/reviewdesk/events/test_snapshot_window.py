@@ -16,7 +16,7 @@ from django.test import Client
 from django.utils import timezone
 
 from reviewdesk.approvals.models import ApprovalRequest
-from reviewdesk.approvals.selectors import QUEUE_PAGE_SIZE
+from reviewdesk.approvals.queue import QUEUE_PAGE_SIZE
 from reviewdesk.asgi import application
 from tests.reviewdesk.events.test_desk_socket import receive_until, session_headers
 

@@ -1,0 +1,110 @@
+"""The desk's queue: the user's pending approvals in the desk's order, one page at a time,
+filtered as the page's URL says. The desk page, its socket's snapshot and the terminal read it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import QuerySet
+
+from reviewdesk.approvals.models import ApprovalRequest
+from reviewdesk.approvals.routing import ids_targeting_by_tier, in_queue_order
+from reviewdesk.approvals.selectors import approvals_pending_for
+from reviewdesk.db import ids_naming
+
+# The desk's queue: one page at a time, whatever the number pending. Twenty cards keep the
+# page's time nearly flat from 10 to 10,000 pending (a card costs about as much to render as
+# the page's fixed work does per 20 of them: `make bench` #7a); j/k and "next page" move on.
+QUEUE_PAGE_SIZE = 20
+# Counts stop here: counting 10,000 pending rows would cost more than the page itself. Past it
+# the count reads "1000+", a true lower bound the desk keeps moving with live events.
+QUEUE_COUNT_CAP = 1000
+
+
+@dataclass(frozen=True)
+class QueueFilters:
+    agent: str = ""
+    tool: str = ""
+    run: str = ""
+    assignee: str = ""  # "" anyone, "me", "any" (open to every reviewer), or a username
+
+
+# The queue's view as a URL's query names it: the desk page's, and its socket's (the same page).
+QUEUE_FILTER_NAMES = ("agent", "tool", "run", "assignee")
+# The furthest offset a URL may ask for: past it every page is empty anyway, and the database's
+# integer (a bigint, and SQLite's) must not overflow on a number someone typed.
+QUEUE_MAX_OFFSET = 10**9
+
+
+def queue_view_from(params: Mapping[str, str]) -> tuple[QueueFilters, int]:
+    """The filters and the offset a query asks for (`agent`, `tool`, `run`, `assignee`,
+    `offset`); what is missing, malformed or out of range reads as "none" or 0."""
+    filters = QueueFilters(**{name: str(params.get(name, "")).strip()[:200] for name in QUEUE_FILTER_NAMES})
+    try:
+        offset = int(str(params.get("offset", 0)))
+    except ValueError:
+        offset = 0
+    return filters, offset if 0 <= offset <= QUEUE_MAX_OFFSET else 0
+
+
+@dataclass(frozen=True)
+class QueuePage:
+    approvals: Sequence[ApprovalRequest]
+    total: int  # pending for this user, filters aside (the tab title's count), at most the cap
+    matching: int  # pending and matching the filters, at most the cap
+    offset: int
+    next_offset: int | None
+    prev_offset: int | None
+    total_capped: bool = False  # more than `total` are pending: show "1000+"
+    matching_capped: bool = False
+
+
+def _capped_count(rows: QuerySet) -> tuple[int, bool]:
+    """How many `rows` there are, counting no further than QUEUE_COUNT_CAP; and whether more."""
+    counted = rows.order_by()[: QUEUE_COUNT_CAP + 1].count()
+    return min(counted, QUEUE_COUNT_CAP), counted > QUEUE_COUNT_CAP
+
+
+def approvals_queue_for(user: Any, filters: QueueFilters, *, offset: int = 0) -> QueuePage:
+    """The user's pending approvals: assigned to them by name first, then to a group of
+    theirs ("group:NAME"), then the rest, each tier by expiry (soonest first); filtered,
+    one page. A fixed number of queries whatever the number pending, and none of them reads
+    more than QUEUE_COUNT_CAP rows or one page."""
+    pending = approvals_pending_for(user).select_related("run__submitted_by")
+    by_name, by_group = ids_targeting_by_tier(pending, user)
+    total, total_capped = _capped_count(pending)
+    rows = pending
+    if filters.agent:
+        rows = rows.filter(run__agent=filters.agent)
+    if filters.tool:
+        rows = rows.filter(tool=filters.tool)
+    if filters.run:
+        try:
+            rows = rows.filter(run_id=uuid.UUID(filters.run))
+        except ValueError:
+            rows = rows.none()
+    if filters.assignee == "me":
+        rows = rows.filter(id__in=by_name + by_group)
+    elif filters.assignee == "any":
+        rows = rows.filter(assignees=[])
+    elif filters.assignee:
+        rows = rows.filter(id__in=ids_naming(pending, "assignees", filters.assignee))
+    filtered = rows is not pending
+    rows = in_queue_order(rows, by_name, by_group)
+    matching, matching_capped = _capped_count(rows) if filtered else (total, total_capped)
+    offset = max(0, offset)
+    # One row past the page says whether another follows: the count may have stopped short.
+    window = list(rows[offset : offset + QUEUE_PAGE_SIZE + 1])
+    return QueuePage(
+        approvals=window[:QUEUE_PAGE_SIZE],
+        total=total,
+        matching=matching,
+        offset=offset,
+        next_offset=offset + QUEUE_PAGE_SIZE if len(window) > QUEUE_PAGE_SIZE else None,
+        prev_offset=max(0, offset - QUEUE_PAGE_SIZE) if offset > 0 else None,
+        total_capped=total_capped,
+        matching_capped=matching_capped,
+    )

@@ -233,6 +233,13 @@ class DeskConsumer(AsyncJsonWebsocketConsumer):
     async def desk_event(self, message) -> None:
         await self.send_json(message["event"])
 
+    async def desk_recheck(self, message) -> None:
+        """A session ended or a role changed somewhere (events/signals.py): check this socket's now."""
+        try:
+            await self._still_allowed()
+        except DatabaseError:  # the heartbeat checks again
+            logger.warning("desk socket recheck skipped: database unavailable", exc_info=True)
+
     async def _beat(self) -> None:
         # The latest sequence lets a client notice a lost *last* event and replay.
         while True:

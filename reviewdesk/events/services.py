@@ -96,6 +96,17 @@ def event_push(event: DeskEvent) -> None:
             logger.exception("push of desk event %s to %s failed", event.id, group)
 
 
+def users_push(user_ids: Iterable[int], message: dict) -> None:
+    """Send `message` (a channel-layer message, not a desk event) to each user's sockets."""
+    layer = get_channel_layer()
+    assert layer is not None, "CHANNEL_LAYERS is configured in settings"
+    for user_id in user_ids:
+        try:
+            _send(layer, user_group(user_id), message)
+        except Exception:
+            logger.exception("push of %s to user %s failed", message.get("type"), user_id)
+
+
 # How many event rows one replay scans; a client pages on while `more` is true.
 REPLAY_PAGE_SIZE = 500
 

@@ -103,32 +103,63 @@ def test_the_origin_must_match_the_allow_list_exactly_scheme_host_and_port(
     async_to_sync(scenario)()
 
 
-def test_a_socket_is_closed_at_the_next_heartbeat_after_its_user_logs_out(personas):
+@pytest.mark.parametrize("heartbeat", [3600, 1], ids=["at once, by the recheck push", "by the heartbeat"])
+def test_a_socket_is_closed_when_its_user_logs_out(personas, settings, heartbeat):
+    """With the heartbeat an hour away, only the push sent when the session row goes can close
+    it within the 5 s waited here; with a 1 s heartbeat, the heartbeat's own check does too."""
+    settings.DESK_WS_HEARTBEAT_SECONDS = heartbeat
     headers = session_headers(personas.alice)
 
     async def scenario():
         comm = await connected_with_snapshot(headers)
         await in_thread(lambda: Session.objects.all().delete())()  # what logout does to the session
 
-        closed = await comm.receive_output(timeout=10)
+        closed = await comm.receive_output(timeout=5)
         while closed["type"] != "websocket.close":  # a heartbeat may have been on its way
-            closed = await comm.receive_output(timeout=10)
+            closed = await comm.receive_output(timeout=5)
         assert closed["code"] == 4403
 
     async_to_sync(scenario)()
 
 
-def test_a_socket_is_closed_at_the_next_heartbeat_after_its_user_loses_the_reviewer_role(personas):
+@pytest.mark.parametrize(
+    "remove",
+    [
+        lambda alice: alice.groups.remove(Group.objects.get(name=REVIEWERS)),
+        lambda alice: Group.objects.get(name=REVIEWERS).user_set.remove(alice),
+    ],
+    ids=["from the user's side", "from the group's side"],
+)
+def test_a_socket_is_closed_at_once_when_its_user_loses_the_reviewer_role(personas, settings, remove):
+    settings.DESK_WS_HEARTBEAT_SECONDS = 3600  # only the recheck push can close it in time
     headers = session_headers(personas.alice)
 
     async def scenario():
         comm = await connected_with_snapshot(headers)
-        await in_thread(lambda: personas.alice.groups.remove(Group.objects.get(name=REVIEWERS)))()
+        await in_thread(lambda: remove(personas.alice))()
 
-        closed = await comm.receive_output(timeout=10)
+        closed = await comm.receive_output(timeout=5)
         while closed["type"] != "websocket.close":
-            closed = await comm.receive_output(timeout=10)
+            closed = await comm.receive_output(timeout=5)
         assert closed["code"] == 4403
+
+    async_to_sync(scenario)()
+
+
+def test_another_sessions_socket_of_the_same_user_stays_open_after_one_logs_out(personas, settings):
+    settings.DESK_WS_HEARTBEAT_SECONDS = 3600
+    staying, leaving = session_headers(personas.alice), session_headers(personas.alice)
+
+    async def scenario():
+        kept = await connected_with_snapshot(staying)
+        gone = await connected_with_snapshot(leaving)
+        key = dict(leaving)[b"cookie"].decode().split("sessionid=")[1].split(";")[0]
+        await in_thread(lambda: Session.objects.filter(session_key=key).delete())()
+
+        closed = await gone.receive_output(timeout=5)
+        assert closed["type"] == "websocket.close" and closed["code"] == 4403
+        assert await kept.receive_nothing(timeout=1)
+        await kept.disconnect()
 
     async_to_sync(scenario)()
 

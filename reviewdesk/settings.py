@@ -65,6 +65,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "reviewdesk.desk.middleware.BodyLimitMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -194,8 +195,7 @@ DESK_REQUEUE_AFTER_SECONDS = env_int("DESK_REQUEUE_AFTER_SECONDS", 120)
 # An Idempotency-Key whose first request has not finished after this long counts as abandoned.
 DESK_IDEMPOTENCY_INFLIGHT_SECONDS = env_int("DESK_IDEMPOTENCY_INFLIGHT_SECONDS", 120)
 # --- Client API limits (issue 12): each answered with a precise problem+json -----------
-# A body over this is 413; Django's own DATA_UPLOAD_MAX_MEMORY_SIZE is kept at least as large
-# so that the API, not Django's HTML 400, answers first.
+# A body over this is 413 (API and pages), before Django's own, larger limit answers 400.
 DESK_MAX_BODY_BYTES = env_int("DESK_MAX_BODY_BYTES", 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(DESK_MAX_BODY_BYTES, 2_621_440)
 # JSON nested deeper than this is 400 `too_deep`: no tool argument needs more, and deep

@@ -228,3 +228,20 @@ def test_the_desk_form_refuses_arguments_nested_too_deep_and_decides_nothing(
     page = response.content.decode()
     assert 'class="flash error"' in page and ("nest deeper than" in page or "nest too deeply" in page)
     assert unchanged.holds()
+
+
+@pytest.mark.parametrize(
+    "size", [1024 * 1024 + 1, 3 * 1024 * 1024], ids=["just over 1 MiB", "over Django's own 2.5 MiB"]
+)
+def test_a_desk_form_over_the_documented_size_is_413_and_decides_nothing(
+    size, pending, personas, task_queue, django_capture_on_commit_callbacks
+):
+    approval = pending("tool_call")
+    unchanged = Unchanged(approval, task_queue)
+    client = Client()
+    client.force_login(personas.bob)
+    form = {"checkpoint_id": str(approval.checkpoint_id), "verdict": "reject", "reason": "x" * size}
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(f"/approvals/{approval.id}/", form)
+    assert response.status_code == 413 and "the limit is 1048576" in response.content.decode()
+    assert unchanged.holds()

@@ -188,10 +188,11 @@ async def floor_one(layer, socks: list[Socket], i: int, payload: dict[str, Any])
 
 
 def commits(redis, deliveries: list[Delivery]) -> None:
-    """Set each desk delivery's start: its event's commit in the worker (the probe's record)."""
+    """Set each desk delivery's start: its event's commit in the worker (the probe's record);
+    note when the next event (the run's `input_required`) was pushed, fanning out behind it."""
     from bench.common import read_records
 
-    wanted = {d.meta["seq"] for d in deliveries}
+    wanted = {d.meta["seq"] for d in deliveries} | {d.meta["seq"] + 1 for d in deliveries}
     deadline = time.monotonic() + 5
     found: dict[int, dict] = {}
     while time.monotonic() < deadline:
@@ -204,6 +205,9 @@ def commits(redis, deliveries: list[Delivery]) -> None:
         if not (record and record["commit"]):
             raise RuntimeError(f"no commit time from the probe for event {d.meta['seq']}")
         d.start = record["commit"]
+        after = found.get(d.meta["seq"] + 1)
+        if after and after["type"] == "run.updated":
+            d.meta["next_push"] = ms(after["push"] - record["push"])
 
 
 async def measure(stack, people, redis, budget: float) -> list[Row]:
@@ -275,6 +279,7 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
             "submit_to_last": summary(
                 [ms(max(a for a in d.arrivals if a) - d.submit) for d in desk if d.on_time()]
             ),
+            "next_push": summary([d.meta["next_push"] for d in desk if "next_push" in d.meta]),
             "missed": {"desk": sum(desk_missed), "floor": sum(floor_missed)},
             "deliveries": {"desk": count * len(desk), "floor": count * len(floor)},
             "duplicates": {

@@ -132,7 +132,10 @@ def breakdown_text(rows: list[dict[str, Any]]) -> str:
                 f"processes, {f['approvals']} approvals; p50 per message:"
             )
             lines.append(f"  desk, commit → socket: {spread(f['desk'])}")
-            lines.append(f"  desk, submit → last socket: {fmt(f['submit_to_last']['median'], 'ms')}")
+            lines.append(
+                f"  desk, submit → last socket: {fmt(f['submit_to_last']['median'], 'ms')}; the run's "
+                f"input_required pushed {fmt(f['next_push']['median'], 'ms')} after the approval, fanning out behind it"
+            )
             lines.append(f"  floor, group_send → socket: {spread(f['floor'])}")
             lines.append(
                 f"  missed the push (> {f['miss_after_s']:.0f} s or never): desk {f['missed']['desk']} of "

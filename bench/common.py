@@ -44,6 +44,8 @@ class Row:
     # (or >= min_ratio for rates). None: no target, reported only.
     max_ratio: float | None = None
     min_ratio: float | None = None
+    # An absolute target: it holds when every sample is <= max_value (e.g. 0 missed deliveries).
+    max_value: float | None = None
     target: str = ""
     # A further condition of the target that is not a ratio (e.g. the same query count).
     condition: bool = True
@@ -59,9 +61,11 @@ class Row:
             met = ratio <= self.max_ratio
         if ratio is not None and self.min_ratio is not None:
             met = ratio >= self.min_ratio
+        if self.max_value is not None and self.samples:
+            met = (met is not False) and max(self.samples) <= self.max_value
         if met is not None:
             met = met and self.condition
-        if not self.samples and (self.max_ratio or self.min_ratio):
+        if not self.samples and (self.max_ratio or self.min_ratio or self.max_value is not None):
             met = False
         data = asdict(self)
         data.pop("samples")
@@ -81,8 +85,12 @@ class Socket:
         self._waiters: list[tuple[Callable[[Any], bool], asyncio.Future]] = []
         self.on_message: Callable[[float, Any], None] | None = None
 
-    async def open(self, url: str, *, cookie: str | None = None, raw: bool = False) -> Socket:
-        origin = url.replace("ws://", "http://").split("/ws/")[0]
+    async def open(
+        self, url: str, *, cookie: str | None = None, raw: bool = False, origin: str | None = None
+    ) -> Socket:
+        # A page's origin: the server's own, unless the page is served from another (a
+        # second ASGI process behind the same origin, figure #8).
+        origin = origin or url.replace("ws://", "http://").split("/ws/")[0]
         headers = {"Origin": origin}
         if cookie:
             headers["Cookie"] = cookie

@@ -12,7 +12,10 @@ def plot(rows: list[dict[str, Any]], path: Path, *, title: str) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    shown = [r for r in rows if r["value"]["median"] is not None and r["floor_value"]["median"] is not None]
+    # A bar on a log scale needs a ratio: counts whose floor is 0 (missed deliveries) stay in the table.
+    shown = [
+        r for r in rows if r["value"]["median"] and r["floor_value"]["median"] and r["ratio"] is not None
+    ]
     fig, ax = plt.subplots(figsize=(10, 0.6 * len(shown) + 1.5))
     labels = [f"#{r['id']} {r['figure'][:48]} ({r['unit']})" for r in shown]
     y = range(len(shown))

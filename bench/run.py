@@ -26,10 +26,10 @@ FIGURES = [
     ({"6"}, "bench.throughput", (30, 180)),
     ({"5"}, "bench.storage", (30, 60)),
     ({"7"}, "bench.desk", (60, 600)),
+    ({"8"}, "bench.fanout", (45, 300)),
 ]
 NOT_DONE = {
     "4": "pause/resume against LangGraph's PostgresSaver: not built (needs langgraph from its own requirements file)",
-    "8": "fan-out to 200 sockets over two ASGI processes: not built in this pass",
     "9": "the cycle with 100,000 finished runs: not built in this pass",
 }
 
@@ -69,6 +69,8 @@ def fmt(value: float | None, unit: str) -> str:
         return "—"
     if unit == "B":
         return f"{value:,.0f} B"
+    if unit == "count":
+        return f"{value:,.0f}"
     if unit == "/s":
         return f"{value:,.1f}/s"
     return f"{value:,.1f} ms" if value < 1000 else f"{value / 1000:,.2f} s"
@@ -119,6 +121,28 @@ def breakdown_text(rows: list[dict[str, Any]]) -> str:
                 for n, v in ((few, row["floor_value"]), (many, row["value"]))
             ]
             lines.append(f"#{row['id']} {row['figure'].split(' at ')[0]}: " + " | ".join(side))
+        if "fanout" in extra:
+            f = extra["fanout"]
+
+            def spread(parts: dict[str, Any]) -> str:
+                return ", ".join(f"{name} {fmt(s['median'], 'ms')}" for name, s in parts.items())
+
+            lines.append(
+                f"\n#8 fan-out: {f['sockets']} sockets ({'/'.join(f['reviewers'])}) over {f['processes']} daphne "
+                f"processes, {f['approvals']} approvals; p50 per message:"
+            )
+            lines.append(f"  desk, commit → socket: {spread(f['desk'])}")
+            lines.append(
+                f"  desk, submit → last socket: {fmt(f['submit_to_last']['median'], 'ms')}; the run's "
+                f"input_required pushed {fmt(f['next_push']['median'], 'ms')} after the approval, fanning out behind it"
+            )
+            lines.append(f"  floor, group_send → socket: {spread(f['floor'])}")
+            lines.append(
+                f"  missed the push (> {f['miss_after_s']:.0f} s or never): desk {f['missed']['desk']} of "
+                f"{f['deliveries']['desk']}, floor {f['missed']['floor']} of {f['deliveries']['floor']}; "
+                f"duplicates: desk {f['duplicates']['desk']}, floor {f['duplicates']['floor']}; sockets opened in "
+                + ", ".join(f"{k} {v} s" for k, v in f["opened_s"].items())
+            )
         if "growth_200_vs_100" in extra:
             lines.append(
                 f"#5 stored at 100 messages {extra['100']['stored']:,} B ({extra['100']['ratio']:.2f}x raw), at 200 "

@@ -83,6 +83,8 @@ class Stack:
     floor_url: str = ""
     procs: list[Proc] = field(default_factory=list)
     redis: subprocess.Popen | None = None
+    # The environment the web processes run with: a second one (figure #8) gets the same.
+    web_env: dict[str, str] = field(default_factory=dict)
 
     def start(self, name: str, command: list[str], env: dict[str, str]) -> Proc:
         log = OUT / f"{name}.log"
@@ -93,6 +95,18 @@ class Stack:
         proc = Proc(name, popen, log)
         self.procs.append(proc)
         return proc
+
+    def stop_one(self, proc: Proc) -> None:
+        """Stop one process the harness started (a figure's own), before the rest."""
+        if proc.popen.poll() is None:
+            os.killpg(proc.popen.pid, 15)
+            try:
+                proc.popen.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.popen.pid, 9)
+                proc.popen.wait(timeout=15)
+        if proc in self.procs:
+            self.procs.remove(proc)
 
     def stop(self) -> None:
         for proc in reversed(self.procs):
@@ -145,24 +159,46 @@ def start_processes(stack: Stack, env: dict[str, str]) -> None:
 
     python = sys.executable
     env = {**os.environ, **env}
-    desk_port, floor_port = free_port(), free_port()
-    stack.desk_url, stack.floor_url = f"http://127.0.0.1:{desk_port}", f"http://127.0.0.1:{floor_port}"
+    desk_port = free_port()
+    stack.desk_url = f"http://127.0.0.1:{desk_port}"
     # The desk's sockets take only an exact Origin (issue 8): the one its pages are served from.
     env["DESK_WS_ALLOWED_ORIGINS"] = stack.desk_url
-    daphne = [python, "-m", "daphne", "-b", "127.0.0.1"]
+    stack.web_env = env
     celery = [python, "-m", "celery", "-A"]
     worker_args = ["worker", "-l", "WARNING", "-c", "2", "--without-gossip", "--without-mingle"]
-    stack.start("desk-web", [*daphne, "-p", str(desk_port), "bench.desk_asgi:application"], env)
+    start_daphne(stack, "desk-web", DESK_APP, port=desk_port)
     stack.start(
         "desk-worker", [*celery, "bench.desk_worker", *worker_args, "-Q", DESK_QUEUE, "-n", "desk@%h"], env
     )
-    stack.start("floor-web", [*daphne, "-p", str(floor_port), "bench.floor_asgi:application"], env)
+    _, stack.floor_url = start_daphne(stack, "floor-web", FLOOR_APP)
     stack.start(
         "floor-worker", [*celery, "bench.floor", *worker_args, "-Q", FLOOR_QUEUE, "-n", "floor@%h"], env
     )
-    _wait(lambda: _http_ok(stack.desk_url + "/accounts/login/"), "desk daphne")
-    _wait(lambda: _port_open(floor_port), "floor daphne")
+    wait_daphne(stack.desk_url, DESK_APP)
+    wait_daphne(stack.floor_url, FLOOR_APP)
     _wait(lambda: _workers_ready(settings.CELERY_BROKER_URL), "celery workers")
+
+
+DESK_APP = "bench.desk_asgi:application"
+FLOOR_APP = "bench.floor_asgi:application"
+
+
+def start_daphne(stack: Stack, name: str, app: str, *, port: int | None = None) -> tuple[Proc, str]:
+    """One more daphne serving `app`, with the web processes' environment; (process, URL).
+
+    Two desk processes share one Origin, as they would behind one load balancer: a second one
+    takes the same DESK_WS_ALLOWED_ORIGINS (the first's URL), and its clients present it."""
+    port = port or free_port()
+    command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), app]
+    return stack.start(name, command, stack.web_env), f"http://127.0.0.1:{port}"
+
+
+def wait_daphne(url: str, app: str) -> None:
+    """Until the daphne at `url` serves: the desk's login page, or the floor's open port."""
+    if app == DESK_APP:
+        _wait(lambda: _http_ok(url + "/accounts/login/"), f"daphne {app} at {url}")
+    else:
+        _wait(lambda: _port_open(int(url.rsplit(":", 1)[1])), f"daphne {app} at {url}")
 
 
 def _port_open(port: int) -> bool:

@@ -96,7 +96,9 @@ class _Broken(Exception):
         self.problem = problem
 
 
-def _row_problem(row: AuditEvent, prev: str, keyed_seen: bool, plain_until: int | None) -> str | None:
+def _row_problem(
+    row: AuditEvent, prev: str, keyed_seen: bool, plain_until: int | None, boundary: int | None
+) -> str | None:
     if row.version == ChainVersion.PLAIN:
         # Anyone can compute an unkeyed row: only those written before the upgrade are genuine,
         # and once anchored they are pinned by the anchor's hash.
@@ -104,7 +106,6 @@ def _row_problem(row: AuditEvent, prev: str, keyed_seen: bool, plain_until: int 
             return "an unkeyed row after keyed rows (the chain was rewritten without the key)"
         if plain_until is not None and row.id > plain_until:
             return "an unkeyed row that no anchor covers (the chain was rewritten without the key)"
-        boundary = plain_boundary()
         if boundary is not None and row.id > boundary:
             return (
                 f"an unkeyed row past the last legacy row ({boundary}, recorded in "
@@ -124,11 +125,13 @@ def _row_problem(row: AuditEvent, prev: str, keyed_seen: bool, plain_until: int 
 def _walk(anchors: list[Anchor], start: Anchor | None, upto: int | None = None) -> tuple[int, Anchor | None]:
     """Check the rows after `start` (all when None), up to id `upto`, against the chain and the anchors.
 
-    Unkeyed (PLAIN) rows are accepted only up to the newest anchor, except while there is
-    no anchor at all: the first anchor after the upgrade trusts the old rows it finds.
+    Unkeyed (PLAIN) rows are accepted only up to the newest anchor (while there is no anchor,
+    the first one after the upgrade trusts the old rows it finds), and never past the legacy
+    boundary the first keyed write recorded outside the database.
     Returns (rows seen, the newest anchor matched); raises _Broken at the first bad row.
     """
     plain_until = max((a.last_id for a in anchors), default=start.last_id if start else None)
+    boundary = plain_boundary()  # read once per walk: the file beside the audit key
     rows = AuditEvent.objects.order_by("id")
     prev, count, keyed_seen = GENESIS, 0, False
     if start is not None:
@@ -149,7 +152,7 @@ def _walk(anchors: list[Anchor], start: Anchor | None, upto: int | None = None) 
             gone = pending[index]
             raise _Broken(gone.last_id, f"row {gone.last_id}, anchored at {gone.at}, was deleted")
         count += 1
-        problem = _row_problem(row, prev, keyed_seen, plain_until)
+        problem = _row_problem(row, prev, keyed_seen, plain_until, boundary)
         if problem is not None:
             raise _Broken(row.id, problem)
         keyed_seen = keyed_seen or row.version == ChainVersion.KEYED

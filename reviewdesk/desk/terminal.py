@@ -187,15 +187,16 @@ def choices_for(approval: ApprovalRequest) -> dict[str, tuple[str, Choice]]:
 
 
 # --- the queue -----------------------------------------------------------------------------
-def decidable(user: Any, passed: set[Any]) -> Iterator[tuple[ApprovalRequest, int]]:
+def decidable(user: Any, passed: set[Any]) -> Iterator[tuple[ApprovalRequest, str]]:
     """The user's queue in the desk's order (mine, my groups', the rest; by expiry), page by page, without
-    what they may see but not decide (runs they submitted) or already passed; with the total."""
+    what they may see but not decide (runs they submitted) or already passed; with the count
+    as the desk shows it ("1000+" past the cap)."""
     offset: int | None = 0
     while offset is not None:
         page = approvals_queue_for(user, QueueFilters(), offset=offset)
         for approval in page.approvals:
             if approval.id not in passed and user_may_decide_approval(user, approval):
-                yield approval, page.total
+                yield approval, f"{page.total}+" if page.total_capped else str(page.total)
         offset = page.next_offset
 
 

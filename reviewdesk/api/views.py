@@ -14,6 +14,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from reviewdesk.accounts.models import ApiToken
 from reviewdesk.api import paging
 from reviewdesk.api import schema as doc
 from reviewdesk.api.idempotency import idempotent
@@ -309,7 +310,11 @@ class RunCancelView(DeskAPIView):
         extensions=doc.scopes("submit", "review"),
     )
     def post(self, request, run_id):
-        return idempotent(request, lambda: Response(run_detail(run_cancel(run_id=run_id, user=request.user))))
+        # A token acts only in its scopes' roles: a submitter's review-scoped token cannot cancel.
+        scopes = frozenset(request.auth.scopes) if isinstance(request.auth, ApiToken) else None
+        return idempotent(
+            request, lambda: Response(run_detail(run_cancel(run_id=run_id, user=request.user, scopes=scopes)))
+        )
 
 
 class RunRetryView(DeskAPIView):

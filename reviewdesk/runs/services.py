@@ -121,17 +121,27 @@ def run_submit(
     return run
 
 
-def _may_control(user: User, run: Run) -> bool:
-    return is_admin(user) or run.submitted_by_id == user.pk or user_may_decide(user, run)
+def _may_control(user: User, run: Run, scopes: frozenset[str] | None) -> bool:
+    """Admins, the submitter (with the submit scope) and its reviewers (with the review scope).
+    `scopes` is the API token's; None for a signed-in page, which carries every role it has."""
+
+    def holds(scope: str) -> bool:
+        return scopes is None or scope in scopes
+
+    if is_admin(user):
+        return True
+    if run.submitted_by_id == user.pk and holds("submit"):
+        return True
+    return holds("review") and user_may_decide(user, run)
 
 
-def run_cancel(*, run_id: Any, user: User) -> Run:
+def run_cancel(*, run_id: Any, user: User, scopes: frozenset[str] | None = None) -> Run:
     """Cancel for good: bump cancel_epoch (fencing out any worker), cancel pending approvals,
     revoke the queued task. A decision arriving afterwards is 409."""
     visible = run_get_for_user(run_id=run_id, user=user)
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=visible.pk)
-        if not _may_control(user, run):
+        if not _may_control(user, run, scopes):
             raise Forbidden("only the submitter, its reviewers or an admin can cancel this run")
         if run.status in ENDED:
             raise Conflict(f"the run has already ended ({run.status})", code="ended")

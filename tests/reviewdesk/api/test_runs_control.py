@@ -61,6 +61,17 @@ def test_who_may_cancel(interrupted_run, personas, api_as):
     assert post(api_as(personas.bob, "review"), f"/api/v1/runs/{run.id}/cancel").status_code == 200
 
 
+def test_a_token_cancels_only_in_the_role_its_scopes_give(interrupted_run, personas, api_as):
+    """bob reviews the run: his submit-only token may not cancel it; carol submitted it: her
+    review-only token may not; each with the right scope may (the page's session may too)."""
+    run, _ = interrupted_run(reviewers=["bob"])
+    bob_submit = post(api_as(personas.bob, "submit"), f"/api/v1/runs/{run.id}/cancel")
+    carol_review = post(api_as(personas.carol, "review"), f"/api/v1/runs/{run.id}/cancel")
+    assert (bob_submit.status_code, carol_review.status_code) == (403, 403)
+    assert bob_submit.json()["code"] == carol_review.json()["code"] == "forbidden"
+    assert post(api_as(personas.carol, "submit"), f"/api/v1/runs/{run.id}/cancel").status_code == 200
+
+
 def test_retry_of_a_cancelled_run_raises_fresh_approvals_and_finishes(
     interrupted_run, personas, api_as, mailoutbox
 ):

@@ -77,27 +77,44 @@ def signature_valid(*, secret: str, body: bytes, header: str, tolerance: int = 3
 
 # --- Where a URL points --------------------------------------------------------------------
 def url_refusal(url: str) -> str | None:
-    """Why this URL may not receive webhooks, or None. Resolves the host now.
+    """Why this URL may not receive webhooks, or None. Resolves the host now."""
+    return resolve_target(url)[0]
+
+
+def resolve_target(url: str) -> tuple[str | None, str | None]:
+    """(why this URL may not receive webhooks, or None; the address to send to).
 
     Every address the name resolves to must be global (not private, loopback, link-local,
-    shared, reserved or multicast) unless DESK_WEBHOOKS_ALLOW_PRIVATE is set.
+    shared, reserved or multicast) unless DESK_WEBHOOKS_ALLOW_PRIVATE is set. A delivery is
+    sent to the address checked here, never to a second lookup's answer, so a name that
+    changes between the check and the request (DNS rebinding) cannot reach an inside host.
     """
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        return "the URL must be http or https with a host"
+        return "the URL must be http or https with a host", None
     if parts.username or parts.password:
-        return "the URL may not carry credentials"
+        return "the URL may not carry credentials", None
     try:
         infos = socket.getaddrinfo(parts.hostname, parts.port or 443, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError, ValueError):
-        return f"the host {parts.hostname!r} does not resolve"
-    if settings.DESK_WEBHOOKS_ALLOW_PRIVATE:
-        return None
-    for info in infos:
-        address = ipaddress.ip_address(info[4][0].split("%", 1)[0])
-        if not address.is_global:
-            return f"the host {parts.hostname!r} resolves to a non-public address ({address})"
-    return None
+        return f"the host {parts.hostname!r} does not resolve", None
+    addresses = [ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos]
+    if not settings.DESK_WEBHOOKS_ALLOW_PRIVATE:
+        for address in addresses:
+            if not address.is_global:
+                return f"the host {parts.hostname!r} resolves to a non-public address ({address})", None
+    return None, str(addresses[0]) if addresses else None
+
+
+def _pinned(url: str, address: str) -> tuple[str, dict[str, str], dict[str, str]]:
+    """`url` with its host replaced by `address`; the Host header and, for https, the name
+    TLS checks the certificate against (SNI) stay the original host's."""
+    parts = urlsplit(url)
+    host = f"[{address}]" if ":" in address else address
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    original = parts.netloc.rsplit("@", 1)[-1]
+    extensions = {"sni_hostname": parts.hostname} if parts.scheme == "https" and parts.hostname else {}
+    return parts._replace(netloc=netloc).geturl(), {"Host": original}, extensions
 
 
 # --- Registration --------------------------------------------------------------------------
@@ -252,8 +269,9 @@ def webhook_deliver(*, delivery_id) -> str:
         return "skipped"
     status_code, error = None, ""
     started = time.monotonic()
-    if refusal := url_refusal(endpoint.url):
-        error = "refused: " + refusal
+    refusal, address = resolve_target(endpoint.url)
+    if refusal or address is None:
+        error = "refused: " + (refusal or "the host has no address")
     else:
         body = delivery.body.encode()
         headers = {
@@ -263,14 +281,14 @@ def webhook_deliver(*, delivery_id) -> str:
             "Desk-Event": delivery.event_type,
             SIGNATURE_HEADER: signature_header(secret=endpoint.secret, body=body),
         }
+        target, host_header, extensions = _pinned(endpoint.url, address)
         try:
-            response = httpx.post(
-                endpoint.url,
-                content=body,
-                headers=headers,
-                timeout=settings.DESK_WEBHOOK_TIMEOUT_SECONDS,
-                follow_redirects=False,
-            )
+            with httpx.Client(
+                timeout=settings.DESK_WEBHOOK_TIMEOUT_SECONDS, follow_redirects=False
+            ) as client:
+                response = client.post(
+                    target, content=body, headers={**headers, **host_header}, extensions=extensions
+                )
             status_code = response.status_code
             if not 200 <= status_code < 300:
                 error = f"HTTP {status_code}"

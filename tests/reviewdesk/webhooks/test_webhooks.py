@@ -195,6 +195,32 @@ def _pending_delivery(owner, url) -> WebhookDelivery:
     return WebhookDelivery.objects.create(endpoint=endpoint, event_type="run.succeeded", body="{}")
 
 
+def test_a_delivery_goes_to_the_address_checked_never_to_a_second_lookup(
+    personas, receiver, settings, monkeypatch
+):
+    """DNS rebinding: a name may answer the check with one address and the request with
+    another. The name resolves once (the check), the request goes to that address, and the
+    receiver still sees the name in Host. The resolver is the only stand-in here."""
+    import socket
+
+    settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True
+    port = int(receiver.url.rsplit(":", 1)[1].split("/")[0])
+    real_getaddrinfo, lookups = socket.getaddrinfo, []
+
+    def resolver(host, *args, **kwargs):
+        if host == "hooks.rebind.test":
+            lookups.append(host)
+            return real_getaddrinfo("127.0.0.1", *args, **kwargs)
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+    delivery = _pending_delivery(personas.carol, f"http://hooks.rebind.test:{port}/hook")
+    assert webhook_deliver(delivery_id=delivery.id) == "delivered"
+    assert lookups == ["hooks.rebind.test"]  # the check's lookup only
+    (request,) = receiver.requests
+    assert request.headers["Host"] == f"hooks.rebind.test:{port}"
+
+
 def test_a_delivery_still_queued_when_its_endpoint_is_disabled_is_not_sent(personas, receiver, settings):
     settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True
     delivery = _pending_delivery(personas.carol, receiver.url)

@@ -34,3 +34,21 @@ def test_a_snippet_that_no_longer_occurs_is_reported(tmp_path: Path):
     assert problems(mutant, tmp_path) == [
         f"its original snippet occurs 0 times in {mutant.file} (must be exactly once)"
     ]
+
+
+def test_every_named_killing_test_is_collected():
+    """A renamed or deleted test leaves its mutants with nothing to kill them, and `make mutants`
+    then stops at its baseline: pytest must collect every node id the list names."""
+    import subprocess
+    import sys
+
+    nodes = sorted({node for mutant in MUTANTS for node in mutant.tests})
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *nodes],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    missing = [line for line in done.stdout.splitlines() + done.stderr.splitlines() if "not found" in line]
+    assert done.returncode == 0 and not missing, "\n".join(missing) or done.stdout[-2000:]

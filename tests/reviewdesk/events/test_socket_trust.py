@@ -5,10 +5,13 @@ Through the real ASGI stack and the Redis channel layer; heartbeats every 2 s in
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth.models import Group
 from django.contrib.sessions.models import Session
+from django.utils import timezone
 
 from reviewdesk.accounts.roles import REVIEWERS
 from tests.reviewdesk.events.test_desk_socket import ORIGIN, communicator, in_thread, session_headers
@@ -103,16 +106,31 @@ def test_the_origin_must_match_the_allow_list_exactly_scheme_host_and_port(
     async_to_sync(scenario)()
 
 
-@pytest.mark.parametrize("heartbeat", [3600, 1], ids=["at once, by the recheck push", "by the heartbeat"])
-def test_a_socket_is_closed_when_its_user_logs_out(personas, settings, heartbeat):
-    """With the heartbeat an hour away, only the push sent when the session row goes can close
-    it within the 5 s waited here; with a 1 s heartbeat, the heartbeat's own check does too."""
-    settings.DESK_WS_HEARTBEAT_SECONDS = heartbeat
+def test_a_socket_is_closed_at_once_when_its_user_logs_out(personas, settings):
+    """With the heartbeat an hour away, only the re-check pushed when the session row goes can
+    close it within the 5 s waited here."""
+    settings.DESK_WS_HEARTBEAT_SECONDS = 3600
     headers = session_headers(personas.alice)
 
     async def scenario():
         comm = await connected_with_snapshot(headers)
         await in_thread(lambda: Session.objects.all().delete())()  # what logout does to the session
+
+        closed = await comm.receive_output(timeout=5)
+        assert closed["type"] == "websocket.close" and closed["code"] == 4403
+
+    async_to_sync(scenario)()
+
+
+def test_a_socket_is_closed_at_the_next_heartbeat_once_its_session_expires(personas, settings):
+    """An expiring session changes no row a signal sees: the heartbeat's own check closes it."""
+    settings.DESK_WS_HEARTBEAT_SECONDS = 1
+    headers = session_headers(personas.alice)
+
+    async def scenario():
+        comm = await connected_with_snapshot(headers)
+        past = timezone.now() - timedelta(minutes=1)
+        await in_thread(lambda: Session.objects.all().update(expire_date=past))()
 
         closed = await comm.receive_output(timeout=5)
         while closed["type"] != "websocket.close":  # a heartbeat may have been on its way

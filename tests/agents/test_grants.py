@@ -3,7 +3,9 @@ refused means not run), the use limit, and the loop asking a human when a grant 
 
 from __future__ import annotations
 
+import atexit
 import base64
+import shutil
 import tempfile
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -18,6 +20,7 @@ from agents.loop import Finished, Waiting, advance
 from agents.providers.scripted import ScriptedProvider
 from agents.registry import get_agent
 from agents.routing import Quorum
+from agents.sandbox import shared_tmp_dir
 from agents.state import CallStatus
 from agents.testing.host import InMemoryHost
 from agents.testing.keys import StaticKeyring, generate_signing_key, sign_decision, sign_grant
@@ -28,6 +31,8 @@ from agents.tools import ToolContext
 DEMO = get_agent("demo")
 SEND_EMAIL = DEMO.tool("send_email")
 EXECUTE = DEMO.tool("execute")
+SCRATCH = Path(tempfile.mkdtemp(prefix="grants-", dir=shared_tmp_dir()))
+atexit.register(shutil.rmtree, SCRATCH, ignore_errors=True)
 EMAIL = {"to": "ada@example.com", "subject": "Hi", "body": "x"}
 NOW = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
 RUN = "run-1"
@@ -120,7 +125,9 @@ class Gate:
             run_id=run_id,
             tool_call_id=call,
             idempotency_key=binding.idempotency_key,
-            workdir=Path(tempfile.gettempdir()),
+            # The module's own directory: were a refusal here ever to fail (a mutant), `execute`
+            # would run in it, never in the machine's /tmp.
+            workdir=SCRATCH / run_id,
             world=self.world,
         )
         return self.gate.execute(

@@ -299,3 +299,24 @@ def test_the_shared_temporary_directory_is_one_a_runs_uid_can_walk_through(tmp_p
 
     assert not sandbox.world_traversable(str(private / "inner"))
     assert sandbox.world_traversable(shared_tmp_dir())
+
+
+@pytest.mark.parametrize("shared", ["sticky, like /tmp", "another user's"])
+def test_a_workdir_that_is_not_a_runs_own_is_refused_and_left_as_it_was(runs_root, shared):
+    """The scratch directory is tightened to 0700 and handed to the run's uid: never a shared
+    or foreign directory. (A test that passed /tmp as the workdir once did that to /tmp.)"""
+    from agents.sandbox import SandboxUnavailable, prepare_scratch
+
+    workdir = runs_root / "shared"
+    workdir.mkdir()
+    if shared.startswith("sticky"):
+        workdir.chmod(0o1777)
+    elif os.geteuid() == 0:
+        os.chown(workdir, 4242, 4242)
+    else:
+        pytest.skip("only root can make a directory another user's")
+    before = workdir.stat()
+    with pytest.raises(SandboxUnavailable, match="not a run's scratch directory"):
+        prepare_scratch(workdir, "run-1")
+    after = workdir.stat()
+    assert (after.st_mode, after.st_uid) == (before.st_mode, before.st_uid)

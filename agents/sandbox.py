@@ -139,18 +139,18 @@ def prepare_scratch(workdir: Path, run_id: str) -> None:
         # 0711: the run's uid may pass through to its own directory but not list the others.
         # Only a root we created: an existing directory's mode is its owner's business.
         os.chmod(root, 0o711)
-    uid = run_uid(run_id) if os.geteuid() == 0 else None
+    run_owner = run_uid(run_id) if os.geteuid() == 0 else None
     if workdir.exists():
         # Only a run's own directory is tightened and handed to the run's uid: never a shared
         # one (sticky, like /tmp) or someone else's. A mistaken workdir of /tmp once left the
         # machine's /tmp 0700 and owned by a run uid.
         info = workdir.stat()
-        if info.st_mode & stat.S_ISVTX or info.st_uid not in (os.geteuid(), uid):
+        if info.st_mode & stat.S_ISVTX or info.st_uid not in (os.geteuid(), run_owner):
             raise SandboxUnavailable(f"{workdir} is not a run's scratch directory")
     workdir.mkdir(exist_ok=True)
     os.chmod(workdir, 0o700)
-    if uid is not None:
-        os.chown(workdir, uid, uid)
+    if run_owner is not None:
+        os.chown(workdir, run_owner, run_owner)
         # The run's uid must walk down to its directory (bwrap binds it as that uid).
         for parent in workdir.resolve().parents:
             if not os.stat(parent).st_mode & 0o001:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -96,15 +97,33 @@ def event_push(event: DeskEvent) -> None:
             logger.exception("push of desk event %s to %s failed", event.id, group)
 
 
+# After a failed user push, skip the next ones for a while: `manage.py seed_demo` saves users
+# before `make run` starts Redis, and one warning says more than a traceback per user.
+_users_push_paused_until = 0.0
+USERS_PUSH_PAUSE_SECONDS = 30.0
+
+
 def users_push(user_ids: Iterable[int], message: dict) -> None:
-    """Send `message` (a channel-layer message, not a desk event) to each user's sockets."""
+    """Send `message` (a channel-layer message, not a desk event) to each user's sockets.
+
+    Best effort: sockets re-check at their next heartbeat anyway."""
+    global _users_push_paused_until
+    if time.monotonic() < _users_push_paused_until:
+        return
     layer = get_channel_layer()
     assert layer is not None, "CHANNEL_LAYERS is configured in settings"
     for user_id in user_ids:
         try:
             _send(layer, user_group(user_id), message)
-        except Exception:
-            logger.exception("push of %s to user %s failed", message.get("type"), user_id)
+        except Exception as exc:
+            _users_push_paused_until = time.monotonic() + USERS_PUSH_PAUSE_SECONDS
+            logger.warning(
+                "desk sockets not told to %s (the channel layer is unreachable: %s); they re-check "
+                "at their next heartbeat",
+                message.get("type"),
+                str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__,
+            )
+            return
 
 
 # How many event rows one replay scans; a client pages on while `more` is true.

@@ -6,8 +6,10 @@ user's sockets once the change commits; each socket checks its own session and r
 
 from __future__ import annotations
 
+import contextvars
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.contrib.auth import SESSION_KEY, get_user_model
@@ -19,9 +21,23 @@ from reviewdesk.events.services import users_push
 
 logger = logging.getLogger(__name__)
 RECHECK = {"type": "desk.recheck"}
+_paused: contextvars.ContextVar[bool] = contextvars.ContextVar("desk_recheck_paused", default=False)
+
+
+@contextmanager
+def rechecks_paused() -> Iterator[None]:
+    """No re-check pushes inside: for `seed_demo`, which `make run` runs before Redis and the
+    web tier are up (no socket can be open; a later one checks its rights when it connects)."""
+    token = _paused.set(True)
+    try:
+        yield
+    finally:
+        _paused.reset(token)
 
 
 def sockets_recheck(user_ids: Iterable[Any]) -> None:
+    if _paused.get():
+        return
     ids = sorted({int(pk) for pk in user_ids if pk is not None})
     if ids:
         transaction.on_commit(lambda: users_push(ids, RECHECK), robust=True)

@@ -40,3 +40,20 @@ def test_without_the_variable_the_password_is_generated_once_and_kept(monkeypatc
     first = demo_password()
 
     assert first and demo_password() == first == (tmp_path / "demo_password").read_text().strip()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_seed_demo_before_anything_listens_pushes_nothing(monkeypatch):
+    """`make run` seeds before it starts Redis: reseeding (passwords and groups set again) must
+    not try to tell sockets to re-check (a warning, or a traceback, in the first thing a new
+    user reads). Transactional, so the on-commit pushes would really be attempted."""
+    from reviewdesk.events import services
+
+    pushed = []
+    monkeypatch.setattr(services, "users_push", lambda ids, message: pushed.append(ids))
+    monkeypatch.setattr("reviewdesk.events.signals.users_push", lambda ids, message: pushed.append(ids))
+    call_command("seed_demo")
+    call_command("seed_demo")
+    assert pushed == []
+    User.objects.get(username="alice").save()  # outside seed_demo, a save does push
+    assert pushed == [[User.objects.get(username="alice").pk]]

@@ -3,6 +3,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from reviewdesk.accounts.demo import demo_users_seed
+from reviewdesk.events.signals import rechecks_paused
 
 
 class Command(BaseCommand):
@@ -11,7 +12,8 @@ class Command(BaseCommand):
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        password = demo_users_seed()
+        with rechecks_paused():
+            password = demo_users_seed()
         self.stdout.write(
             f"demo users: alice, bob, dave (reviewers; dave in finance), carol (submits runs), admin; password: {password}"
         )

@@ -7,11 +7,11 @@ the snapshot records how many of them it covers (`message_count`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 class SnapshotError(ValueError):
@@ -51,6 +51,9 @@ class CallState:
     def from_dict(cls, data: dict[str, Any]) -> CallState:
         return cls(**{**data, "status": CallStatus(data["status"])})
 
+    def to_dict(self) -> dict[str, Any]:
+        return _without_defaults(self, asdict(self))
+
 
 @dataclass
 class AgentState:
@@ -83,7 +86,13 @@ class AgentState:
         )
 
     def to_snapshot(self) -> dict[str, Any]:
-        data = asdict(self)
+        # v5: fields at their defaults are left out (a run writes two checkpoints per model
+        # turn, and most of each is defaults: issue 11's storage target). `message_count`
+        # always stays: the stores index on it.
+        data = _without_defaults(self, asdict(self))
+        data["message_count"] = self.message_count
+        if self.batch:
+            data["batch"] = [call.to_dict() for call in self.batch]
         data["schema_version"] = SCHEMA_VERSION
         return data
 
@@ -91,9 +100,23 @@ class AgentState:
     def from_snapshot(cls, snapshot: dict[str, Any]) -> AgentState:
         data = migrate(dict(snapshot))
         data.pop("schema_version")
-        data["step"] = Step(data["step"])
-        data["batch"] = [CallState.from_dict(call) for call in data["batch"]]
+        data["step"] = Step(data.get("step", Step.MODEL))
+        data["batch"] = [CallState.from_dict(call) for call in data.get("batch", [])]
         return cls(**data)
+
+
+def _without_defaults(instance: Any, data: dict[str, Any]) -> dict[str, Any]:
+    """`data` less the fields whose value equals the dataclass default; required fields stay."""
+    for spec in fields(instance):
+        if spec.default is not MISSING:
+            default = spec.default
+        elif spec.default_factory is not MISSING:
+            default = spec.default_factory()
+        else:
+            continue
+        if data[spec.name] == default:
+            del data[spec.name]
+    return data
 
 
 def _v1_to_v2(snapshot: dict[str, Any]) -> dict[str, Any]:
@@ -114,8 +137,19 @@ def _v3_to_v4(snapshot: dict[str, Any]) -> dict[str, Any]:
     return {**snapshot, "batch": batch}
 
 
+def _v4_to_v5(snapshot: dict[str, Any]) -> dict[str, Any]:
+    # v5 may leave out fields at their defaults; a complete v4 snapshot is a valid v5 one.
+    # The version still moves, so that v4 code refuses a v5 snapshot it would misread.
+    return dict(snapshot)
+
+
 # MIGRATORS[n] upgrades a version-n snapshot to version n + 1.
-MIGRATORS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+MIGRATORS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    1: _v1_to_v2,
+    2: _v2_to_v3,
+    3: _v3_to_v4,
+    4: _v4_to_v5,
+}
 
 
 def migrate(snapshot: dict[str, Any]) -> dict[str, Any]:

@@ -67,9 +67,14 @@ def grow(host, messages: int):
     while state.message_count < messages:
         assistant, result = message_pair(turn)
         state.message_count += 1
+        state.model_calls += 1
         state.step = Step.TOOLS
+        # The call as the loop records it: the same id, name and arguments as the log's message.
+        arguments = json.loads(assistant["tool_calls"][0]["function"]["arguments"])
         state.batch = [
-            CallState(id=f"call_{turn}_0", name="lookup_customer", arguments={}, status=CallStatus.READY)
+            CallState(
+                id=f"call_{turn}_0", name="lookup_customer", arguments=arguments, status=CallStatus.READY
+            )
         ]
         host.commit_step(
             checkpoint_id=str(uuid.uuid4()), state=state, new_messages=[assistant], raise_approvals=[]

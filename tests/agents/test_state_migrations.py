@@ -10,7 +10,16 @@ import pytest
 from agents.loop import Finished, Waiting, advance
 from agents.providers.scripted import ScriptedProvider
 from agents.registry import get_agent
-from agents.state import MIGRATORS, SCHEMA_VERSION, AgentState, CallStatus, SnapshotError, Step, migrate
+from agents.state import (
+    MIGRATORS,
+    SCHEMA_VERSION,
+    AgentState,
+    CallState,
+    CallStatus,
+    SnapshotError,
+    Step,
+    migrate,
+)
 from agents.testing.host import InMemoryHost
 from agents.testing.keys import sign_decision
 
@@ -101,3 +110,50 @@ def test_a_v3_snapshot_loads_with_no_call_allowed_by_a_grant():
     assert [c.status for c in state.batch] == [CallStatus.DONE, CallStatus.UNKNOWN, CallStatus.AWAITING]
     assert [c.grant_id for c in state.batch] == [None, None, None]
     assert state.to_snapshot()["schema_version"] == SCHEMA_VERSION
+
+
+def test_a_v4_snapshot_loads_and_keeps_every_field():
+    raw = load("v4_batch_one_unknown_one_waiting.json")
+    assert raw["schema_version"] == 4 and "result" in raw["batch"][2]
+    state = AgentState.from_snapshot(raw)
+    assert [c.status for c in state.batch] == [CallStatus.DONE, CallStatus.UNKNOWN, CallStatus.AWAITING]
+    assert state.batch[0].result["name"] == "Ada Lovelace"
+    assert AgentState.from_snapshot(state.to_snapshot()) == state
+
+
+def test_a_v5_snapshot_leaves_out_what_is_at_its_default():
+    """Issue 11's storage target: a checkpoint between model turns is a count and a version."""
+    assert AgentState(message_count=0).to_snapshot() == {"message_count": 0, "schema_version": SCHEMA_VERSION}
+    state = AgentState(step=Step.TOOLS, message_count=5, model_calls=2)
+    state.batch = [
+        CallState(id="call_1", name="send_email", arguments={"to": "a@b"}, status=CallStatus.READY)
+    ]
+    assert state.to_snapshot() == {
+        "step": "tools",
+        "message_count": 5,
+        "model_calls": 2,
+        "batch": [{"id": "call_1", "name": "send_email", "arguments": {"to": "a@b"}, "status": "ready"}],
+        "schema_version": SCHEMA_VERSION,
+    }
+
+
+def test_every_field_away_from_its_default_survives_a_v5_round_trip():
+    call = CallState(
+        id="call_2",
+        name="refund_payment",
+        arguments=None,
+        status=CallStatus.DONE,
+        result={"refunded": "0.00"},
+        checkpoint_id="c-1",
+        grant_id="g-1",
+    )
+    state = AgentState(
+        step=Step.DONE,
+        message_count=9,
+        batch=[call],
+        model_calls=4,
+        output="Done.",
+        invalid_calls=1,
+        waiting_since="2026-12-01T00:00:00+00:00",
+    )
+    assert AgentState.from_snapshot(json.loads(json.dumps(state.to_snapshot()))) == state

@@ -2,9 +2,9 @@
 
 Figure #5 of `make bench` (bench/storage.py) measured through the desk's real write path
 (DatabaseHost.commit_step); here it is asserted as ratios, which do not depend on the
-machine. The issue's target is 1.5x the raw message bytes; today the store holds about
-1.9x on SQLite and 2.15x on PostgreSQL, so the line held here is 2.2x, and any growth
-beyond linear fails.
+machine. The issue's target is 1.5x the raw message bytes. Since v5 snapshots leave out
+their defaults the store holds about 1.56x on SQLite and 1.78x on PostgreSQL (2.00x and
+2.25x before), so the line held here is 1.9x, and any growth beyond linear fails.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from bench.storage import footprint
 pytestmark = [pytest.mark.bench, pytest.mark.django_db]
 
 
-def test_a_200_message_run_stores_within_2_2_times_its_raw_message_bytes(personas):
+def test_a_200_message_run_stores_within_1_9_times_its_raw_message_bytes(personas):
     stored = footprint(personas.carol, 200)
-    assert stored["ratio"] <= 2.2, stored
+    assert stored["ratio"] <= 1.9, stored
 
 
 def test_storage_grows_linearly_with_the_conversation(personas):

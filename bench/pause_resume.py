@@ -115,6 +115,7 @@ def desk_resume(run, attempt) -> dict[str, float]:
     start = time.perf_counter()
     host = DatabaseHost(run=run, attempt=attempt)
     state = host.load()
+    assert state is not None, "no checkpoint to resume from"
     messages = host.messages(state.message_count)
     loaded = time.perf_counter()
     assert state.step == Step.TOOLS and messages[-1]["tool_calls"], "the pause did not store the call"
@@ -192,13 +193,13 @@ class LangGraph:
         builder.add_node("review", review)
         builder.add_conditional_edges(START, route, ["review", END])
         builder.add_edge("review", END)
-        self.graph = builder.compile(checkpointer=saver)
+        self.graph: Any = builder.compile(checkpointer=saver)
         self.saver = saver
 
     def sample(self, messages: int) -> dict[str, float]:
         from langgraph.types import Command
 
-        config = {"configurable": {"thread_id": str(uuid.uuid4())}}
+        config: Any = {"configurable": {"thread_id": str(uuid.uuid4())}}
         self.graph.invoke({"messages": conversation(messages)}, config)
         start = time.perf_counter()
         out = self.graph.invoke({"messages": [ask(f"call_{messages}_0")]}, config)
@@ -211,7 +212,7 @@ class LangGraph:
         ]
         return {"pause": ms(paused - start), "resume": ms(done - paused)}
 
-    def stored_bytes(self, messages: int) -> dict[str, int]:
+    def stored_bytes(self, messages: int) -> dict[str, Any]:
         """Grow #5's conversation in a model/tools loop (two checkpoints per model turn, as the
         desk writes it) and sum what the saver stores for that thread: the checkpoints, their
         metadata, the channel blobs and the pending writes (pg_column_size, as #5 counts)."""
@@ -232,12 +233,12 @@ class LangGraph:
         builder.add_edge(START, "model")
         builder.add_edge("model", "tools")
         builder.add_conditional_edges("tools", more, ["model", END])
-        graph = builder.compile(checkpointer=self.saver)
+        graph: Any = builder.compile(checkpointer=self.saver)
         thread = str(uuid.uuid4())
-        config = {"configurable": {"thread_id": thread}, "recursion_limit": messages + 10}
+        config: Any = {"configurable": {"thread_id": thread}, "recursion_limit": messages + 10}
         out = graph.invoke({"messages": conversation(2)}, config)
         assert len(out["messages"]) == messages, len(out["messages"])
-        sizes = {}
+        sizes: dict[str, int] = {}
         with self.saver.conn.cursor() as cursor:
             for name, sql in (
                 (
@@ -337,7 +338,7 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
     got = measure_sync(people.carol, budget)
     desk, lang, missing = got["desk"], got["langgraph"], got["langgraph_missing"]
     small, large = SIZES
-    median = {
+    median: dict[str, dict[int, Any]] = {
         side: {n: summary(_total(samples[n]))["median"] for n in SIZES}
         for side, samples in (("desk", desk), ("langgraph", lang))
     }

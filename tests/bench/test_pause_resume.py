@@ -7,6 +7,7 @@ interrupts and resumes the same conversation. Times are not asserted: `make benc
 from __future__ import annotations
 
 import asyncio
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -83,3 +84,9 @@ def test_langgraph_stores_the_grown_conversation_in_its_own_tables(langgraph):
     stored = langgraph.stored_bytes(20)
     assert stored["checkpoints_rows"] == 20 and stored["blobs"] > 0
     assert stored["stored"] > stored["raw"], stored
+
+
+def test_without_langgraph_the_row_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "langgraph.graph", None)  # `import langgraph.graph` raises ImportError
+    missing = pause_resume.langgraph_missing()
+    assert missing and "not installed" in missing and pause_resume.REQUIREMENTS in missing

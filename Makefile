@@ -27,8 +27,9 @@ test-e2e: $(VENV)/.installed
 # The desk's figures next to their floors, measured in one run (bench/run.py): starts its own
 # stack (DATABASE_URL/REDIS_URL when set, else the embedded default), prints the table, writes
 # var/bench/results.json and results.png. BENCH=short: a few seconds a figure (as CI runs it).
-$(VENV)/.installed-bench: $(VENV)/.installed requirements-bench.txt
-	$(PY) -m pip install -q -r requirements-bench.txt
+# Figure #4 measures against LangGraph: installed here only, from its own requirements file.
+$(VENV)/.installed-bench: $(VENV)/.installed requirements-bench.txt requirements-bench-langgraph.txt
+	$(PY) -m pip install -q -r requirements-bench.txt -r requirements-bench-langgraph.txt
 	touch $@
 
 bench: $(VENV)/.installed-bench

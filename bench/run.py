@@ -25,11 +25,11 @@ FIGURES = [
     ({"1", "2", "3"}, "bench.cycle", (20, 120)),
     ({"6"}, "bench.throughput", (30, 180)),
     ({"5"}, "bench.storage", (30, 60)),
+    ({"4"}, "bench.pause_resume", (20, 120)),
     ({"7"}, "bench.desk", (60, 600)),
     ({"8"}, "bench.fanout", (45, 300)),
 ]
 NOT_DONE = {
-    "4": "pause/resume against LangGraph's PostgresSaver: not built (needs langgraph from its own requirements file)",
     "9": "the cycle with 100,000 finished runs: not built in this pass",
 }
 
@@ -143,12 +143,38 @@ def breakdown_text(rows: list[dict[str, Any]]) -> str:
                 f"duplicates: desk {f['duplicates']['desk']}, floor {f['duplicates']['floor']}; sockets opened in "
                 + ", ".join(f"{k} {v} s" for k, v in f["opened_s"].items())
             )
+        if "pause_resume" in extra:
+            lines.append(pause_resume_text(extra["pause_resume"]))
         if "growth_200_vs_100" in extra:
             lines.append(
                 f"#5 stored at 100 messages {extra['100']['stored']:,} B ({extra['100']['ratio']:.2f}x raw), at 200 "
                 f"{extra['200']['stored']:,} B ({extra['200']['ratio']:.2f}x raw); growth 200/100 = "
                 f"{extra['growth_200_vs_100']:.2f}"
             )
+    return "\n".join(lines)
+
+
+def pause_resume_text(p: dict[str, Any]) -> str:
+    """#4 in parts: pause and resume apart, at each size, both sides; growth; LangGraph's bytes."""
+    lines = ["\n#4 pause / resume, p50 (the desk's resume = load + commit):"]
+    for side in ("desk", "langgraph"):
+        for n in p["sizes"]:
+            parts = p[side].get(n) or p[side].get(str(n)) or {}
+            if parts:
+                lines.append(
+                    f"  {side:<9} at {n:>3} messages: "
+                    + ", ".join(f"{name} {fmt(s['median'], 'ms')}" for name, s in parts.items())
+                )
+    if p["langgraph_missing"]:
+        lines.append(f"  LangGraph: {p['langgraph_missing']}")
+    growth = ", ".join(f"{side} {g:.2f}x" for side, g in p["growth"].items() if g)
+    lines.append(f"  growth {p['sizes'][-1]}/{p['sizes'][0]} messages: {growth}")
+    if stored := p.get("langgraph_storage"):
+        lines.append(
+            f"  LangGraph's saver for #5's {stored['messages']}-message conversation: {stored['stored']:,} B "
+            f"({stored['ratio']:.1f}x raw {stored['raw']:,} B; checkpoints {stored['checkpoints']:,}, "
+            f"blobs {stored['blobs']:,}, writes {stored['writes']:,})"
+        )
     return "\n".join(lines)
 
 

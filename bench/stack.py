@@ -46,6 +46,16 @@ def _bench_database(url: str) -> str:
     return urlunsplit(parts._replace(path=f"/{bench_name}"))
 
 
+# With DATABASE_URL or REDIS_URL set, the desk counts as a production configuration (issue 8): its worker
+# refuses to start when it can read the signing key, as it can here (one user, the harness's
+# var/), and the scripted model the cycles are driven by is off. The harness's own stack is a
+# test stack, marked as the test suite marks every process it starts (tests/pytest_env.py):
+# set only here, in the environment of the processes `python -m bench.run` starts, in a database
+# of its own, on the embedded default as on PostgreSQL. The production checks themselves are
+# unchanged; a deployment never sets these.
+TEST_STACK = {"DESK_TESTING": "1", "DESK_ALLOW_SCRIPTED_MODEL": "1"}
+
+
 def configure() -> dict[str, str]:
     """Set this process's environment for the bench stack (before Django starts); return it."""
     var = OUT / "var"
@@ -60,6 +70,7 @@ def configure() -> dict[str, str]:
         "DESK_TOOL_WORLD": "bench.world.BenchWorld",
         "DJANGO_SETTINGS_MODULE": "reviewdesk.settings",
         "PYTHONUNBUFFERED": "1",
+        **TEST_STACK,
     }
     if os.environ.get("DATABASE_URL"):
         env["DATABASE_URL"] = _bench_database(os.environ["DATABASE_URL"])

@@ -1,0 +1,92 @@
+"""Figure #4's halves work (bench/pause_resume.py): the desk's pause stores the call awaiting
+approval and raises its request, its resume loads the conversation back and commits the
+result; LangGraph's half (on PostgreSQL, when requirements-bench-langgraph.txt is installed)
+interrupts and resumes the same conversation. Times are not asserted: `make bench` reports them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from types import SimpleNamespace
+
+import pytest
+from django.db import connection
+
+from bench import pause_resume
+
+pytestmark = [pytest.mark.bench, pytest.mark.django_db]
+
+
+def test_the_desk_pauses_with_the_call_awaiting_approval_and_resumes_from_it(personas):
+    from agents.state import CallStatus, Step
+    from reviewdesk.approvals.models import ApprovalRequest
+    from reviewdesk.runs.models import Run
+
+    host, state = pause_resume.desk_conversation(personas.carol, 20)
+    pause_resume.desk_pause(host, state)
+
+    paused = host.checkpoints.latest(host.run_id)
+    assert paused.message_count == 21
+    assert paused.snapshot["step"] == Step.TOOLS
+    [call] = paused.snapshot["batch"]
+    assert call["status"] == CallStatus.AWAITING and call["checkpoint_id"] == paused.id
+    [request] = ApprovalRequest.objects.filter(run=host.run)
+    assert (request.tool, request.tool_call_id, str(request.checkpoint_id)) == (
+        "send_email",
+        call["id"],
+        paused.id,
+    )
+
+    times = pause_resume.desk_resume(Run.objects.get(pk=host.run.pk), host.attempt)
+    assert set(times) == {"load", "commit"}
+    resumed = host.checkpoints.latest(host.run_id)
+    assert resumed.message_count == 22 and resumed.snapshot["step"] == Step.MODEL
+    bodies = list(host.run.messages.order_by("position").values_list("body", flat=True))
+    assert bodies == [
+        *pause_resume.conversation(20),
+        pause_resume.ask(call["id"]),
+        pause_resume.answer(call["id"]),
+    ]
+
+
+def test_a_desk_sample_times_the_pause_and_the_resume(personas):
+    sample = pause_resume.desk_sample(personas.carol, 20)
+    assert set(sample) == {"pause", "resume", "load", "commit"}
+    assert sample["resume"] == pytest.approx(sample["load"] + sample["commit"])
+    assert all(value > 0 for value in sample.values())
+
+
+def test_without_postgresql_the_figure_says_so_instead_of_failing(personas):
+    if connection.vendor == "postgresql":
+        pytest.skip("on PostgreSQL the figure is measured (make bench)")
+    [row] = asyncio.run(pause_resume.measure(None, SimpleNamespace(carol=personas.carol), None, 1))
+    data = row.as_dict()
+    assert "not measured: needs PostgreSQL" in data["figure"] and data["met"] is None
+
+
+@pytest.fixture
+def langgraph(db):
+    missing = pause_resume.langgraph_missing()
+    if missing:
+        pytest.skip(f"LangGraph's half: {missing}")
+    manager, graph = pause_resume.open_langgraph()
+    yield graph
+    manager.__exit__(None, None, None)
+
+
+def test_langgraph_interrupts_and_resumes_the_same_conversation(langgraph):
+    sample = langgraph.sample(20)  # asserts the interrupt and the resumed tool message itself
+    assert set(sample) == {"pause", "resume"}
+
+
+def test_langgraph_stores_the_grown_conversation_in_its_own_tables(langgraph):
+    stored = langgraph.stored_bytes(20)
+    assert stored["checkpoints_rows"] == 20 and stored["blobs"] > 0
+    assert stored["stored"] > stored["raw"], stored
+
+
+def test_without_langgraph_the_row_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "langgraph.graph", None)  # `import langgraph.graph` raises ImportError
+    missing = pause_resume.langgraph_missing()
+    assert missing and "not installed" in missing and pause_resume.REQUIREMENTS in missing

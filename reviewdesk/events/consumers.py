@@ -230,6 +230,20 @@ class DeskConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json(event)
         await self.send_json(done)
 
+    async def dispatch(self, message) -> None:
+        """As Channels' own, but a desk event goes straight to its handler.
+
+        Channels hops to the sync thread before every handler (`aclose_old_connections`), and
+        under daphne that thread is one per process, shared with every sync view. A push to 100
+        sockets was 100 hops in a row, queued behind whatever request held the thread, for a
+        handler that touches no database (issue 11, figure #8). Every handler here that does
+        reads through `database_sync_to_async`, which closes old connections around itself.
+        """
+        if message.get("type") == "desk.event":
+            await self.desk_event(message)
+            return
+        await super().dispatch(message)
+
     async def desk_event(self, message) -> None:
         await self.send_json(message["event"])
 

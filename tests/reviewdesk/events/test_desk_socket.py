@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
@@ -142,6 +143,27 @@ def test_a_reviewer_gets_a_snapshot_then_the_new_approval_live(personas, interru
         assert created["data"]["reviewer"] == {"users": [], "targets": [], "group": "reviewers"}
         assert created["data"]["quorum"] == {"required": 1, "approved_by": [], "groups": []}
         assert created["data"]["expires_at"]
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_a_pushed_event_reaches_the_socket_while_the_sync_thread_is_busy(personas, interrupted_run):
+    """Under daphne one thread runs every sync view of a process: a push to a socket must not
+    queue behind it (Channels' own dispatch hops there before each handler; issue 11, #8)."""
+    headers = session_headers(personas.alice)
+
+    async def scenario():
+        comm = communicator(headers)
+        assert (await comm.connect())[0]
+        await receive_until(comm, "snapshot")
+        # This test's thread is the consumers' sync thread: hold it, as a slow request would.
+        busy = asyncio.ensure_future(sync_to_async(time.sleep)(8))
+        _, approval = await in_thread(interrupted_run)()
+        created = await receive_until(comm, "approval.created", timeout=6)
+        assert created["data"]["id"] == str(approval.id)
+        assert not busy.done(), "the event waited for the sync thread"
+        await busy
         await comm.disconnect()
 
     async_to_sync(scenario)()

@@ -221,6 +221,7 @@ def commits(redis, deliveries: list[Delivery]) -> None:
         if not (record and record["commit"]):
             raise RuntimeError(f"no commit time from the probe for event {d.meta['seq']}")
         d.start = record["commit"]
+        d.meta["push"] = ms(record["push"] - record["commit"])
         after = found.get(d.meta["seq"] + 1)
         if after and after["type"] == "run.updated":
             d.meta["next_push"] = ms(after["push"] - record["push"])
@@ -301,6 +302,8 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
                 [ms(max(a for a in d.arrivals if a) - d.submit) for d in desk if d.on_time()]
             ),
             "next_push": summary([d.meta["next_push"] for d in desk if "next_push" in d.meta]),
+            # The worker's commit → its push of the approval (the rest of 8a is the fan-out).
+            "commit_to_push": summary([d.meta["push"] for d in desk if "push" in d.meta]),
             "missed": {"desk": sum(desk_missed), "floor": sum(floor_missed)},
             "deliveries": {"desk": count * len(desk), "floor": count * len(floor)},
             "duplicates": {

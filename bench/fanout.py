@@ -2,7 +2,9 @@
 
 A second desk daphne starts beside the stack's, with the same environment (one Origin, as
 behind a load balancer). N reviewer sockets (alice, bob and dave in turn) are split over the
-two processes, and each waits for its `snapshot`. Then carol submits K runs through the API,
+two processes, and each waits for its `snapshot`. They open the desk page's socket, as
+static/desk/desk.js does: `/ws/desk/?events=approvals`, approval events only (the page has no
+use for the rest). One more socket, the run page's (every event), sees each run settle. Then carol submits K runs through the API,
 one at a time; each run's scripted model calls `send_email`, so the worker commits an
 approval and pushes `approval.created` to every reviewer. For each approval: the time from
 its commit (the probe's, in the worker) to the last of the N sockets, and how many sockets
@@ -14,7 +16,8 @@ Floor: the same N sockets on the bare consumer (bench/floor_asgi.py), split the 
 the stack's floor daphne and a second one, and one bare `group_send` from this process per
 message, of the same size as the desk's event; the time from the send to the last socket.
 Desk and floor messages alternate, so both see the same machine; the floor's turn waits for
-the desk's run to go quiet (its `input_required` update, pushed just after the approval).
+the desk's run to go quiet (its `input_required` update, pushed just after the approval, on
+the run page's socket).
 All sockets are read by this one process, for the desk and the floor alike: on two cores,
 spreading them over 2 or 4 client processes moved the floor's last socket by under 15%.
 """
@@ -90,17 +93,29 @@ def reviewer_cookies(people) -> list[str]:
     return cookies
 
 
+def desk_page_socket() -> str:
+    """The path the desk page's socket opens with no filters (static/desk/desk.js)."""
+    from reviewdesk.events.consumers import APPROVALS_ONLY
+
+    return f"/ws/desk/?events={APPROVALS_ONLY}"
+
+
 async def open_all(
-    count: int, urls: list[str], *, cookies: list[str] | None = None, origin: str | None = None
+    count: int,
+    urls: list[str],
+    *,
+    cookies: list[str] | None = None,
+    origin: str | None = None,
+    path: str = "/ws/desk/",
 ) -> list[Socket]:
     """`count` sockets spread over `urls` in turn (and over `cookies`), each ready to receive:
-    desk sockets (with cookies) once their snapshot is in, bare ones once open."""
+    desk sockets (with cookies, at `path`) once their snapshot is in, bare ones once open."""
 
     async def one(i: int) -> Socket:
         url = urls[i % len(urls)]
         if cookies is None:  # the bare consumer joins its group before it accepts
             return await Socket().open(url + "/ws/floor/")
-        sock = await Socket().open(url + "/ws/desk/", cookie=cookies[i % len(cookies)], origin=origin)
+        sock = await Socket().open(url + path, cookie=cookies[i % len(cookies)], origin=origin)
         # The desk joins its groups before it accepts, then sends the snapshot.
         await sock.wait_for(lambda m: m.get("type") == "snapshot", 60)
         return sock
@@ -136,7 +151,7 @@ def copies(socks: list[Socket], predicate) -> int:
     return sum(max(0, sum(1 for _, m in sock.messages if predicate(m)) - 1) for sock in socks)
 
 
-async def desk_one(http: httpx.AsyncClient, socks: list[Socket], people) -> Delivery:
+async def desk_one(http: httpx.AsyncClient, socks: list[Socket], people, watcher: Socket) -> Delivery:
     from reviewdesk.events.models import DeskEvent
 
     submit = time.time()
@@ -159,9 +174,10 @@ async def desk_one(http: httpx.AsyncClient, socks: list[Socket], people) -> Deli
         )
 
     got = await arrivals(socks, created, submit + WINDOW)
-    # The run's last event (its `input_required`, pushed just after the approval) fans out
-    # too: let it land before the floor's turn, so the floor has the machine to itself.
-    await arrivals(socks, settled, time.time() + 5)
+    # The run's last event (its `input_required`, pushed just after the approval) reaches every
+    # socket too, though the desk page's do not send it on: let it land before the floor's
+    # turn, so the floor has the machine to itself.
+    await arrivals([watcher], settled, time.time() + 5)
     await asyncio.sleep(SETTLE)
     event = DeskEvent.objects.filter(type="approval.created", run_id=run_id).first()
     assert event is not None, f"run {run_id}: no approval.created within {WINDOW} s"
@@ -205,6 +221,7 @@ def commits(redis, deliveries: list[Delivery]) -> None:
         if not (record and record["commit"]):
             raise RuntimeError(f"no commit time from the probe for event {d.meta['seq']}")
         d.start = record["commit"]
+        d.meta["push"] = ms(record["push"] - record["commit"])
         after = found.get(d.meta["seq"] + 1)
         if after and after["type"] == "run.updated":
             d.meta["next_push"] = ms(after["push"] - record["push"])
@@ -219,6 +236,7 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
     floor2, floor2_url = start_daphne(stack, "floor-web-2", FLOOR_APP)
     desk_socks: list[Socket] = []
     floor_socks: list[Socket] = []
+    watchers: list[Socket] = []
     desk: list[Delivery] = []
     floor: list[Delivery] = []
     opened: dict[str, float] = {}
@@ -227,8 +245,12 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
         await asyncio.to_thread(wait_daphne, floor2_url, FLOOR_APP)
         ws = [url.replace("http", "ws") for url in (stack.desk_url, desk2_url)]
         started = time.perf_counter()
-        desk_socks = await open_all(count, ws, cookies=reviewer_cookies(people), origin=stack.desk_url)
+        cookies = reviewer_cookies(people)
+        desk_socks = await open_all(
+            count, ws, cookies=cookies, origin=stack.desk_url, path=desk_page_socket()
+        )
         opened["desk"] = time.perf_counter() - started
+        watchers = await open_all(1, ws, cookies=cookies, origin=stack.desk_url)
         started = time.perf_counter()
         floor_socks = await open_all(
             count, [url.replace("http", "ws") for url in (stack.floor_url, floor2_url)]
@@ -238,21 +260,21 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
         async with httpx.AsyncClient(base_url=stack.desk_url, timeout=30) as http:
             # Warm both: the worker's first run, each process's subscriptions, the layer's
             # connections here. The desk's warm event is the floor's payload, size for size.
-            warm = await desk_one(http, desk_socks, people)
+            warm = await desk_one(http, desk_socks, people, watchers[0])
             payload = warm.meta["message"] or {"type": "approval.created", "data": {}}
             for i in range(3):
                 await floor_one(layer, floor_socks, -1 - i, payload)
             for i in range(messages):
                 if time.monotonic() > deadline:
                     break
-                desk.append(await desk_one(http, desk_socks, people))
+                desk.append(await desk_one(http, desk_socks, people, watchers[0]))
                 floor.append(await floor_one(layer, floor_socks, i, payload))
         await asyncio.sleep(0.5)  # a second copy of a push would arrive by now
         for deliveries, socks in ((desk, desk_socks), (floor, floor_socks)):
             for d in deliveries:
                 d.duplicates = copies(socks, d.match)
     finally:
-        await close_all(desk_socks)
+        await close_all(desk_socks + watchers)
         await close_all(floor_socks)
         stack.stop_one(desk2)
         stack.stop_one(floor2)
@@ -280,6 +302,8 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
                 [ms(max(a for a in d.arrivals if a) - d.submit) for d in desk if d.on_time()]
             ),
             "next_push": summary([d.meta["next_push"] for d in desk if "next_push" in d.meta]),
+            # The worker's commit → its push of the approval (the rest of 8a is the fan-out).
+            "commit_to_push": summary([d.meta["push"] for d in desk if "push" in d.meta]),
             "missed": {"desk": sum(desk_missed), "floor": sum(floor_missed)},
             "deliveries": {"desk": count * len(desk), "floor": count * len(floor)},
             "duplicates": {

@@ -117,6 +117,51 @@ def snapshot_view(scope: Mapping[str, Any]) -> tuple[QueueFilters, int]:
     return queue_view_from(params)
 
 
+# `/ws/desk/?events=approvals`: the desk page's socket. The page applies approval events only,
+# so the socket sends no others: a `run.updated` to every reviewer at each step of every run
+# was most of what 200 open desks received (issue 11, figure #8). What it skips it vouches for.
+APPROVALS_ONLY = "approvals"
+
+
+def approvals_only(scope: Mapping[str, Any]) -> bool:
+    """Whether the socket's URL asks for approval events only (`events=approvals`)."""
+    query = scope.get("query_string", b"").decode("latin-1")
+    try:
+        params = dict(parse_qsl(query, max_num_fields=20))
+    except ValueError:
+        return False
+    return params.get("events") == APPROVALS_ONLY
+
+
+class Coverage:
+    """The run of sequence numbers that has reached one socket without a gap, whether each
+    event was sent or skipped: (start, end]. Events come in commit order from each writer, so
+    a number past `end + 1` is a gap (another user's event, one still in flight, or one lost)
+    and the run starts again with it; one at or below `end` is a late or second copy.
+
+    A message the socket sends may carry `after`: every event after `after` up to the message's
+    `seq` (the message's own event aside) has reached this socket, so a client whose last
+    sequence is at least `after` misses nothing it may see by moving its mark to `seq`."""
+
+    def __init__(self, seq: int) -> None:
+        self.start = self.end = seq
+
+    def add(self, seq: int) -> None:
+        if seq == self.end + 1:
+            self.end = seq
+        elif seq > self.end + 1:
+            self.start, self.end = seq - 1, seq
+
+    def after(self, seq: int) -> int | None:
+        """`after` for event `seq`, not yet added: None unless it follows the run directly and
+        the run vouches for more than the client's `seq - 1` rule would."""
+        return self.start if seq == self.end + 1 and self.start < self.end else None
+
+    def after_through(self, seq: int) -> int | None:
+        """`after` for a heartbeat at `seq`: None unless every event up to `seq` is in the run."""
+        return self.start if self.start < seq <= self.end else None
+
+
 @database_sync_to_async
 def _snapshot(user, view: tuple[QueueFilters, int] = (QueueFilters(), 0)) -> dict:
     """One page of the user's pending approvals, in the desk's order, and how many there are.
@@ -162,6 +207,7 @@ class DeskConsumer(AsyncJsonWebsocketConsumer):
         self.user = self.scope.get("user")
         self.groups = []
         self.heartbeat = None
+        self.coverage: Coverage | None = None  # approvals only: what reached this socket
         if not (self.user and self.user.is_authenticated):
             await self.close(code=CLOSE_FORBIDDEN)
             return
@@ -180,7 +226,10 @@ class DeskConsumer(AsyncJsonWebsocketConsumer):
         for group in self.groups:
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
-        await self.send_json(await _snapshot(self.user, snapshot_view(self.scope)))
+        snapshot = await _snapshot(self.user, snapshot_view(self.scope))
+        await self.send_json(snapshot)
+        if approvals_only(self.scope):
+            self.coverage = Coverage(snapshot["seq"])
         self.heartbeat = asyncio.create_task(self._beat())
 
     async def disconnect(self, code) -> None:
@@ -230,8 +279,34 @@ class DeskConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json(event)
         await self.send_json(done)
 
+    async def dispatch(self, message) -> None:
+        """As Channels' own, but a desk event goes straight to its handler.
+
+        Channels hops to the sync thread before every handler (`aclose_old_connections`), and
+        under daphne that thread is one per process, shared with every sync view. A push to 100
+        sockets was 100 hops in a row, queued behind whatever request held the thread, for a
+        handler that touches no database (issue 11, figure #8). Every handler here that does
+        reads through `database_sync_to_async`, which closes old connections around itself.
+        """
+        if message.get("type") == "desk.event":
+            await self.desk_event(message)
+            return
+        await super().dispatch(message)
+
     async def desk_event(self, message) -> None:
-        await self.send_json(message["event"])
+        event = message["event"]
+        coverage = self.coverage
+        if coverage is None:
+            await self.send_json(event)
+            return
+        seq = event["seq"]
+        if not event["type"].startswith("approval."):
+            coverage.add(seq)  # skipped: the next message this socket sends vouches for it
+            return
+        after = coverage.after(seq)
+        await self.send_json(event if after is None else {**event, "after": after})
+        # Only once it is on its way: a heartbeat must not vouch for an event still unsent.
+        coverage.add(seq)
 
     async def desk_recheck(self, message) -> None:
         """A session ended or a role changed somewhere (events/signals.py): check this socket's now."""
@@ -253,4 +328,8 @@ class DeskConsumer(AsyncJsonWebsocketConsumer):
                 # socket and force a reconnect storm: skip this beat, check again at the next.
                 logger.warning("desk socket heartbeat skipped: database unavailable", exc_info=True)
                 continue
-            await self.send_json({"seq": seq, "type": "heartbeat", "data": {}})
+            beat: dict[str, Any] = {"seq": seq, "type": "heartbeat", "data": {}}
+            after = self.coverage.after_through(seq) if self.coverage else None
+            if after is not None:
+                beat["after"] = after  # the skipped tail: no replay needed for it
+            await self.send_json(beat)

@@ -510,9 +510,16 @@
     socket.send(JSON.stringify({ type: "replay", after: lastSeq }));
   }
 
-  function noteSeq(seq) {
+  // The socket sends this page approval events only (`events=approvals`) and says, as `after`,
+  // that every event after `after` up to the message reached it: the ones it skipped are no gap.
+  function covered(message) {
+    return typeof message.after === "number" && message.after <= lastSeq;
+  }
+
+  function noteSeq(message) {
     if (replaying) return; // replay.done will say how far we are
-    if (seq === lastSeq + 1) lastSeq = seq;
+    const seq = message.seq;
+    if (seq === lastSeq + 1 || (seq > lastSeq && covered(message))) lastSeq = seq;
     else if (seq > lastSeq + 1) replay(); // a gap: maybe lost, maybe not ours; ask
   }
 
@@ -535,7 +542,9 @@
         replay(); // anything between the page render and this socket
         return;
       case "heartbeat":
-        if (message.seq > lastSeq) replay(); // the last push was lost, or was not ours
+        if (message.seq <= lastSeq) return;
+        if (!replaying && covered(message)) lastSeq = message.seq; // only skipped events since
+        else replay(); // the last push was lost, or was not ours
         return;
       case "replay.done":
         // The server says what it covered, so events we may not see stop looking like a gap.
@@ -551,17 +560,20 @@
         if (message.seq <= lastSeq) return; // already applied, or in the snapshot
         if (message.type === "approval.created") notifyInBackground(message.data);
         applyApproval(message);
-        noteSeq(message.seq);
+        noteSeq(message);
         return;
       default:
-        if (message.seq > lastSeq) noteSeq(message.seq);
+        if (message.seq > lastSeq) noteSeq(message);
     }
   }
 
   function connect() {
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    // The page's query (filters, offset) names the window the snapshot holds.
-    socket = new WebSocket(scheme + location.host + list.dataset.socketPath + location.search);
+    // The page's query (filters, offset) names the window the snapshot holds; `events` says
+    // this page applies approval events only (the socket skips the rest, and vouches for them).
+    const query = new URLSearchParams(location.search);
+    query.set("events", "approvals");
+    socket = new WebSocket(scheme + location.host + list.dataset.socketPath + "?" + query.toString());
     socket.onopen = () => {
       retryMs = 500;
       setLive("live", "live");

@@ -59,6 +59,14 @@ def browser_page(logins):
 def test_a_reviewer_sees_the_approval_arrive_and_approves_it(live_stack, logins, browser_page, report_timing):
     page = browser_page
     carol = logins["carol_token"]
+    sent: list[str] = []
+    received: list[str] = []
+
+    def watch(ws) -> None:
+        ws.on("framesent", lambda payload: sent.append(str(payload)))
+        ws.on("framereceived", lambda payload: received.append(str(payload)))
+
+    page.on("websocket", watch)
 
     page.goto(live_stack.url + "/")
     page.fill("input[name=username]", "alice")
@@ -86,6 +94,15 @@ def test_a_reviewer_sees_the_approval_arrive_and_approves_it(live_stack, logins,
     assert card.query_selector(".reviewer").text_content() == "any reviewer"
     assert card.query_selector(".expires").get_attribute("datetime")
     assert page.text_content("#count") == "1"
+    # The desk page's socket skips the run's updates around the approval and vouches for them
+    # (`after`), so the page asks for no replay beyond its first, heartbeats included.
+    wait_for_run(live_stack, carol, run["id"], "input_required")
+    heartbeats = sum('"heartbeat"' in frame for frame in received)
+    expect(page.locator("#count")).to_have_text("1")
+    page.wait_for_timeout(2_500)  # DESK_WS_HEARTBEAT_SECONDS is 2 under tests
+    assert sum('"heartbeat"' in frame for frame in received) > heartbeats
+    assert [frame for frame in sent if '"replay"' in frame] == [sent[0]], sent
+    assert not [frame for frame in received if '"run.updated"' in frame]
     page.screenshot(path=str(Path(settings.VAR_DIR) / "desk-with-approval.png"), full_page=True)
 
     card.query_selector("input[name=reason]").fill("right customer, right words")

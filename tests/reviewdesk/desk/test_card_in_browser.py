@@ -105,4 +105,4 @@ def test_desk_js_builds_the_card_the_server_renders_for_each_kind(pending, perso
 
     assert [card[1]["data-kind"] for card in served] == ["tool_call", "reconcile"]
     assert built == served
-    assert socket_urls == ["ws://desk.test/ws/desk/"]
+    assert socket_urls == ["ws://desk.test/ws/desk/?events=approvals"]  # approval events only

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
@@ -12,7 +13,7 @@ from django.test import Client
 
 from reviewdesk.asgi import application
 from reviewdesk.events.models import DeskEvent
-from reviewdesk.events.services import REPLAY_PAGE_SIZE, latest_seq
+from reviewdesk.events.services import REPLAY_PAGE_SIZE, event_push, latest_seq
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -142,6 +143,27 @@ def test_a_reviewer_gets_a_snapshot_then_the_new_approval_live(personas, interru
         assert created["data"]["reviewer"] == {"users": [], "targets": [], "group": "reviewers"}
         assert created["data"]["quorum"] == {"required": 1, "approved_by": [], "groups": []}
         assert created["data"]["expires_at"]
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_a_pushed_event_reaches_the_socket_while_the_sync_thread_is_busy(personas, interrupted_run):
+    """Under daphne one thread runs every sync view of a process: a push to a socket must not
+    queue behind it (Channels' own dispatch hops there before each handler; issue 11, #8)."""
+    headers = session_headers(personas.alice)
+
+    async def scenario():
+        comm = communicator(headers)
+        assert (await comm.connect())[0]
+        await receive_until(comm, "snapshot")
+        # This test's thread is the consumers' sync thread: hold it, as a slow request would.
+        busy = asyncio.ensure_future(sync_to_async(time.sleep)(8))
+        _, approval = await in_thread(interrupted_run)()
+        created = await receive_until(comm, "approval.created", timeout=6)
+        assert created["data"]["id"] == str(approval.id)
+        assert not busy.done(), "the event waited for the sync thread"
+        await busy
         await comm.disconnect()
 
     async_to_sync(scenario)()
@@ -300,3 +322,99 @@ def test_an_event_committed_while_a_replay_runs_is_in_it_or_after_its_seq(person
 
     with connection.execute_wrapper(commit_one_as_the_replay_reads_the_latest):
         async_to_sync(scenario)()
+
+
+# --- the desk page's socket: approval events only, and it vouches for what it skips ----------
+
+
+def desk_page_communicator(headers) -> WebsocketCommunicator:
+    return WebsocketCommunicator(application, "/ws/desk/?events=approvals", headers=headers)
+
+
+def push(*audiences: list[int], type_: str = "run.updated") -> list[DeskEvent]:
+    """Events written (as add_events) and pushed as the commit would push them."""
+    events = add_events(*audiences)
+    for event in events:
+        event.type = type_
+        event.save(update_fields=["type"])
+        event_push(event)
+    return events
+
+
+def test_the_desk_pages_socket_skips_run_updates_and_says_so(personas, interrupted_run):
+    headers = session_headers(personas.alice)
+    add_events([])  # the snapshot's seq is an event's, as it is once the desk has run a while
+
+    async def scenario():
+        page, every = desk_page_communicator(headers), communicator(headers)
+        for comm in (page, every):
+            assert (await comm.connect())[0]
+        snapshot = await receive_until(page, "snapshot")
+        await receive_until(every, "snapshot")
+
+        await in_thread(interrupted_run)()
+
+        # The run page's socket (every event) sees the run's updates around the approval ...
+        seen = [await every.receive_json_from(timeout=5)]
+        while not (seen[-1]["type"] == "run.updated" and seen[-1]["data"]["status"] == "input_required"):
+            seen.append(await every.receive_json_from(timeout=5))
+        events = [m for m in seen if m["type"] != "heartbeat"]
+        created = next(m for m in events if m["type"] == "approval.created")
+        assert [m["seq"] for m in events] == list(range(snapshot["seq"] + 1, events[-1]["seq"] + 1))
+        assert created["seq"] > snapshot["seq"] + 1, "no run.updated before the approval"
+        # ... the desk page's gets the approval alone, vouching for what it skipped before it,
+        received = await page.receive_json_from(timeout=5)
+        assert received == {**created, "after": snapshot["seq"]}
+        # and the next heartbeat vouches for the update after it: no replay needed.
+        beat = await receive_until(page, "heartbeat", timeout=6)
+        assert beat == {"seq": events[-1]["seq"], "type": "heartbeat", "data": {}, "after": snapshot["seq"]}
+        for comm in (page, every):
+            await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_the_desk_pages_socket_never_vouches_for_an_event_it_did_not_get(personas):
+    alice, bob = personas.alice, personas.bob
+    headers = session_headers(alice)
+    add_events([])  # the snapshot's seq is an event's, as it is once the desk has run a while
+
+    async def scenario():
+        page = desk_page_communicator(headers)
+        assert (await page.connect())[0]
+        snapshot = await receive_until(page, "snapshot")
+        start = snapshot["seq"]
+        # One for every reviewer (skipped), one for bob only (never hers), then an approval.
+        await in_thread(push)([], [bob.pk])
+        (first,) = await in_thread(push)([], type_="approval.created")
+        received = await receive_until(page, "approval.created")
+        assert received["seq"] == first.id == start + 3
+        assert "after" not in received  # bob's event is between: desk.js must replay
+        # From that approval on, what reaches her is whole again.
+        await in_thread(push)([])
+        (second,) = await in_thread(push)([], type_="approval.updated")
+        received = await receive_until(page, "approval.updated")
+        assert received["seq"] == second.id and received["after"] == start + 2
+        beat = await receive_until(page, "heartbeat", timeout=6)
+        assert beat["seq"] == second.id and beat["after"] == start + 2
+        await in_thread(push)([bob.pk])  # the latest is bob's: the heartbeat vouches for nothing
+        beat = await receive_until(page, "heartbeat", timeout=6)
+        assert beat["seq"] == second.id + 1 and "after" not in beat
+        await page.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_a_socket_without_the_desk_pages_query_gets_every_event_as_before(personas):
+    headers = session_headers(personas.alice)
+
+    async def scenario():
+        comm = communicator(headers)
+        assert (await comm.connect())[0]
+        await receive_until(comm, "snapshot")
+        (update,) = await in_thread(push)([])
+        received = await receive_until(comm, "run.updated")
+        assert received == update.as_message()
+        await comm.disconnect()
+
+    async_to_sync(scenario)()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -51,10 +52,10 @@ class NamesAny(Expression):
         super().__init__()
         self.column, self.names = F(field), sorted(names)
 
-    def get_source_expressions(self) -> list:
+    def get_source_expressions(self) -> list[Any]:
         return [self.column]
 
-    def set_source_expressions(self, exprs: list) -> None:
+    def set_source_expressions(self, exprs: Sequence[Any]) -> None:
         (self.column,) = exprs
 
     def as_sqlite(self, compiler: Any, connection: Any) -> tuple[str, list]:

@@ -1,7 +1,8 @@
 """Each read of the pending approvals seeks through its own index, on SQLite's plan (the
 embedded default, where the planner has no statistics to choose by): the API's newest-first
-page without sorting every pending row, the assignment check through the partial index over
-the few assigned rows, the desk's page in queue order. `make bench` #7 measures the time;
+page without sorting every pending row and with the assignment check a condition on its rows
+(NamesAny), the desk's tiers through the partial index over the few assigned rows, the desk's
+page in queue order. `make bench` #7 measures the time;
 this checks the plans that keep it flat. (PostgreSQL chooses by statistics: see
 ApprovalRequest.Meta.indexes.)"""
 

@@ -147,7 +147,11 @@ def keyset_page(
     cursor = request.query_params.get(CURSOR)
     if cursor is not None:
         when, pk = _decode(cursor)
-        rows = rows.filter(Q(**{f"{field}__lt": when}) | Q(**{field: when, "pk__lt": pk}))
+        # The `lte` is implied by the OR, and says it in a form an index can seek on: the page
+        # starts at the cursor in (status, created_at, id) order instead of reading every newer row.
+        rows = rows.filter(
+            Q(**{f"{field}__lte": when}) & (Q(**{f"{field}__lt": when}) | Q(**{field: when, "pk__lt": pk}))
+        )
     page = list(rows.order_by(f"-{field}", "-pk")[: limit + 1])
     more = len(page) > limit
     page = page[:limit]

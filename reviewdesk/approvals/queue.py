@@ -74,7 +74,7 @@ def approvals_queue_for(user: Any, filters: QueueFilters, *, offset: int = 0) ->
     one page. A fixed number of queries whatever the number pending, and none of them reads
     more than QUEUE_COUNT_CAP rows or one page."""
     pending = approvals_pending_for(user).select_related("run__submitted_by")
-    by_name, by_group = ids_targeting_by_tier(pending, user)
+    by_name, by_group = ids_targeting_by_tier(pending.order_by(), user)  # unordered: see approvals_visible_to
     total, total_capped = _capped_count(pending)
     rows = pending
     if filters.agent:

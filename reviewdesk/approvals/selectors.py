@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.db.models import Q, QuerySet
+from django.db import NotSupportedError
+from django.db.models import BooleanField, Expression, F, Q, QuerySet
 
 from agents.gate import ApprovalGate, CallBinding, SignedDecision
 from agents.loop import DecisionState, Reconciled, Rejected
@@ -18,6 +20,7 @@ from agents.registry import UnknownAgent, get_agent
 from agents.state import CallState, CallStatus
 from agents.tools import Effect, Tool, ToolContext
 from reviewdesk.accounts.roles import is_admin, is_reviewer
+from reviewdesk.accounts.targets import targets_of
 from reviewdesk.approvals.models import (
     AWAITING_KINDS,
     ApprovalKind,
@@ -26,7 +29,7 @@ from reviewdesk.approvals.models import (
     Decision,
     Verdict,
 )
-from reviewdesk.approvals.routing import ids_targeting, user_qualifies
+from reviewdesk.approvals.routing import user_qualifies
 from reviewdesk.errors import NotFound
 from reviewdesk.runs.models import Run
 from reviewdesk.tool_world import sandbox_config, tool_world
@@ -34,11 +37,46 @@ from reviewdesk.tool_world import sandbox_config, tool_world
 logger = logging.getLogger(__name__)
 
 
+class NamesAny(Expression):
+    """True where the JSON list `field` holds any of `names`: `names & set(list)`, in SQL.
+
+    The visibility check runs it row by row in the database, so a page of approvals reads
+    its rows through an ordered index and stops at the page's end, however many pending
+    approvals are assigned; no list of every assigned row's id is read first. The same rule
+    as approvals.routing (`ids_targeting`, `named_by`); tests/reviewdesk/approvals/
+    test_query_plans.py holds the two to the same answers."""
+
+    output_field = BooleanField()
+
+    def __init__(self, field: str, names: Any) -> None:
+        super().__init__()
+        self.column, self.names = F(field), sorted(names)
+
+    def get_source_expressions(self) -> list[Any]:
+        return [self.column]
+
+    def set_source_expressions(self, exprs: Sequence[Any]) -> None:
+        (self.column,) = exprs
+
+    def as_sqlite(self, compiler: Any, connection: Any) -> tuple[str, list]:
+        column, params = compiler.compile(self.column)
+        marks = ", ".join(["%s"] * len(self.names))
+        sql = f"EXISTS (SELECT 1 FROM json_each({column}) AS target WHERE target.value IN ({marks}))"
+        return sql, [*params, *self.names]
+
+    def as_postgresql(self, compiler: Any, connection: Any) -> tuple[str, list]:
+        column, params = compiler.compile(self.column)
+        return f"({column} ?| %s::text[])", [*params, self.names]  # a jsonb array's strings
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list]:
+        raise NotSupportedError(f"NamesAny: no SQL for {connection.vendor}")
+
+
 def approvals_visible_to(user: Any, **lookups: Any) -> QuerySet[ApprovalRequest]:
     """Admins see every approval; a reviewer those open to any reviewer or assigned to them.
 
-    `lookups` narrow the rows first (status="pending", pk=...), so that the assignment check
-    reads only those rows' target lists, not every approval ever raised."""
+    `lookups` narrow the rows (status="pending", pk=...); the assignment check is a condition
+    on each row (NamesAny), so a page reads no more rows than its own and those it skips."""
     approvals = (
         ApprovalRequest.objects.select_related("run", "run__submitted_by", "handed_over_by")
         .prefetch_related("decisions__reviewer")
@@ -48,7 +86,7 @@ def approvals_visible_to(user: Any, **lookups: Any) -> QuerySet[ApprovalRequest]
         return approvals
     if not is_reviewer(user):
         return approvals.none()
-    return approvals.filter(Q(assignees=[]) | Q(id__in=ids_targeting(approvals, user)))
+    return approvals.filter(Q(assignees=[]) | NamesAny("assignees", targets_of(user)))
 
 
 def approvals_pending_for(user: Any) -> QuerySet[ApprovalRequest]:

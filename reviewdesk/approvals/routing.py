@@ -27,19 +27,11 @@ from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.runs.models import Run
 
 
-def ids_targeting(rows: QuerySet, user: Any) -> list:
-    """Ids of `rows` (requests) whose targets name `user`, directly or through a group.
-
-    JSON containment is not portable to SQLite: the lists are short, so they are read here."""
-    targets = targets_of(user)
-    return [
-        pk for pk, names in rows.exclude(assignees=[]).values_list("id", "assignees") if targets & set(names)
-    ]
-
-
 def ids_targeting_by_tier(rows: QuerySet, user: Any) -> tuple[list, list]:
     """Ids of `rows` whose targets name `user` by username, and those that name them only
-    through a group: the desk's "mine, then my groups'". One query, as `ids_targeting`."""
+    through a group: the desk's "mine, then my groups'". One query.
+
+    JSON containment is not portable to SQLite: the lists are short, so they are read here."""
     username = user.get_username()
     targets = targets_of(user)
     by_name, by_group = [], []

@@ -43,7 +43,7 @@ class NamesAny(Expression):
     The visibility check runs it row by row in the database, so a page of approvals reads
     its rows through an ordered index and stops at the page's end, however many pending
     approvals are assigned; no list of every assigned row's id is read first. The same rule
-    as approvals.routing (`ids_targeting`, `named_by`); tests/reviewdesk/approvals/
+    as approvals.routing (`ids_targeting_by_tier`, `named_by`); tests/reviewdesk/approvals/
     test_query_plans.py holds the two to the same answers."""
 
     output_field = BooleanField()

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.bench, pytest.mark.django_db]
 
 
 def test_the_desk_pauses_with_the_call_awaiting_approval_and_resumes_from_it(personas):
-    from agents.state import CallStatus, Step
+    from agents.state import AgentState, CallStatus, Step
     from reviewdesk.approvals.models import ApprovalRequest
     from reviewdesk.runs.models import Run
 
@@ -41,7 +41,7 @@ def test_the_desk_pauses_with_the_call_awaiting_approval_and_resumes_from_it(per
     times = pause_resume.desk_resume(Run.objects.get(pk=host.run.pk), host.attempt)
     assert set(times) == {"load", "commit"}
     resumed = host.checkpoints.latest(host.run_id)
-    assert resumed.message_count == 22 and resumed.snapshot["step"] == Step.MODEL
+    assert resumed.message_count == 22 and AgentState.from_snapshot(resumed.snapshot).step == Step.MODEL
     bodies = list(host.run.messages.order_by("position").values_list("body", flat=True))
     assert bodies == [
         *pause_resume.conversation(20),

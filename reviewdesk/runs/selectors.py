@@ -1,10 +1,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib.auth import get_user_model
-from django.db.models import BooleanField, Exists, Func, OuterRef, Q, QuerySet
+from django.db.models import BooleanField, Exists, Func, Model, OuterRef, Q, QuerySet
 
 from reviewdesk.accounts.roles import is_admin, is_reviewer
 from reviewdesk.accounts.targets import targets_of
@@ -49,7 +49,7 @@ def _approvals_naming(targets: Iterable[str]) -> QuerySet:
     name one of `targets`. Read through the reverse relation's model, so run data imports
     nothing from approvals; `exclude(assignees=[])` is the partial index approval_targeted's
     condition (approvals migration 0010)."""
-    approvals = Run._meta.get_field("approvals").related_model._default_manager
+    approvals = cast("type[Model]", Run._meta.get_field("approvals").related_model)._default_manager
     return approvals.exclude(assignees=[]).filter(NamesAny("assignees", targets))
 
 

@@ -28,10 +28,11 @@ FIGURES = [
     ({"4"}, "bench.pause_resume", (20, 120)),
     ({"7"}, "bench.desk", (60, 600)),
     ({"8"}, "bench.fanout", (45, 300)),
+    # Last: its history stays in the database, and the other figures measure before it.
+    ({"9"}, "bench.history", (120, 900)),
 ]
-NOT_DONE = {
-    "9": "the cycle with 100,000 finished runs: not built in this pass",
-}
+# Figures the issue asks for that this harness does not measure yet (none today).
+NOT_DONE: dict[str, str] = {}
 
 
 @dataclass
@@ -252,7 +253,8 @@ def main() -> int:
     )
     print(table(results))
     print(breakdown_text(results))
-    print("\nnot measured: " + "; ".join(f"#{k} {v}" for k, v in NOT_DONE.items()))
+    if NOT_DONE:
+        print("\nnot measured: " + "; ".join(f"#{k} {v}" for k, v in NOT_DONE.items()))
     print(f"\nwrote {stack_mod.OUT / 'results.json'}" + (f" and {plot_path}" if plot_path else ""))
     if failures:
         print(f"\nfigures that failed to run: {', '.join(failures)} (see var/bench/*.log)", file=sys.stderr)

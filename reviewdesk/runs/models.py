@@ -84,7 +84,12 @@ class Run(models.Model):
         constraints = [
             models.CheckConstraint(condition=models.Q(status__in=RunStatus.values), name="run_status_valid"),
         ]
-        indexes = [models.Index(fields=["status", "updated_at"])]
+        indexes = [
+            models.Index(fields=["status", "updated_at"]),
+            # Newest first (the runs page and the runs API's keyset pages): a page of a long
+            # history without sorting all of it (issue 11, figure #9).
+            models.Index(fields=["created_at", "id"], name="run_created_order"),
+        ]
 
     def __str__(self) -> str:
         return f"run {self.id} ({self.agent}, {self.status})"

@@ -1,13 +1,13 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib.auth import get_user_model
-from django.db.models import Q, QuerySet
+from django.db.models import BooleanField, Exists, Func, Model, OuterRef, Q, QuerySet
 
 from reviewdesk.accounts.roles import is_admin, is_reviewer
 from reviewdesk.accounts.targets import targets_of
-from reviewdesk.db import ids_naming
 from reviewdesk.errors import NotFound
 from reviewdesk.runs.models import Run
 
@@ -22,42 +22,62 @@ def run_audience(run: Run) -> list[int]:
     return list(get_user_model().objects.filter(username__in=run.reviewers).values_list("id", flat=True))
 
 
-def runs_visible_to(user: User) -> QuerySet[Run]:
+def runs_visible_to(user: User, *, pk: Any = None) -> QuerySet[Run]:
     """Admins see every run; submitters their own; a reviewer also the runs open to any
     reviewer or assigned to them, and the runs with an approval routed, handed over or
-    escalated to them (never another reviewer's assigned run)."""
+    escalated to them (never another reviewer's assigned run). `pk`: only that run.
+
+    One query, whatever the history: the reviewer's tests are per run, in the database
+    (a page of runs reads a page of runs, not every approval ever raised)."""
     runs = Run.objects.select_related("submitted_by")
+    if pk is not None:
+        runs = runs.filter(pk=pk)
     if is_admin(user):
         return runs
     if not is_reviewer(user):
         return runs.filter(submitted_by=user)
-    assigned_to_user = ids_naming(runs, "reviewers", user.get_username())
     return runs.filter(
-        Q(submitted_by=user) | Q(reviewers=[]) | Q(id__in=assigned_to_user) | Q(id__in=_runs_routed_to(user))
+        Q(submitted_by=user)
+        | Q(reviewers=[])
+        | Q(NamesAny("reviewers", [user.get_username()]))
+        | Q(Exists(_approvals_naming(targets_of(user)).filter(run=OuterRef("pk"))))
     )
 
 
-def _runs_routed_to(user: User) -> list:
-    """Ids of runs with an approval whose targets (assignees) name `user` or a group of theirs.
+def _approvals_naming(targets: Iterable[str]) -> QuerySet:
+    """The approvals whose targets (assignees, set by routing, a hand-over or an escalation)
+    name one of `targets`. Read through the reverse relation's model, so run data imports
+    nothing from approvals; `exclude(assignees=[])` is the partial index approval_targeted's
+    condition (approvals migration 0010)."""
+    approvals = cast("type[Model]", Run._meta.get_field("approvals").related_model)._default_manager
+    return approvals.exclude(assignees=[]).filter(NamesAny("assignees", targets))
 
-    Through the reverse relation, so run data imports nothing from approvals; the lists are
-    short and JSON containment is not portable to SQLite, so they are matched here."""
-    targets = targets_of(user)
-    # Not .exclude(approvals__assignees=[]): on a many-valued relation that drops the whole run
-    # when any one of its approvals is open to everyone.
-    pairs = Run.objects.filter(approvals__isnull=False)
-    return list(
-        {
-            run_id
-            for run_id, names in pairs.values_list("id", "approvals__assignees")
-            if targets & set(names or [])
-        }
-    )
+
+class NamesAny(Func):
+    """True where the JSON list of strings in `field` holds one of `names`: exactly, in the
+    database (jsonb `?|` on PostgreSQL, json_each on SQLite), so nothing is read to match."""
+
+    output_field = BooleanField()
+    conditional = True
+
+    def __init__(self, field: str, names: Iterable[str]) -> None:
+        self.names = sorted(set(names))
+        super().__init__(field)
+
+    def as_sql(self, compiler, connection, **extra):  # type: ignore[override]
+        column, params = compiler.compile(self.source_expressions[0])
+        if not self.names:
+            return "1 = 0", []
+        if connection.vendor == "postgresql":
+            return f"({column} ?| %s::text[])", [*params, self.names]
+        marks = ", ".join(["%s"] * len(self.names))
+        sql = f"EXISTS (SELECT 1 FROM json_each({column}) WHERE json_each.value IN ({marks}))"
+        return sql, [*params, *self.names]
 
 
 def run_get_for_user(*, run_id: Any, user: User) -> Run:
     """The run, or NotFound whether it is missing or not the user's to see."""
-    run = runs_visible_to(user).filter(pk=run_id).first()
+    run = runs_visible_to(user, pk=run_id).first()
     if run is None:
         raise NotFound("no such run")
     return run

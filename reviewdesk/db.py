@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterable
+from typing import Any
 
-from django.db import connection
-from django.db.models import QuerySet
+from django.db import NotSupportedError, connection
+from django.db.models import BooleanField, Func, QuerySet
 
 
 def serialize_writers(name: str) -> None:
@@ -27,3 +29,28 @@ def ids_naming(rows: QuerySet, field: str, username: str) -> list:
     the rows whose list is not empty and filters here; such lists are short.
     """
     return [pk for pk, names in rows.exclude(**{field: []}).values_list("id", field) if username in names]
+
+
+class NamesAny(Func):
+    """True where the JSON list of strings in `field` holds one of `names`, matched exactly in
+    the database (jsonb `?|` on PostgreSQL, json_each on SQLite): a condition on each row, so
+    a visibility check reads no list of every assigned row's id first (issue 11)."""
+
+    output_field = BooleanField()
+    conditional = True
+
+    def __init__(self, field: str, names: Iterable[str]) -> None:
+        self.names = sorted(set(names))
+        super().__init__(field)
+
+    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list]:  # type: ignore[override]
+        column, params = compiler.compile(self.source_expressions[0])
+        if not self.names:
+            return "1 = 0", []
+        if connection.vendor == "postgresql":
+            return f"({column} ?| %s::text[])", [*params, self.names]  # a jsonb array's strings
+        if connection.vendor == "sqlite":
+            marks = ", ".join(["%s"] * len(self.names))
+            sql = f"EXISTS (SELECT 1 FROM json_each({column}) WHERE json_each.value IN ({marks}))"
+            return sql, [*params, *self.names]
+        raise NotSupportedError(f"NamesAny: no SQL for {connection.vendor}")

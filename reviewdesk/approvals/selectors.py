@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.db import NotSupportedError
-from django.db.models import BooleanField, Expression, F, Q, QuerySet
+from django.db.models import Q, QuerySet
 
 from agents.gate import ApprovalGate, CallBinding, SignedDecision
 from agents.loop import DecisionState, Reconciled, Rejected
@@ -30,46 +28,12 @@ from reviewdesk.approvals.models import (
     Verdict,
 )
 from reviewdesk.approvals.routing import user_qualifies
+from reviewdesk.db import NamesAny
 from reviewdesk.errors import NotFound
 from reviewdesk.runs.models import Run
 from reviewdesk.tool_world import sandbox_config, tool_world
 
 logger = logging.getLogger(__name__)
-
-
-class NamesAny(Expression):
-    """True where the JSON list `field` holds any of `names`: `names & set(list)`, in SQL.
-
-    The visibility check runs it row by row in the database, so a page of approvals reads
-    its rows through an ordered index and stops at the page's end, however many pending
-    approvals are assigned; no list of every assigned row's id is read first. The same rule
-    as approvals.routing (`ids_targeting_by_tier`, `named_by`); tests/reviewdesk/approvals/
-    test_query_plans.py holds the two to the same answers."""
-
-    output_field = BooleanField()
-
-    def __init__(self, field: str, names: Any) -> None:
-        super().__init__()
-        self.column, self.names = F(field), sorted(names)
-
-    def get_source_expressions(self) -> list[Any]:
-        return [self.column]
-
-    def set_source_expressions(self, exprs: Sequence[Any]) -> None:
-        (self.column,) = exprs
-
-    def as_sqlite(self, compiler: Any, connection: Any) -> tuple[str, list]:
-        column, params = compiler.compile(self.column)
-        marks = ", ".join(["%s"] * len(self.names))
-        sql = f"EXISTS (SELECT 1 FROM json_each({column}) AS target WHERE target.value IN ({marks}))"
-        return sql, [*params, *self.names]
-
-    def as_postgresql(self, compiler: Any, connection: Any) -> tuple[str, list]:
-        column, params = compiler.compile(self.column)
-        return f"({column} ?| %s::text[])", [*params, self.names]  # a jsonb array's strings
-
-    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list]:
-        raise NotSupportedError(f"NamesAny: no SQL for {connection.vendor}")
 
 
 def approvals_visible_to(user: Any, **lookups: Any) -> QuerySet[ApprovalRequest]:

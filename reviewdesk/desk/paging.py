@@ -6,9 +6,6 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.http import urlencode
 
-# What the decision templates compare with and limit to, so that they spell no enum value or limit.
-
-
 def page_offset(request: HttpRequest) -> int:
     try:
         return max(0, int(request.GET.get("offset", 0)))
@@ -17,17 +14,23 @@ def page_offset(request: HttpRequest) -> int:
 
 
 LIST_PAGE_SIZE = 50
+# Rows counted past the page shown. The runs, audit and grants lists grow with history: a
+# full COUNT(*) at 100,000 runs cost the runs page ~300 ms on PostgreSQL (issue 11, #9).
+COUNT_CAP = 1000
 
 
 def paged(request: HttpRequest, rows: QuerySet, kept: dict[str, str], size: int = LIST_PAGE_SIZE) -> dict:
     """One page of `rows` from the URL's offset, in two queries (count and slice), with links
-    to the pages either side that keep the filters in `kept`."""
-    total = rows.count()
+    to the pages either side that keep the filters in `kept`. The count stops COUNT_CAP rows
+    past this page: then `total` is that bound and `total_capped` is true ("1050+")."""
     offset = page_offset(request)
+    cap = offset + size + COUNT_CAP
+    total = rows[: cap + 1].count()
     page = list(rows[offset : offset + size])
     return {
         "rows": page,
-        "total": total,
+        "total": min(total, cap),
+        "total_capped": total > cap,
         "first": offset + 1,
         "last": offset + len(page),
         "prev_query": urlencode({**kept, "offset": max(0, offset - size)}) if offset > 0 else None,

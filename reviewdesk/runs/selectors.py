@@ -4,10 +4,11 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib.auth import get_user_model
-from django.db.models import BooleanField, Exists, Func, Model, OuterRef, Q, QuerySet
+from django.db.models import Exists, Model, OuterRef, Q, QuerySet
 
 from reviewdesk.accounts.roles import is_admin, is_reviewer
 from reviewdesk.accounts.targets import targets_of
+from reviewdesk.db import NamesAny
 from reviewdesk.errors import NotFound
 from reviewdesk.runs.models import Run
 
@@ -51,28 +52,6 @@ def _approvals_naming(targets: Iterable[str]) -> QuerySet:
     condition (approvals migration 0010)."""
     approvals = cast("type[Model]", Run._meta.get_field("approvals").related_model)._default_manager
     return approvals.exclude(assignees=[]).filter(NamesAny("assignees", targets))
-
-
-class NamesAny(Func):
-    """True where the JSON list of strings in `field` holds one of `names`: exactly, in the
-    database (jsonb `?|` on PostgreSQL, json_each on SQLite), so nothing is read to match."""
-
-    output_field = BooleanField()
-    conditional = True
-
-    def __init__(self, field: str, names: Iterable[str]) -> None:
-        self.names = sorted(set(names))
-        super().__init__(field)
-
-    def as_sql(self, compiler, connection, **extra):  # type: ignore[override]
-        column, params = compiler.compile(self.source_expressions[0])
-        if not self.names:
-            return "1 = 0", []
-        if connection.vendor == "postgresql":
-            return f"({column} ?| %s::text[])", [*params, self.names]
-        marks = ", ".join(["%s"] * len(self.names))
-        sql = f"EXISTS (SELECT 1 FROM json_each({column}) WHERE json_each.value IN ({marks}))"
-        return sql, [*params, *self.names]
 
 
 def run_get_for_user(*, run_id: Any, user: User) -> Run:

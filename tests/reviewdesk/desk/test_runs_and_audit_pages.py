@@ -70,6 +70,20 @@ def test_the_runs_list_pages_through_its_runs_keeping_the_filters_in_each_link(p
     assert 'rel="next"' not in second and 'rel="prev"' in second
 
 
+def test_past_the_count_cap_the_runs_list_says_so_and_still_pages_on(personas, monkeypatch):
+    """The count stops COUNT_CAP rows past the page (issue 11, #9): "1–50 of 60+", a next link."""
+    monkeypatch.setattr("reviewdesk.desk.paging.COUNT_CAP", 10)
+    make_runs(personas.carol, LIST_PAGE_SIZE + 11)
+    client = logged_in(personas.carol)
+
+    first = client.get(reverse("runs")).content.decode()
+    assert f"1\N{EN DASH}{LIST_PAGE_SIZE} of {LIST_PAGE_SIZE + 10}+" in first
+    assert 'rel="next"' in first
+    last = client.get(reverse("runs"), {"offset": LIST_PAGE_SIZE}).content.decode()
+    assert f"{LIST_PAGE_SIZE + 1}\N{EN DASH}{LIST_PAGE_SIZE + 11} of {LIST_PAGE_SIZE + 11}<" in last
+    assert 'rel="next"' not in last
+
+
 def test_the_runs_list_costs_the_same_queries_with_five_runs_or_two_hundred(personas):
     client = logged_in(personas.admin)
     make_runs(personas.carol, 5)

@@ -205,12 +205,12 @@ class DatabaseLedger:
     def confirm(self, key: str, *, result: Any) -> None:
         faults.point("after_effect")
         # Not fenced: the effect has happened, and recording that is true whoever owns the run now.
-        with transaction.atomic():
-            # Only this attempt's pending row: if the lease was lost and a reviewer has since
-            # authorised a re-run, that row belongs to the re-run's attempt.
-            SideEffect.objects.filter(
-                idempotency_key=key, status=EffectStatus.PENDING, attempt=self.host.attempt
-            ).update(status=EffectStatus.CONFIRMED, result=result, updated_at=timezone.now())
+        # Only this attempt's pending row: if the lease was lost and a reviewer has since
+        # authorised a re-run, that row belongs to the re-run's attempt. One UPDATE, committed
+        # on its own (autocommit) unless a caller's transaction holds it (READ/DATABASE effects).
+        SideEffect.objects.filter(
+            idempotency_key=key, status=EffectStatus.PENDING, attempt=self.host.attempt
+        ).update(status=EffectStatus.CONFIRMED, result=result, updated_at=timezone.now())
         faults.point("after_ledger_confirmed")
 
     def use_grant(self, grant_id: str, *, binding: CallBinding, max_uses: int) -> bool:

@@ -27,7 +27,6 @@ from reviewdesk.audit.services import audit_record
 from reviewdesk.celery import app as celery_app
 from reviewdesk.errors import Invalid, NotFound
 from reviewdesk.events.builders import iso
-from reviewdesk.runs.models import Run
 from reviewdesk.webhooks.models import (
     DeliveryStatus,
     WebhookAttempt,
@@ -180,10 +179,10 @@ def webhooks_enqueue_for(event: DeskEvent) -> list[WebhookDelivery]:
     webhook_type = webhook_event_type(event)
     if webhook_type is None or event.run_id is None:
         return []
-    owner_id = Run.objects.filter(pk=event.run_id).values_list("submitted_by_id", flat=True).first()
+    # One query: the endpoints of whoever submitted the run (issue 11: no separate owner read).
     endpoints = [
         endpoint
-        for endpoint in WebhookEndpoint.objects.filter(owner_id=owner_id, disabled_at__isnull=True)
+        for endpoint in WebhookEndpoint.objects.filter(owner__runs__pk=event.run_id, disabled_at__isnull=True)
         if webhook_type in endpoint.events
     ]
     deliveries = []

@@ -20,13 +20,14 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, Subquery
 from django.utils import timezone
 
 from reviewdesk.audit.services import audit_record
 from reviewdesk.celery import app as celery_app
 from reviewdesk.errors import Invalid, NotFound
 from reviewdesk.events.builders import iso
+from reviewdesk.runs.models import Run
 from reviewdesk.webhooks.models import (
     DeliveryStatus,
     WebhookAttempt,
@@ -179,10 +180,11 @@ def webhooks_enqueue_for(event: DeskEvent) -> list[WebhookDelivery]:
     webhook_type = webhook_event_type(event)
     if webhook_type is None or event.run_id is None:
         return []
-    # One query: the endpoints of whoever submitted the run (issue 11: no separate owner read).
+    # The run's submitter as a subquery: one statement (issue 11).
+    owner_id = Subquery(Run.objects.filter(pk=event.run_id).values("submitted_by_id")[:1])
     endpoints = [
         endpoint
-        for endpoint in WebhookEndpoint.objects.filter(owner__runs__pk=event.run_id, disabled_at__isnull=True)
+        for endpoint in WebhookEndpoint.objects.filter(owner_id=owner_id, disabled_at__isnull=True)
         if webhook_type in endpoint.events
     ]
     deliveries = []

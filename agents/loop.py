@@ -31,6 +31,7 @@ from agents.gate import (
     TransientFailure,
 )
 from agents.grants import GrantSource, allow_by_grants, grant_of
+from agents.notices import rejection, wait_notice
 from agents.providers import ModelProvider, ProviderError
 from agents.registry import Agent
 from agents.state import AgentState, CallState, CallStatus, Step
@@ -217,6 +218,7 @@ def advance(
         outcome = _settle_batch(agent, host, state, limits, sleep)
         if outcome is not None:
             return outcome
+        # The batch's last result reaches a checkpoint below, as its tool message (_settle_batch).
         call_ids = [call.id for call in state.batch]
         # Tool results first: each assistant tool call gets exactly one, right after it.
         new_messages = [
@@ -226,34 +228,15 @@ def advance(
         try:  # the host checks each note against its signed decision (Host.reviewer_notes)
             notes = host.reviewer_notes(call_ids)
         except DecisionRefused as exc:
+            _commit(host, state, [])  # the settled batch, as it would have been without the notes
             return Failed(f"decision refused: {exc.reason}", kind=FailureKind.APPROVAL)
         new_messages += [{"role": "user", "content": note} for note in notes]
-        notice = _wait_notice(state, now(), limits)
+        notice = wait_notice(state.waiting_since, now(), limits.wait_notice_after)
         if notice:
             new_messages.append({"role": "user", "content": notice})
         state.message_count += len(new_messages)
         state.batch, state.step, state.waiting_since = [], Step.MODEL, None
         _commit(host, state, new_messages)
-
-
-def _wait_notice(state: AgentState, now: datetime, limits: Limits) -> str | None:
-    if not state.waiting_since:
-        return None
-    waited = now - datetime.fromisoformat(state.waiting_since)
-    if waited < limits.wait_notice_after:
-        return None
-    return (
-        f"[Review Desk] This run waited {_duration(waited)} for human review before resuming. "
-        "Facts you looked up before the wait may have changed; check them again before relying on them."
-    )
-
-
-def _duration(delta: timedelta) -> str:
-    minutes = int(delta.total_seconds() // 60)
-    hours, minutes = divmod(minutes, 60)
-    days, hours = divmod(hours, 24)
-    parts = [f"{days} d"] * bool(days) + [f"{hours} h"] * bool(hours) + [f"{minutes} min"]
-    return " ".join(parts)
 
 
 def _settle_batch(
@@ -278,11 +261,9 @@ def _settle_batch(
                             f"decision refused: {exc.reason}", kind=FailureKind.APPROVAL, call_id=call.id
                         )
                 # Nobody rejected an expired or cancelled request: the model is told so, in the host's words.
-                call.result = {
-                    "error": answer.reason if answer.undecided else _rejection(call, answer.reason)
-                }
+                call.result = {"error": answer.reason if answer.undecided else rejection(call, answer.reason)}
                 call.status = CallStatus.REJECTED
-                _commit(host, state, [])
+                _commit(host, state, [], settled_one=True)
                 continue
             # Reconciled: the ledger now holds the result the reviewer confirmed.
             decision = None if isinstance(answer, Reconciled) else answer
@@ -315,7 +296,7 @@ def _settle_batch(
             return result
         call.result = result
         call.status = CallStatus.DONE
-        _commit(host, state, [])
+        _commit(host, state, [], settled_one=True)
     waiting = [c for c in state.batch if c.status in (CallStatus.AWAITING, CallStatus.UNKNOWN)]
     if waiting:
         return Waiting(tuple(call.id for call in waiting))
@@ -373,16 +354,6 @@ def _ask_instead(host: Host, state: AgentState, call: CallState) -> None:
     _commit(host, state, [], [call], checkpoint_id=call.checkpoint_id)
 
 
-def _rejection(call: CallState, reason: str) -> str:
-    reason = reason or "no reason given"
-    if call.status == CallStatus.UNKNOWN:
-        return (
-            "This call was interrupted and it is unknown whether it took effect; "
-            f"a reviewer chose not to run it again: {reason}"
-        )
-    return f"A reviewer rejected this call: {reason}"
-
-
 def _commit(
     host: Host,
     state: AgentState,
@@ -390,7 +361,15 @@ def _commit(
     raise_approvals: list[CallState] | None = None,
     *,
     checkpoint_id: str | None = None,
+    settled_one: bool = False,
 ) -> None:
+    """`settled_one`: a call of the batch settled. Once the whole batch has, `advance` commits next
+    with the results as tool messages: one fenced transaction a batch fewer. A crash between runs
+    nothing twice: the ledger holds an effect's result, and a rejection is read again."""
+    if settled_one and not any(
+        c.status in (CallStatus.READY, CallStatus.AWAITING, CallStatus.UNKNOWN) for c in state.batch
+    ):
+        return
     host.commit_step(
         checkpoint_id=checkpoint_id or str(uuid.uuid4()),
         state=state,

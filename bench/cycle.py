@@ -97,6 +97,12 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
     tasks = [task for task in read_records(redis, "bench:tasks") if task["run"] in runs]
 
     push, resume = [], []
+    # #2 split in three: the web's work after its commit until the resume task is sent, the
+    # queue (broker → worker), and the task's own work from its start to the tool's start.
+    resume_parts: dict[str, list[float]] = {
+        "resume: decision commit → task sent": [],
+        "resume: task start → tool start": [],
+    }
     for c in done:
         created = events.get(c["created_seq"]) or wait_records(
             redis, "bench:events", lambda e, seq=c["created_seq"]: e["seq"] == seq
@@ -107,6 +113,12 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
         tool = next((x for x in tools if c["run"] in x["key"]), None)
         if decided and decided["commit"] and tool:
             resume.append(ms(tool["at"] - decided["commit"]))
+            task = next((x for x in tasks if x["run"] == c["run"] and x["name"] == "runs.resume"), None)
+            if task and task["sent"]:
+                resume_parts["resume: decision commit → task sent"].append(
+                    ms(task["sent"] - decided["commit"])
+                )
+                resume_parts["resume: task start → tool start"].append(ms(tool["at"] - task["start"]))
 
     push_floor = await floor_push(stack, size(20, 200), deadline + 10)
     hop_floor = floor_hop(redis, size(20, 200), deadline + 10)
@@ -133,6 +145,7 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
         "decision POST → 201": [ms(c["t"]["decided"] - c["t"]["decide"]) for c in done],
         "decision POST → run.updated succeeded": [ms(c["t"]["done"] - c["t"]["decide"]) for c in done],
     }
+    parts.update(resume_parts)
     for name, values in sorted(by_task.items()):
         for what, samples in values.items():
             parts[f"task {name}: {what.replace('_', ' ')}"] = samples

@@ -11,7 +11,7 @@ import time
 import httpx
 
 from bench import floor
-from bench.common import Row, Socket, size
+from bench.common import Row, Socket, read_records, size
 from bench.cycle import script
 
 
@@ -64,6 +64,17 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
         await asyncio.gather(*pending, return_exceptions=True)
     await sock.close()
     cycles = [len(finished) / (max(finished.values()) - start)] if finished else []
+    # Where the time went: the worker processes' busy share of the wall time (2 processes).
+    wall = (max(finished.values()) - start) if finished else 0.0
+    time.sleep(0.2)  # the probes flush every 50 ms
+    tasks = [t for t in read_records(redis, "bench:tasks") if t["run"] in mine]
+    busy = {
+        name: round(sum(t["end"] - t["start"] for t in tasks if t["name"] == name), 3)
+        for name in sorted({t["name"] for t in tasks})
+    }
+    worker = {"wall_s": round(wall, 3), "busy_s": busy, "tasks": len(tasks)}
+    if wall:
+        worker["busy_share_of_2_processes"] = round(sum(busy.values()) / (2 * wall), 3)
 
     noops = size(300, 3000)
     redis.delete("bench:floor:noop", "bench:floor:noop_at")
@@ -85,6 +96,12 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
             floor_samples=rate,
             min_ratio=0.1,
             target="≥ 1/10 of floor",
-            extra={"runs": runs, "finished": len(finished), "noops": noops, "noops_done": done},
+            extra={
+                "runs": runs,
+                "finished": len(finished),
+                "noops": noops,
+                "noops_done": done,
+                "worker": worker,
+            },
         )
     ]

@@ -29,10 +29,11 @@ from reviewdesk.runs.leases import LeaseKeeper
 from reviewdesk.runs.models import Attempt, AttemptStatus, ErrorKind, Run, RunStatus
 from reviewdesk.runs.transitions import (
     RESUME_TASK,
-    enqueue_on_commit,
     record_stale_write,
     run_emit_updated,
     run_mark_failed,
+    send_on_commit,
+    task_id_assign,
 )
 
 logger = logging.getLogger(__name__)
@@ -83,7 +84,9 @@ def run_claim(*, run_id: Any, worker: str) -> Attempt | None:
         )
         attempt = Attempt.objects.create(
             run=run,
-            number=run.attempts.count() + 1,
+            # Every claim bumps the epoch and creates one attempt, in one transaction: the
+            # epoch is the attempt's number (no count of the run's attempts).
+            number=run.lease_epoch,
             lease_epoch=run.lease_epoch,
             worker=worker,
             expires_at=run.lease_expires_at,
@@ -211,12 +214,14 @@ def run_finish(*, attempt: Attempt, outcome: Outcome) -> None:
             run.status = RunStatus.QUEUED
             run.next_attempt_at = now + timedelta(seconds=outcome.delay)
             attempt_error = f"{outcome.call_id} unavailable, next try in {outcome.delay:g} s: {outcome.error}"
-            enqueue_on_commit(RESUME_TASK, run, countdown=outcome.delay)
+            task_id_assign(run)  # saved below with the rest
+            send_on_commit(RESUME_TASK, run, countdown=outcome.delay)
         elif isinstance(outcome, Waiting):
             decided_meanwhile = calls_decided_meanwhile(run=run, call_ids=outcome.call_ids)
             if decided_meanwhile:  # a decision landed while we held the lease
                 run.status = RunStatus.QUEUED
-                enqueue_on_commit(RESUME_TASK, run)
+                task_id_assign(run)  # saved below with the rest
+                send_on_commit(RESUME_TASK, run)
             else:
                 run.status = RunStatus.INPUT_REQUIRED
         run.lease_expires_at = None
@@ -266,7 +271,8 @@ def _retry_automatically(run: Run, attempt: Attempt, outcome: Failed, now: datet
         subject_id=run.id,
         data={"retry": run.retries, "in_seconds": delay, "error": outcome.error},
     )
-    enqueue_on_commit(RESUME_TASK, run, countdown=delay)
+    task_id_assign(run)  # run_finish saves it with the rest
+    send_on_commit(RESUME_TASK, run, countdown=delay)
     return True
 
 

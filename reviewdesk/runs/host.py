@@ -84,7 +84,16 @@ class DatabaseHost:
     def fenced_run(self) -> Run:
         """Lock the run row and check this attempt still owns it. Call inside atomic()."""
         self.check_lease()
-        run = Run.objects.select_for_update().get(pk=self.run.pk)
+        return self._checked(Run.objects.select_for_update().get(pk=self.run.pk))
+
+    def fence(self) -> None:
+        """`fenced_run` for a write that needs no run row: the same lock and check, reading
+        three columns instead of the whole row (its JSON fields decoded for nothing)."""
+        self.check_lease()
+        fields = ("status", "lease_epoch", "cancel_epoch")
+        self._checked(Run.objects.select_for_update().only(*fields).get(pk=self.run.pk))
+
+    def _checked(self, run: Run) -> Run:
         if faults.fencing_disabled():
             return run
         if (
@@ -124,10 +133,14 @@ class DatabaseHost:
         raise_approvals: list[CallState],
     ) -> None:
         with transaction.atomic():
-            run = self.fenced_run()
+            # The run row itself only when approvals are raised (they read its agent and TTL).
+            if raise_approvals:
+                run = self.fenced_run()
+            else:
+                self.fence()
             start = state.message_count - len(new_messages)
             Message.objects.bulk_create(
-                Message(run=run, position=start + i, role=m["role"], body=m)
+                Message(run_id=self.run.pk, position=start + i, role=m["role"], body=m)
                 for i, m in enumerate(new_messages)
             )
             transaction.on_commit(lambda: self._remember(start, new_messages))
@@ -175,7 +188,7 @@ class DatabaseLedger:
     @contextmanager
     def atomic(self) -> Iterator[None]:
         with transaction.atomic():
-            self.host.fenced_run()
+            self.host.fence()
             yield
 
     def entry(self, key: str) -> LedgerEntry | None:
@@ -205,12 +218,12 @@ class DatabaseLedger:
     def confirm(self, key: str, *, result: Any) -> None:
         faults.point("after_effect")
         # Not fenced: the effect has happened, and recording that is true whoever owns the run now.
-        with transaction.atomic():
-            # Only this attempt's pending row: if the lease was lost and a reviewer has since
-            # authorised a re-run, that row belongs to the re-run's attempt.
-            SideEffect.objects.filter(
-                idempotency_key=key, status=EffectStatus.PENDING, attempt=self.host.attempt
-            ).update(status=EffectStatus.CONFIRMED, result=result, updated_at=timezone.now())
+        # Only this attempt's pending row: if the lease was lost and a reviewer has since
+        # authorised a re-run, that row belongs to the re-run's attempt. One UPDATE, committed
+        # on its own (autocommit) unless a caller's transaction holds it (READ/DATABASE effects).
+        SideEffect.objects.filter(
+            idempotency_key=key, status=EffectStatus.PENDING, attempt=self.host.attempt
+        ).update(status=EffectStatus.CONFIRMED, result=result, updated_at=timezone.now())
         faults.point("after_ledger_confirmed")
 
     def use_grant(self, grant_id: str, *, binding: CallBinding, max_uses: int) -> bool:

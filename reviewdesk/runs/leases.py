@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from datetime import timedelta
 
 from django.conf import settings
@@ -21,23 +23,22 @@ class LeaseKeeper:
     The renewal is a compare-and-set on the lease and cancel epochs: once it
     fails (the lease expired and another worker took the run, or the run was
     cancelled) `lost` is set and renewal stops; the worker's next fenced write
-    is then rejected.
+    is then rejected. One thread per process renews every keeper (`_Renewer`):
+    a task does not start a thread of its own (issue 11).
     """
 
     def __init__(self, attempt: Attempt, *, cancel_epoch: int) -> None:
         self.attempt = attempt
         self.cancel_epoch = cancel_epoch
         self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"lease-{attempt.run_id}", daemon=True)
+        self.interval = max(settings.DESK_LEASE_SECONDS / 3, 0.2)
 
     def __enter__(self) -> LeaseKeeper:
-        self._thread.start()
+        _renewer.add(self)
         return self
 
     def __exit__(self, *exc_info) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+        _renewer.remove(self)  # waits for a renewal of this lease under way
 
     def renew(self) -> bool:
         expires_at = timezone.now() + timedelta(seconds=settings.DESK_LEASE_SECONDS)
@@ -51,19 +52,65 @@ class LeaseKeeper:
             Attempt.objects.filter(pk=self.attempt.pk).update(expires_at=expires_at)
         return bool(renewed)
 
-    def _run(self) -> None:
-        interval = max(settings.DESK_LEASE_SECONDS / 3, 0.2)
+    def beat(self) -> None:
+        """One renewal, on the renewer's thread; sets `lost` when the lease is gone."""
         try:
-            while not self._stop.wait(interval):
-                try:
-                    if not self.renew():
-                        logger.warning(
-                            "attempt %s lost its lease on run %s", self.attempt.number, self.attempt.run_id
-                        )
-                        self.lost.set()
-                        return
-                except Exception:  # a database hiccup: try again next beat, the lease has slack
-                    logger.exception("lease renewal failed for run %s", self.attempt.run_id)
-                    connection.close_if_unusable_or_obsolete()  # reconnect on the next beat
+            if not self.renew():
+                logger.warning(
+                    "attempt %s lost its lease on run %s", self.attempt.number, self.attempt.run_id
+                )
+                self.lost.set()
+        except Exception:  # a database hiccup: try again next beat, the lease has slack
+            logger.exception("lease renewal failed for run %s", self.attempt.run_id)
         finally:
-            connection.close()  # this thread's own connection
+            connection.close()  # the renewer's own connection; beats are a third of a lease apart
+
+
+class _Renewer:
+    """The process's one renewal thread, started on first use (after any fork)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self._cond = threading.Condition()
+        self._due: dict[LeaseKeeper, float] = {}  # keeper -> when it renews next (monotonic)
+        self._busy: LeaseKeeper | None = None
+        self._pid = 0
+
+    def add(self, keeper: LeaseKeeper) -> None:
+        with self._cond:
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                threading.Thread(target=self._run, name="lease-renewer", daemon=True).start()
+            self._due[keeper] = time.monotonic() + keeper.interval
+            self._cond.notify_all()
+
+    def remove(self, keeper: LeaseKeeper) -> None:
+        with self._cond:
+            self._due.pop(keeper, None)
+            self._cond.wait_for(lambda: self._busy is not keeper, timeout=10)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                now = time.monotonic()
+                keeper = min(self._due, key=self._due.__getitem__, default=None)
+                if keeper is None or self._due[keeper] > now:
+                    self._cond.wait(self._due[keeper] - now if keeper is not None else None)
+                    continue
+                self._due[keeper] = now + keeper.interval
+                self._busy = keeper
+            try:
+                keeper.beat()
+            finally:
+                with self._cond:
+                    self._busy = None
+                    if keeper.lost.is_set():
+                        self._due.pop(keeper, None)  # renewal stops once the lease is gone
+                    self._cond.notify_all()
+
+
+_renewer = _Renewer()
+# A child forked while the parent's renewer held its lock would wait on it forever: start afresh.
+os.register_at_fork(after_in_child=_renewer.reset)

@@ -37,9 +37,10 @@ from reviewdesk.runs.selectors import run_get_for_user
 from reviewdesk.runs.transitions import (
     RESUME_TASK,
     RUN_TASK,
-    enqueue_on_commit,
     revoke_on_commit,
     run_emit_updated,
+    send_on_commit,
+    task_id_assign,
 )
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ def run_submit(
         raise Invalid("the run cannot be submitted as given", errors=errors)
     ttl = approval_ttl_seconds or get_agent(agent).approval_ttl_seconds or settings.DESK_APPROVAL_TTL_SECONDS
     with transaction.atomic():
-        run = Run.objects.create(
+        run = Run(
             agent=agent,
             input=input,
             model=model,
@@ -109,6 +110,8 @@ def run_submit(
             metadata=metadata or {},
             submitted_by=submitter,
         )
+        task_id_assign(run)  # inserted with the row: no UPDATE for it
+        run.save(force_insert=True)
         audit_record(
             actor=submitter,
             action="run.submitted",
@@ -117,7 +120,7 @@ def run_submit(
             data={"agent": agent},
         )
         run_emit_updated(run)
-        enqueue_on_commit(RUN_TASK, run)
+        send_on_commit(RUN_TASK, run)
     return run
 
 
@@ -206,6 +209,7 @@ def run_retry(*, run_id: Any, user: User, checkpoint_id: str | None = None) -> R
         if start is not None and start != latest:
             _restart_from(run, start)
         run.revision += 1
+        task_id_assign(run)  # sent at the end, after the run's event
         run.save(
             update_fields=[
                 "status",
@@ -214,6 +218,7 @@ def run_retry(*, run_id: Any, user: User, checkpoint_id: str | None = None) -> R
                 "next_attempt_at",
                 "branch",
                 "revision",
+                "task_id",
                 "updated_at",
             ]
         )
@@ -227,7 +232,7 @@ def run_retry(*, run_id: Any, user: User, checkpoint_id: str | None = None) -> R
             data={"checkpoint_id": str(start.pk) if start else None},
         )
         run_emit_updated(run)
-        enqueue_on_commit(RESUME_TASK, run)
+        send_on_commit(RESUME_TASK, run)
     return run
 
 

@@ -33,9 +33,21 @@ RESUME_TASK = "runs.resume"
 
 def enqueue_on_commit(task_name: str, run: Run, *, countdown: float | None = None) -> None:
     """Send the task once the transaction commits; remember its id so cancel can revoke it."""
-    run_id, task_id = str(run.pk), str(uuid.uuid4())
-    run.task_id = task_id  # callers may save the instance later: keep it current
-    Run.objects.filter(pk=run.pk).update(task_id=task_id)
+    task_id_assign(run)
+    Run.objects.filter(pk=run.pk).update(task_id=run.task_id)
+    send_on_commit(task_name, run, countdown=countdown)
+
+
+def task_id_assign(run: Run) -> None:
+    """A fresh id for the task about to be sent, on the instance only: the caller saves it
+    with the row ("task_id" in its update_fields; one UPDATE fewer than enqueue_on_commit)
+    and calls `send_on_commit` where the send belongs among its commit hooks."""
+    run.task_id = str(uuid.uuid4())
+
+
+def send_on_commit(task_name: str, run: Run, *, countdown: float | None = None) -> None:
+    """Send the task `task_id_assign` named on `run` once the transaction commits."""
+    run_id, task_id = str(run.pk), run.task_id
     # robust: a broker outage must not turn a committed run into a 500; the
     # sweeper re-enqueues queued runs whose message never arrived.
     transaction.on_commit(
@@ -57,9 +69,10 @@ def run_requeue(run: Run) -> None:
     """A run waiting for input has its answer: queue it and send `resume` on commit."""
     run.status = RunStatus.QUEUED
     run.revision += 1
-    run.save(update_fields=["status", "revision", "updated_at"])
+    task_id_assign(run)
+    run.save(update_fields=["status", "revision", "task_id", "updated_at"])
     run_emit_updated(run)
-    enqueue_on_commit(RESUME_TASK, run)
+    send_on_commit(RESUME_TASK, run)  # after the event: its push leaves first, as before
 
 
 def run_mark_failed(run: Run, error: str, *, kind: str, save: bool = True) -> None:

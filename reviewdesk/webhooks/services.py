@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, Subquery
 from django.utils import timezone
 
 from reviewdesk.audit.services import audit_record
@@ -180,7 +180,8 @@ def webhooks_enqueue_for(event: DeskEvent) -> list[WebhookDelivery]:
     webhook_type = webhook_event_type(event)
     if webhook_type is None or event.run_id is None:
         return []
-    owner_id = Run.objects.filter(pk=event.run_id).values_list("submitted_by_id", flat=True).first()
+    # The run's submitter as a subquery: one statement (issue 11).
+    owner_id = Subquery(Run.objects.filter(pk=event.run_id).values("submitted_by_id")[:1])
     endpoints = [
         endpoint
         for endpoint in WebhookEndpoint.objects.filter(owner_id=owner_id, disabled_at__isnull=True)

@@ -1,0 +1,64 @@
+"""One thread per worker process renews the leases it holds (issue 11: no thread per task)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db.models import F
+
+from reviewdesk.runs.execution import run_claim
+from reviewdesk.runs.leases import LeaseKeeper
+from reviewdesk.runs.models import Run
+from reviewdesk.runs.services import run_submit
+from tests.conftest import SEND_EMAIL_SCRIPT
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def claimed(personas):
+    run = run_submit(
+        submitter=personas.carol,
+        agent="demo",
+        input="Tell Ada.",
+        model={"provider": "scripted", "script": SEND_EMAIL_SCRIPT},
+    )
+    attempt = run_claim(run_id=run.id, worker="w")
+    return attempt, Run.objects.get(pk=run.pk).lease_expires_at
+
+
+def wait_until(predicate, seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_one_thread_renews_every_lease_the_process_holds(personas, settings):
+    settings.DESK_LEASE_SECONDS = 1  # a renewal every third of a second
+    (first, first_expiry), (second, second_expiry) = claimed(personas), claimed(personas)
+    with LeaseKeeper(first, cancel_epoch=0) as one, LeaseKeeper(second, cancel_epoch=0) as two:
+        renewed = wait_until(
+            lambda: (
+                Run.objects.get(pk=first.run_id).lease_expires_at > first_expiry
+                and Run.objects.get(pk=second.run_id).lease_expires_at > second_expiry
+            )
+        )
+        renewers = [t for t in threading.enumerate() if t.name == "lease-renewer"]
+    assert renewed
+    assert len(renewers) == 1
+    assert not one.lost.is_set() and not two.lost.is_set()
+
+
+def test_a_lease_gone_is_reported_lost_and_the_others_are_still_renewed(personas, settings):
+    settings.DESK_LEASE_SECONDS = 1
+    (cancelled, _), (kept, _) = claimed(personas), claimed(personas)
+    with LeaseKeeper(cancelled, cancel_epoch=0) as gone, LeaseKeeper(kept, cancel_epoch=0) as held:
+        Run.objects.filter(pk=cancelled.run_id).update(cancel_epoch=F("cancel_epoch") + 1)  # a cancel
+        assert wait_until(gone.lost.is_set)
+        before = Run.objects.get(pk=kept.run_id).lease_expires_at
+        assert wait_until(lambda: Run.objects.get(pk=kept.run_id).lease_expires_at > before)
+    assert not held.lost.is_set()

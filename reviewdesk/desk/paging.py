@@ -6,6 +6,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.http import urlencode
 
+
 def page_offset(request: HttpRequest) -> int:
     try:
         return max(0, int(request.GET.get("offset", 0)))

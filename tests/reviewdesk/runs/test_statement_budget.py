@@ -28,9 +28,11 @@ SCRIPT = [{"tool_calls": [{"name": "send_email", "arguments": EMAIL}]}, {"conten
 # budget was set: run 26 / 6, resume 35 / 15 (before issue 11's pass: run 35 / 7, resume 46 / 15).
 # Issue 10 then added to the run task the standing-grant lookup before an approval is raised,
 # and the quorum's votes in the approval's event: run 29 / 8; and to the resume the per-request
-# reviewer check (the request, the reviewer's groups): resume 38 / 18.
-RUN_BUDGET = (30, 9)
-RESUME_BUDGET = (39, 19)
+# reviewer check (the request, the reviewer's groups): resume 38 / 18. Issue 11's second pass
+# (task id saved with the run row, attempt number from the lease epoch, a lighter fence, the
+# settling call checkpointed with its batch): run 27 / 8, resume 34 / 17.
+RUN_BUDGET = (28, 9)
+RESUME_BUDGET = (35, 18)
 
 
 @dataclass

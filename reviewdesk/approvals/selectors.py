@@ -10,7 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.db.models import Q, QuerySet
+from django.db.models import Prefetch, Q, QuerySet
 
 from agents.gate import ApprovalGate, CallBinding, SignedDecision
 from agents.loop import DecisionState, Reconciled, Rejected
@@ -105,7 +105,8 @@ def call_decision_state(*, run_id: Any, call: CallState) -> DecisionState:
     kinds = (kind,) if kind == ApprovalKind.RECONCILE else AWAITING_KINDS
     approval = (  # the latest: a retry may have raised a new one after a cancelled one
         ApprovalRequest.objects.filter(run_id=run_id, tool_call_id=call.id, kind__in=kinds)
-        .prefetch_related("decisions__reviewer")
+        # The decisions with their reviewers in one read, not one for each (issue 11, #2).
+        .prefetch_related(Prefetch("decisions", queryset=Decision.objects.select_related("reviewer")))
         .order_by("-created_at")
         .first()
     )

@@ -30,9 +30,10 @@ SCRIPT = [{"tool_calls": [{"name": "send_email", "arguments": EMAIL}]}, {"conten
 # and the quorum's votes in the approval's event: run 29 / 8; and to the resume the per-request
 # reviewer check (the request, the reviewer's groups): resume 38 / 18. Issue 11's second pass
 # (task id saved with the run row, attempt number from the lease epoch, a lighter fence, the
-# settling call checkpointed with its batch): run 27 / 8, resume 34 / 17.
+# settling call checkpointed with its batch, a decision's reviewers read with it): run 27 / 8,
+# resume 33 / 16.
 RUN_BUDGET = (28, 9)
-RESUME_BUDGET = (35, 18)
+RESUME_BUDGET = (34, 17)
 
 
 @dataclass

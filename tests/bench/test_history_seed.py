@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from agents.state import AgentState
-from bench.history import seed_history
+from bench.history_seed import seed_history
 from reviewdesk.accounts.roles import REVIEWERS
 from reviewdesk.accounts.targets import targets_of
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus, Decision

@@ -141,16 +141,30 @@ class Coverage:
 
     A message the socket sends may carry `after`: every event after `after` up to the message's
     `seq` (the message's own event aside) has reached this socket, so a client whose last
-    sequence is at least `after` misses nothing it may see by moving its mark to `seq`."""
+    sequence is at least `after` misses nothing it may see by moving its mark to `seq`.
+
+    Two writers (the web's commit, a worker's) can publish out of commit order, so the latest
+    gap is held: when its missing numbers all arrive late, the runs either side join again.
+    Without that, a worker's event overtaking the web's one made the page replay."""
+
+    MAX_HELD_GAP = 64  # a wider gap is rarely filled late; it is not worth remembering
 
     def __init__(self, seq: int) -> None:
         self.start = self.end = seq
+        self.held: tuple[int, set[int]] | None = None  # (start of the run before the gap, its holes)
 
     def add(self, seq: int) -> None:
         if seq == self.end + 1:
             self.end = seq
         elif seq > self.end + 1:
+            holes = set(range(self.end + 1, seq))
+            self.held = (self.start, holes) if len(holes) <= self.MAX_HELD_GAP else None
             self.start, self.end = seq - 1, seq
+        elif self.held and seq in self.held[1]:
+            start, holes = self.held
+            holes.discard(seq)
+            if not holes:  # the gap was only late: one unbroken run again
+                self.start, self.held = start, None
 
     def after(self, seq: int) -> int | None:
         """`after` for event `seq`, not yet added: None unless it follows the run directly and

@@ -418,3 +418,30 @@ def test_a_socket_without_the_desk_pages_query_gets_every_event_as_before(person
         await comm.disconnect()
 
     async_to_sync(scenario)()
+
+
+def test_coverage_joins_its_runs_when_an_overtaken_event_arrives_late():
+    """In-process, the Coverage class alone: two writers publish out of commit order (a worker's
+    event can overtake the web's), and the desk page must not replay for that."""
+    from reviewdesk.events.consumers import Coverage
+
+    coverage = Coverage(10)
+    coverage.add(12)  # 11 is late, or another user's
+    assert coverage.after(13) == 11  # vouches only from 12: a client at 10 replays
+    coverage.add(11)  # late: the gap was only a reordering
+    assert coverage.after(13) == 10 and coverage.after_through(12) == 10
+    coverage.add(11)  # a second copy changes nothing
+    assert coverage.after(13) == 10
+
+
+def test_coverage_never_vouches_across_a_hole_that_stays_open():
+    from reviewdesk.events.consumers import Coverage
+
+    coverage = Coverage(0)
+    coverage.add(3)  # 1 and 2 missing
+    coverage.add(1)
+    assert coverage.after(4) == 2 and coverage.after_through(3) == 2  # 2 still missing
+    wide = Coverage(0)
+    wide.add(Coverage.MAX_HELD_GAP + 2)  # too wide to remember
+    wide.add(1)
+    assert wide.after(Coverage.MAX_HELD_GAP + 3) == Coverage.MAX_HELD_GAP + 1

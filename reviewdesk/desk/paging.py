@@ -6,12 +6,15 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.http import urlencode
 
+MAX_OFFSET = 10**9  # past it, an offset is malformed (a 64-bit OFFSET would overflow: a 500)
+
 
 def page_offset(request: HttpRequest) -> int:
     try:
-        return max(0, int(request.GET.get("offset", 0)))
+        offset = max(0, int(request.GET.get("offset", 0)))
     except ValueError:
         return 0
+    return offset if offset <= MAX_OFFSET else 0
 
 
 LIST_PAGE_SIZE = 50
@@ -26,7 +29,7 @@ def paged(request: HttpRequest, rows: QuerySet, kept: dict[str, str], size: int 
     past this page: then `total` is that bound and `total_capped` is true ("1050+")."""
     offset = page_offset(request)
     cap = offset + size + COUNT_CAP
-    total = rows[: cap + 1].count()
+    total = rows.order_by()[: cap + 1].count()  # a count needs no order: no sort inside it
     page = list(rows[offset : offset + size])
     return {
         "rows": page,

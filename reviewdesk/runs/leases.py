@@ -63,7 +63,12 @@ class LeaseKeeper:
         except Exception:  # a database hiccup: try again next beat, the lease has slack
             logger.exception("lease renewal failed for run %s", self.attempt.run_id)
         finally:
-            connection.close()  # the renewer's own connection; beats are a third of a lease apart
+            # The renewer's own connection; beats are a third of a lease apart. Closing a broken
+            # one can raise too, and nothing may escape to the process's one renewal thread.
+            try:
+                connection.close()
+            except Exception:
+                logger.exception("closing the lease renewer's connection failed")
 
 
 class _Renewer:
@@ -76,13 +81,14 @@ class _Renewer:
         self._cond = threading.Condition()
         self._due: dict[LeaseKeeper, float] = {}  # keeper -> when it renews next (monotonic)
         self._busy: LeaseKeeper | None = None
-        self._pid = 0
+        self._thread: threading.Thread | None = None  # a forked child has none: reset runs there
 
     def add(self, keeper: LeaseKeeper) -> None:
         with self._cond:
-            if self._pid != os.getpid():
-                self._pid = os.getpid()
-                threading.Thread(target=self._run, name="lease-renewer", daemon=True).start()
+            # Started on first use, and again if it ever died: every lease here depends on it.
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="lease-renewer", daemon=True)
+                self._thread.start()
             self._due[keeper] = time.monotonic() + keeper.interval
             self._cond.notify_all()
 
@@ -103,6 +109,8 @@ class _Renewer:
                 self._busy = keeper
             try:
                 keeper.beat()
+            except Exception:  # beat catches its own; this thread must outlive any that escapes
+                logger.exception("lease renewal raised for run %s", keeper.attempt.run_id)
             finally:
                 with self._cond:
                     self._busy = None

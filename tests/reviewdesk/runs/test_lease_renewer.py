@@ -62,3 +62,37 @@ def test_a_lease_gone_is_reported_lost_and_the_others_are_still_renewed(personas
         before = Run.objects.get(pk=kept.run_id).lease_expires_at
         assert wait_until(lambda: Run.objects.get(pk=kept.run_id).lease_expires_at > before)
     assert not held.lost.is_set()
+
+
+def test_an_error_escaping_one_renewal_does_not_stop_the_others(personas, settings, monkeypatch):
+    """The process has one renewal thread: if it died, no lease here would be renewed again."""
+    settings.DESK_LEASE_SECONDS = 1
+    (broken, _), (kept, kept_expiry) = claimed(personas), claimed(personas)
+    real_beat = LeaseKeeper.beat
+
+    def beat(keeper):
+        if keeper.attempt.pk == broken.pk:
+            raise RuntimeError("closing a broken connection failed")
+        real_beat(keeper)
+
+    monkeypatch.setattr(LeaseKeeper, "beat", beat)
+    with LeaseKeeper(broken, cancel_epoch=0), LeaseKeeper(kept, cancel_epoch=0) as held:
+        first = wait_until(lambda: Run.objects.get(pk=kept.run_id).lease_expires_at > kept_expiry)
+        later = Run.objects.get(pk=kept.run_id).lease_expires_at
+        # Renewed again after the broken keeper's beats have raised several times.
+        again = wait_until(lambda: Run.objects.get(pk=kept.run_id).lease_expires_at > later)
+    assert first and again and not held.lost.is_set()
+
+
+def test_a_renewal_thread_that_died_is_replaced_by_the_next_lease(personas, settings):
+    from reviewdesk.runs import leases
+
+    settings.DESK_LEASE_SECONDS = 1
+    (attempt, expiry) = claimed(personas)
+    dead = threading.Thread(target=lambda: None)
+    dead.start()
+    dead.join()
+    leases._renewer._thread = dead  # as if the thread had ended
+    with LeaseKeeper(attempt, cancel_epoch=0):
+        renewed = wait_until(lambda: Run.objects.get(pk=attempt.run_id).lease_expires_at > expiry)
+    assert renewed

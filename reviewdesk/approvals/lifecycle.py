@@ -17,7 +17,7 @@ from agents.canonical import sha256_hex
 from agents.questions import asks_human
 from agents.registry import UnknownAgent, get_agent
 from agents.routing import Quorum
-from agents.state import AgentState, CallState, CallStatus
+from agents.state import SCHEMA_VERSION, AgentState, CallState, CallStatus
 from reviewdesk.approvals.clock import respond_by_for
 from reviewdesk.approvals.models import (
     AWAITING_KINDS,
@@ -153,7 +153,8 @@ def approvals_reraise_waiting(*, run: Run, refused: bool) -> None:
     for call in to_raise:
         call.checkpoint_id = str(latest.pk)
     latest.snapshot = state.to_snapshot()
-    latest.save(update_fields=["snapshot"])
+    latest.schema_version = SCHEMA_VERSION  # rewritten by this code, in its version
+    latest.save(update_fields=["snapshot", "schema_version"])
     for call in to_raise:
         approval_raise(run=run, attempt=None, checkpoint_id=latest.pk, call=call)
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from agents.state import AgentState, SnapshotError
+from agents.state import SCHEMA_VERSION, AgentState, SnapshotError
 from reviewdesk.accounts.roles import is_submitter
 from reviewdesk.audit.services import audit_record
 from reviewdesk.errors import Conflict, Forbidden
@@ -69,7 +69,7 @@ def run_do_follow_up(*, run: Run, user: User, input: str) -> FollowUp:
         run=run,
         branch=run.branch,
         number=latest.number + 1,
-        schema_version=latest.schema_version,
+        schema_version=SCHEMA_VERSION,  # what to_snapshot writes, not what the last one held
         message_count=state.message_count,
         snapshot=state.to_snapshot(),
     )

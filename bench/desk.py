@@ -62,6 +62,20 @@ def add_pending(count: int, people) -> None:
             )
             for run, checkpoint in zip(runs, checkpoints, strict=True)
         )
+    analyze(ApprovalRequest, Run, Checkpoint)
+
+
+def analyze(*models) -> None:
+    """On PostgreSQL, statistics for the tables just loaded, as autovacuum gathers them soon after
+    a load like this: without them the planner guesses from an empty table's and sorts every
+    pending row. SQLite keeps no statistics unless asked, so there is nothing to match."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        for model in models:
+            cursor.execute(f'ANALYZE "{model._meta.db_table}"')
 
 
 def count_queries(people) -> dict[str, int]:

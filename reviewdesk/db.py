@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import NotSupportedError, connection
-from django.db.models import BooleanField, Func, QuerySet
+from django.db.models import BooleanField, Func
 
 
 def serialize_writers(name: str) -> None:
@@ -20,15 +20,6 @@ def serialize_writers(name: str) -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [zlib.crc32(name.encode())])
-
-
-def ids_naming(rows: QuerySet, field: str, username: str) -> list:
-    """Ids of `rows` whose JSON list `field` contains `username`.
-
-    JSON containment is not portable to SQLite, so this reads the ids and lists of
-    the rows whose list is not empty and filters here; such lists are short.
-    """
-    return [pk for pk, names in rows.exclude(**{field: []}).values_list("id", field) if username in names]
 
 
 class NamesAny(Func):

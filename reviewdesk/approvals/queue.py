@@ -13,7 +13,7 @@ from django.db.models import QuerySet
 from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.approvals.routing import ids_targeting_by_tier, in_queue_order
 from reviewdesk.approvals.selectors import approvals_pending_for
-from reviewdesk.db import ids_naming
+from reviewdesk.db import NamesAny
 
 # The desk's queue: one page at a time, whatever the number pending. Twenty cards keep the
 # page's time nearly flat from 10 to 10,000 pending (a card costs about as much to render as
@@ -91,7 +91,7 @@ def approvals_queue_for(user: Any, filters: QueueFilters, *, offset: int = 0) ->
     elif filters.assignee == "any":
         rows = rows.filter(assignees=[])
     elif filters.assignee:
-        rows = rows.filter(id__in=ids_naming(pending, "assignees", filters.assignee))
+        rows = rows.filter(NamesAny("assignees", [filters.assignee]))
     filtered = rows is not pending
     rows = in_queue_order(rows, by_name, by_group)
     matching, matching_capped = _capped_count(rows) if filtered else (total, total_capped)

@@ -26,7 +26,7 @@ from reviewdesk.events.builders import run_follow_up_data
 from reviewdesk.events.services import event_emit
 from reviewdesk.runs.models import ENDED, Checkpoint, FollowUp, Message, Run, RunStatus
 from reviewdesk.runs.selectors import run_audience, run_get_for_user
-from reviewdesk.runs.transitions import RESUME_TASK, enqueue_on_commit
+from reviewdesk.runs.transitions import RESUME_TASK, send_on_commit, task_id_assign
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -80,6 +80,7 @@ def run_do_follow_up(*, run: Run, user: User, input: str) -> FollowUp:
     run.output = run.error = run.next_attempt_at = None
     run.error_kind, run.retries = "", 0  # a new turn gets the automatic-retry budget afresh
     run.revision += 1
+    task_id_assign(run)  # sent at the end, after the run's event
     run.save(
         update_fields=[
             "status",
@@ -89,6 +90,7 @@ def run_do_follow_up(*, run: Run, user: User, input: str) -> FollowUp:
             "retries",
             "next_attempt_at",
             "revision",
+            "task_id",
             "updated_at",
         ]
     )
@@ -105,7 +107,7 @@ def run_do_follow_up(*, run: Run, user: User, input: str) -> FollowUp:
         run_id=run.pk,
         audience=run_audience(run),
     )
-    enqueue_on_commit(RESUME_TASK, run)
+    send_on_commit(RESUME_TASK, run)
     return follow_up
 
 

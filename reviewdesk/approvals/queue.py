@@ -74,7 +74,7 @@ def approvals_queue_for(user: Any, filters: QueueFilters, *, offset: int = 0) ->
     one page. A fixed number of queries whatever the number pending, and none of them reads
     more than QUEUE_COUNT_CAP rows or one page."""
     pending = approvals_pending_for(user).select_related("run__submitted_by")
-    tiers = queue_tiers(pending.order_by(), user)  # unordered: see approvals_visible_to
+    tiers = queue_tiers(pending, user)
     total, total_capped = _capped_count(pending)
     rows = pending
     if filters.agent:

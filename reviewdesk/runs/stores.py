@@ -1,4 +1,5 @@
-"""The database implementation of the agents' checkpoint store."""
+"""The database implementation of the agents' checkpoint store, and the state of a checkpoint
+row for the desk's own readers (its open batch checked against the run's log)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Max
 
-from agents.state import SCHEMA_VERSION
+from agents.state import SCHEMA_VERSION, AgentState
 from agents.store import Checkpoint as StoredCheckpoint
-from reviewdesk.runs.models import Checkpoint
+from reviewdesk.runs.models import Checkpoint, Message
 
 
 def _stored(row: Checkpoint) -> StoredCheckpoint:
@@ -64,3 +65,20 @@ class DatabaseCheckpointStore:
 
     def list(self, run_id: str) -> list[StoredCheckpoint]:
         return [_stored(row) for row in Checkpoint.objects.filter(run_id=run_id).order_by("number")]
+
+
+def checkpoint_state(row: Checkpoint) -> AgentState:
+    """The state a checkpoint row holds, its open batch checked against the run's live log
+    and completed from it (one query when a batch is open). SnapshotError when the log's
+    message there is not the batch's (AgentState.resolve_batch)."""
+    state = AgentState.from_snapshot(row.snapshot)
+    if state.batch:
+        body = (
+            Message.objects.filter(
+                run_id=row.run_id, position=state.batch_position, superseded_at__isnull=True
+            )
+            .values_list("body", flat=True)
+            .first()
+        )
+        state.resolve_batch(body)
+    return state

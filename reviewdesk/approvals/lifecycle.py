@@ -32,7 +32,7 @@ from reviewdesk.audit.services import audit_record
 from reviewdesk.events.builders import approval_data
 from reviewdesk.events.services import event_emit
 from reviewdesk.runs.models import ENDED, Attempt, Checkpoint, ErrorKind, Run, RunStatus
-from reviewdesk.runs.stores import checkpoint_state
+from reviewdesk.runs.stores import checkpoint_state, snapshot_column
 from reviewdesk.runs.transitions import run_mark_failed, run_requeue
 
 
@@ -153,7 +153,7 @@ def approvals_reraise_waiting(*, run: Run, refused: bool) -> None:
         return
     for call in to_raise:
         call.checkpoint_id = str(latest.pk)
-    latest.snapshot = state.to_snapshot()
+    latest.snapshot = snapshot_column(state.to_snapshot())
     latest.schema_version = SCHEMA_VERSION  # rewritten by this code, in its version
     latest.save(update_fields=["snapshot", "schema_version"])
     for call in to_raise:

@@ -11,7 +11,7 @@ import pytest
 from agents.loop import Finished, Waiting, advance
 from agents.providers.scripted import ScriptedProvider
 from agents.registry import get_agent
-from agents.state import SCHEMA_VERSION, AgentState, CallState, CallStatus, SnapshotError, Step
+from agents.state import SCHEMA_VERSION, AgentState, CallState, CallStatus, LoggedCall, SnapshotError, Step
 from agents.testing.host import InMemoryHost
 
 DEMO = get_agent("demo")
@@ -253,3 +253,22 @@ def test_a_call_the_model_sent_broken_arguments_for_keeps_them_missing():
     loaded = AgentState.from_snapshot(snapshot)
     loaded.resolve_batch(state.batch_message)
     assert loaded == state
+
+
+def test_a_batch_is_written_whole_unless_its_message_holds_exactly_its_calls():
+    """A message with more calls, or none of the batch's ids, says nothing for the batch."""
+    host = waiting_host()
+    state = host.state()
+    message = copy.deepcopy(state.batch_message)
+    state.batch = state.batch[:2]  # the message holds one call more
+    assert all({"name", "arguments"} <= set(call) for call in state.to_snapshot()["batch"])
+    state.batch_message = {**message, "tool_calls": message["tool_calls"][:2]}
+    assert all("arguments" not in call for call in state.to_snapshot()["batch"])
+
+
+def test_a_call_keeps_its_name_and_arguments_against_another_calls_log_entry():
+    call = AgentState.from_snapshot(latest(waiting_host())).batch[1]
+    call.name, call.arguments = "send_email", EMAIL
+    other = LoggedCall(id="call_0_2", name="send_email", arguments=EMAIL)
+    assert call.to_dict(other) == call.to_dict() and {"name", "arguments"} <= set(call.to_dict(other))
+    assert "arguments" not in call.to_dict(LoggedCall(id="call_0_1", name="send_email", arguments=EMAIL))

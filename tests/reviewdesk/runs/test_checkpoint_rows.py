@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from agents.state import SCHEMA_VERSION, AgentState, CallStatus, Step
+from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Checkpoint, ErrorKind, Message, RunStatus, SideEffect
+from reviewdesk.runs.services import run_cancel, run_retry
 from reviewdesk.runs.stores import DatabaseCheckpointStore, checkpoint_state, snapshot_of
 
 pytestmark = pytest.mark.django_db
@@ -130,3 +132,23 @@ def test_a_log_that_no_longer_matches_the_checkpoint_fails_the_run_and_runs_noth
     assert resume(run).status == RunStatus.FAILED
     assert run.error_kind == ErrorKind.INTERNAL
     assert mailoutbox == [] and not SideEffect.objects.filter(run=run).exists()
+
+
+def test_a_retry_reads_the_batch_from_the_live_line_of_the_log(interrupted_run, personas, mailoutbox):
+    """After a retry from an earlier checkpoint, the position of the new batch's message also
+    holds the abandoned line's message: asking again reads the live one."""
+    run, _ = interrupted_run()
+    first = run.checkpoints.order_by("number").first()
+    run_cancel(run_id=run.id, user=personas.carol)
+    run_retry(run_id=run.id, user=personas.carol, checkpoint_id=str(first.pk))
+    assert resume(run).status == RunStatus.INPUT_REQUIRED, run.error
+    assert Message.objects.filter(run=run, position=2).count() == 2  # one set aside, one live
+    run_cancel(run_id=run.id, user=personas.carol)
+
+    run_retry(run_id=run.id, user=personas.carol)  # asks again for the waiting call
+
+    fresh = ApprovalRequest.objects.get(run=run, status=ApprovalStatus.PENDING)
+    assert (fresh.tool_call_id, fresh.tool, fresh.arguments) == ("call_b1_0_1", "send_email", EMAIL)
+    approve(fresh, personas.alice)
+    assert resume(run).status == RunStatus.SUCCEEDED, run.error
+    assert SideEffect.objects.get(run=run).idempotency_key == f"{run.pk}:call_b1_0_1"

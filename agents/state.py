@@ -197,7 +197,7 @@ class AgentState:
                 "the open batch was loaded without its names and arguments: resolve_batch first"
             )
         data = _without_defaults(self, {spec.name: getattr(self, spec.name) for spec in fields(self)})
-        for unstored in ("batch", "batch_message", "loaded_batch"):
+        for unstored in ("batch", *UNSTORED):
             data.pop(unstored, None)
         data["message_count"] = self.message_count
         # v6: the step is left out where the batch implies it (tools while one is open).
@@ -219,10 +219,16 @@ class AgentState:
     def from_snapshot(cls, snapshot: dict[str, Any]) -> AgentState:
         data = migrate(dict(snapshot))
         data.pop("schema_version")
+        if UNSTORED & data.keys():  # what the log says is read from the log, never from here
+            raise SnapshotError(f"a snapshot never holds {sorted(UNSTORED & data.keys())}")
         entries = copy.deepcopy(data.pop("batch", None) or [])
         data["step"] = Step(data["step"]) if "step" in data else _implied_step(bool(entries))
         data["batch"] = [CallState.from_dict(entry) for entry in entries]
         return cls(**data, loaded_batch=entries or None)
+
+
+# AgentState's fields that a snapshot never holds (v6).
+UNSTORED = frozenset({"batch_message", "loaded_batch"})
 
 
 def _implied_step(batch_open: bool) -> Step:

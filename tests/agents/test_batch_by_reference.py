@@ -272,3 +272,11 @@ def test_a_call_keeps_its_name_and_arguments_against_another_calls_log_entry():
     other = LoggedCall(id="call_0_2", name="send_email", arguments=EMAIL)
     assert call.to_dict(other) == call.to_dict() and {"name", "arguments"} <= set(call.to_dict(other))
     assert "arguments" not in call.to_dict(LoggedCall(id="call_0_1", name="send_email", arguments=EMAIL))
+
+
+def test_a_snapshot_that_brings_its_own_batch_message_is_refused():
+    """The message a batch is checked against comes from the log, never from the snapshot."""
+    host = waiting_host()
+    snapshot = {**latest(host), "batch_message": host.log[2]}
+    with pytest.raises(SnapshotError, match="never holds"):
+        AgentState.from_snapshot(snapshot)

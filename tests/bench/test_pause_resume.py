@@ -28,7 +28,7 @@ def test_the_desk_pauses_with_the_call_awaiting_approval_and_resumes_from_it(per
 
     paused = host.checkpoints.latest(host.run_id)
     assert paused.message_count == 21
-    assert paused.snapshot["step"] == Step.TOOLS
+    assert AgentState.from_snapshot(paused.snapshot).step == Step.TOOLS
     [call] = paused.snapshot["batch"]
     assert call["status"] == CallStatus.AWAITING and call["checkpoint_id"] == paused.id
     [request] = ApprovalRequest.objects.filter(run=host.run)

@@ -75,6 +75,8 @@ def approval_raise(
         expires_at=now + timedelta(seconds=run.approval_ttl_seconds),
         respond_by=None if reconcile else respond_by_for(run, call.name, since=now),
     )
+    # A request just created has no votes yet: its event's quorum reads none (issue 11).
+    approval._prefetched_objects_cache = {"decisions": Decision.objects.none()}
     audit_record(
         actor=None,
         action="reconcile.requested" if reconcile else "approval.requested",

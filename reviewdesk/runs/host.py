@@ -82,9 +82,11 @@ class DatabaseHost:
             raise LeaseLost(f"attempt {self.attempt.number} of run {self.run.pk} lost its lease")
 
     def fenced_run(self) -> Run:
-        """Lock the run row and check this attempt still owns it. Call inside atomic()."""
+        """Lock the run row and check this attempt still owns it. Call inside atomic().
+        With its submitter (the approval's event names them), read in the same statement."""
         self.check_lease()
-        return self._checked(Run.objects.select_for_update().get(pk=self.run.pk))
+        locked = Run.objects.select_related("submitted_by").select_for_update(of=("self",))
+        return self._checked(locked.get(pk=self.run.pk))
 
     def fence(self) -> None:
         """`fenced_run` for a write that needs no run row: the same lock and check, reading

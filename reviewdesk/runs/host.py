@@ -111,10 +111,13 @@ class DatabaseHost:
 
     # --- the loop's interface -------------------------------------------------
     def load(self) -> AgentState | None:
-        checkpoint = self.checkpoints.latest(self.run_id)
-        if checkpoint is None:
+        # With the messages the checkpoint covers, which the loop asks for next: one round trip.
+        latest = self.checkpoints.latest_with_messages(self.run_id)
+        if latest is None:
             self._log = []  # messages are only ever written with a checkpoint, in one transaction
-        return AgentState.from_snapshot(checkpoint.snapshot) if checkpoint else None
+            return None
+        checkpoint, self._log = latest
+        return AgentState.from_snapshot(checkpoint.snapshot)
 
     def messages(self, count: int) -> list[dict[str, Any]]:
         # Read once per attempt, then kept up to date by commit_step: only the lease holder

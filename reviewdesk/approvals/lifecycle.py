@@ -78,8 +78,8 @@ def approval_raise(
     # A request just created has no votes yet: its event's quorum reads none, as if prefetched
     # (issue 11: no query, and no SQL compiled for an empty one).
     no_votes = Decision.objects.none()
-    no_votes._result_cache, no_votes._prefetch_done = [], True
-    approval._prefetched_objects_cache = {"decisions": no_votes}
+    no_votes._result_cache, no_votes._prefetch_done = [], True  # type: ignore[attr-defined]
+    approval._prefetched_objects_cache = {"decisions": no_votes}  # type: ignore[attr-defined]
     audit_record(
         actor=None,
         action="reconcile.requested" if reconcile else "approval.requested",

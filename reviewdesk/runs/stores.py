@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.db import NotSupportedError, transaction
+from django.db import NotSupportedError, connection, transaction
 from django.db.models import Func, Max, TextField
 
 from agents.state import SCHEMA_VERSION
@@ -69,7 +69,8 @@ class DatabaseCheckpointStore:
             .first()
         )
         self._last_number[run_id] = row.number if row else 0
-        return (_stored(row), MessagesCovered.decode(row.log)) if row else None
+        pairs = connection.vendor == "sqlite"
+        return (_stored(row), MessagesCovered.decode(row.log, pairs=pairs)) if row else None
 
     def get(self, checkpoint_id: str) -> StoredCheckpoint | None:
         row = Checkpoint.objects.filter(pk=checkpoint_id).first()
@@ -84,9 +85,6 @@ class MessagesCovered(Func):
     one JSON array (text; `decode` reads it)."""
 
     output_field = TextField()
-
-    def __init__(self) -> None:
-        super().__init__()
 
     def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list]:  # type: ignore[override]
         checkpoint = connection.ops.quote_name(Checkpoint._meta.db_table)
@@ -109,8 +107,7 @@ class MessagesCovered(Func):
         raise NotSupportedError(f"MessagesCovered: no SQL for {connection.vendor}")
 
     @staticmethod
-    def decode(value: str | None) -> list[dict[str, Any]]:
+    def decode(value: str | None, *, pairs: bool) -> list[dict[str, Any]]:
+        """The bodies; with `pairs` (SQLite), sorted by the position each came with."""
         items = json.loads(value) if value else []
-        if items and isinstance(items[0], list):  # SQLite's (position, body) pairs
-            return [body for _position, body in sorted(items, key=lambda item: item[0])]
-        return items
+        return [body for _position, body in sorted(items, key=lambda item: item[0])] if pairs else items

@@ -76,6 +76,11 @@ def approval_raise(
         expires_at=now + timedelta(seconds=run.approval_ttl_seconds),
         respond_by=None if reconcile else respond_by_for(run, call.name, since=now),
     )
+    # A request just created has no votes yet: its event's quorum reads none, as if prefetched
+    # (issue 11: no query, and no SQL compiled for an empty one).
+    no_votes = Decision.objects.none()
+    no_votes._result_cache, no_votes._prefetch_done = [], True  # type: ignore[attr-defined]
+    approval._prefetched_objects_cache = {"decisions": no_votes}  # type: ignore[attr-defined]
     audit_record(
         actor=None,
         action="reconcile.requested" if reconcile else "approval.requested",

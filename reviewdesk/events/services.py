@@ -40,7 +40,7 @@ def groups_for(audience: Iterable[int]) -> list[str]:
 def event_emit(*, type: str, data: dict, run_id=None, audience: Iterable[int] = ()) -> DeskEvent:
     """Record an event in the current transaction and push it once that commits."""
     assert transaction.get_connection().in_atomic_block, "event_emit needs a transaction"
-    serialize_writers("desk-events")
+    serialize_writers()
     event = DeskEvent.objects.create(type=type, data=data, run_id=run_id, audience=list(audience))
     transaction.on_commit(lambda: event_push(event), robust=True)
     from reviewdesk.webhooks.services import (

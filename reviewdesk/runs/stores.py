@@ -10,10 +10,11 @@ read a count of 0. Old rows still hold the count in their JSON too; the column w
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Max
+from django.db import NotSupportedError, connection, transaction
+from django.db.models import Func, Max, TextField
 
 from agents.state import SCHEMA_VERSION, AgentState
 from agents.store import Checkpoint as StoredCheckpoint
@@ -76,6 +77,19 @@ class DatabaseCheckpointStore:
         self._last_number[run_id] = row.number if row else 0
         return _stored(row) if row else None
 
+    def latest_with_messages(self, run_id: str) -> tuple[StoredCheckpoint, list[dict[str, Any]]] | None:
+        """The latest checkpoint and the live messages it covers, in one statement (a resume's
+        two reads in one round trip; issue 11)."""
+        row = (
+            Checkpoint.objects.filter(run_id=run_id)
+            .annotate(log=MessagesCovered())
+            .order_by("-number")
+            .first()
+        )
+        self._last_number[run_id] = row.number if row else 0
+        pairs = connection.vendor == "sqlite"
+        return (_stored(row), MessagesCovered.decode(row.log, pairs=pairs)) if row else None
+
     def get(self, checkpoint_id: str) -> StoredCheckpoint | None:
         row = Checkpoint.objects.filter(pk=checkpoint_id).first()
         return _stored(row) if row else None
@@ -99,3 +113,36 @@ def checkpoint_state(row: Checkpoint) -> AgentState:
         )
         state.resolve_batch(body)
     return state
+
+
+class MessagesCovered(Func):
+    """On a checkpoint row: the bodies of the live messages it covers, in position order, as
+    one JSON array (text; `decode` reads it)."""
+
+    output_field = TextField()
+
+    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list]:  # type: ignore[override]
+        checkpoint = connection.ops.quote_name(Checkpoint._meta.db_table)
+        message = connection.ops.quote_name(Message._meta.db_table)
+        where = (
+            f"m.run_id = {checkpoint}.run_id AND m.position < {checkpoint}.message_count "
+            "AND m.superseded_at IS NULL"
+        )
+        if connection.vendor == "postgresql":
+            return (
+                f"(SELECT COALESCE(json_agg(m.body ORDER BY m.position), '[]')::text FROM {message} m WHERE {where})",
+                [],
+            )
+        if connection.vendor == "sqlite":
+            # No ORDER BY inside an aggregate before SQLite 3.44: each body with its position.
+            return (
+                f"(SELECT json_group_array(json_array(m.position, json(m.body))) FROM {message} m WHERE {where})",
+                [],
+            )
+        raise NotSupportedError(f"MessagesCovered: no SQL for {connection.vendor}")
+
+    @staticmethod
+    def decode(value: str | None, *, pairs: bool) -> list[dict[str, Any]]:
+        """The bodies; with `pairs` (SQLite), sorted by the position each came with."""
+        items = json.loads(value) if value else []
+        return [body for _position, body in sorted(items, key=lambda item: item[0])] if pairs else items

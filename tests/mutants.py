@@ -1,6 +1,7 @@
 """Check that the suite kills a listed set of guard-line mutations (`make mutants`).
 
-    python tests/mutants.py [--list tests/mutants.toml] [-k TEXT] [--every N] [--skip-baseline] [--keep]
+    python tests/mutants.py [--list tests/mutants.toml] [-k TEXT] [--every N] [--database-bound]
+                            [--skip-baseline] [--keep]
 
 The list (tests/mutants.toml) names, for each mutation, a file, an exact snippet of its source,
 the snippet's mutated replacement and the tests expected to kill it. The runner:
@@ -38,6 +39,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_LIST = ROOT / "tests" / "mutants.toml"
 FIELDS = {"name": str, "file": str, "original": str, "mutated": str, "tests": list}
+# `database = "postgresql"`: the killing tests run only there (they skip on SQLite), so the
+# mutation is run only with DATABASE_URL on PostgreSQL, and reported as not run elsewhere.
+DATABASES = ("postgresql",)
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,11 @@ class Mutant:
     original: str
     mutated: str
     tests: tuple[str, ...]
+    database: str = ""  # "" runs on any database
+
+
+def database_here() -> str:
+    return "postgresql" if os.environ.get("DATABASE_URL", "").startswith("postgres") else "sqlite"
 
 
 @dataclass(frozen=True)
@@ -66,9 +75,11 @@ def load(path: Path) -> list[Mutant]:
         for field, kind in FIELDS.items():
             if not isinstance(entry.get(field), kind) or not entry[field]:
                 raise SystemExit(f"{path}: mutant #{number} needs a non-empty {field} ({kind.__name__})")
-        unknown = set(entry) - set(FIELDS)
+        unknown = set(entry) - set(FIELDS) - {"database"}
         if unknown:
             raise SystemExit(f"{path}: mutant #{number} has unknown keys {sorted(unknown)}")
+        if entry.get("database", DATABASES[0]) not in DATABASES:
+            raise SystemExit(f"{path}: mutant #{number}'s database must be one of {DATABASES}")
         mutants.append(Mutant(**{**entry, "tests": tuple(entry["tests"])}))
     return mutants
 
@@ -175,16 +186,27 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="run every Nth listed mutation (CI's short run); each entry is still checked",
     )
+    parser.add_argument(
+        "--database-bound",
+        action="store_true",
+        help="run only the mutations bound to a database (CI runs them with DATABASE_URL set)",
+    )
     parser.add_argument("--skip-baseline", action="store_true", help="do not run the tests unmutated first")
     parser.add_argument("--keep", action="store_true", help="keep the temporary copy and its logs")
     args = parser.parse_args(argv)
 
     listed = [m for m in load(args.list) if args.only.lower() in m.name.lower()]
+    if args.database_bound:
+        listed = [m for m in listed if m.database]
     if args.every < 1:
         parser.error("--every needs a positive N")
     # A stride, not a random pick: the short run is the same on every machine, and it still
     # crosses every part of the list (which is grouped by area).
     mutants = listed[:: args.every]
+    elsewhere = [m for m in mutants if m.database and m.database != database_here()]
+    for mutant in elsewhere:
+        print(f"not run here: {mutant.name} (needs DATABASE_URL on {mutant.database})", flush=True)
+    mutants = [m for m in mutants if m not in elsewhere]
     if not mutants:
         print("no mutation selected", file=sys.stderr)
         return 2

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 REVIEWERS = "reviewers"
 SUBMITTERS = "submitters"
 
 
-def is_reviewer(user: AbstractBaseUser | AnonymousUser | None) -> bool:
+def is_reviewer(
+    user: AbstractBaseUser | AnonymousUser | None, *, group_names: Iterable[str] | None = None
+) -> bool:
+    """`group_names`: the user's groups, when the caller has read them already."""
     if user is None or not user.is_authenticated or not user.is_active:
         return False
+    if group_names is not None:
+        return REVIEWERS in group_names
     return user.groups.filter(name=REVIEWERS).exists()
 
 

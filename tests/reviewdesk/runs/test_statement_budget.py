@@ -31,9 +31,11 @@ SCRIPT = [{"tool_calls": [{"name": "send_email", "arguments": EMAIL}]}, {"conten
 # reviewer check (the request, the reviewer's groups): resume 38 / 18. Issue 11's second pass
 # (task id saved with the run row, attempt number from the lease epoch, a lighter fence, the
 # settling call checkpointed with its batch, a decision's reviewers read with it): run 27 / 8,
-# resume 33 / 16.
+# resume 33 / 16. The gate's reviewer check answered from the rows read with the decision
+# (the reviewers' groups in one more statement; the user, the request and two group reads
+# fewer): resume 30 / 13.
 RUN_BUDGET = (28, 9)
-RESUME_BUDGET = (34, 17)
+RESUME_BUDGET = (31, 14)
 
 
 @dataclass

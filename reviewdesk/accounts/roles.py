@@ -10,6 +10,13 @@ REVIEWERS = "reviewers"
 SUBMITTERS = "submitters"
 
 
+def group_names_of(user: AbstractBaseUser | AnonymousUser | None) -> set[str]:
+    """The names of the user's groups, in one read, for checks that would each read them."""
+    if user is None or not user.is_authenticated:
+        return set()
+    return set(user.groups.values_list("name", flat=True))
+
+
 def is_reviewer(
     user: AbstractBaseUser | AnonymousUser | None, *, group_names: Iterable[str] | None = None
 ) -> bool:

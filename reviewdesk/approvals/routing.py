@@ -21,7 +21,7 @@ from django.db.models import Case, IntegerField, QuerySet, When
 
 from agents.registry import UnknownAgent, get_agent
 from agents.routing import GROUP_PREFIX
-from reviewdesk.accounts.roles import REVIEWERS, is_reviewer
+from reviewdesk.accounts.roles import REVIEWERS, group_names_of, is_reviewer
 from reviewdesk.accounts.targets import naming, targets_of, users_named
 from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.runs.models import Run
@@ -76,8 +76,8 @@ def user_qualifies(
 
     `group_names`: the user's groups, when the caller read them with the user (the gate's
     check reads them with the request's decisions); otherwise read here, once for both tests."""
-    if group_names is None and user is not None and user.is_authenticated:
-        group_names = set(user.groups.values_list("name", flat=True))
+    if group_names is None:
+        group_names = group_names_of(user)
     if not is_reviewer(user, group_names=group_names) or user.pk == run.submitted_by_id:
         return False
     return named_by(user, approval.assignees, approval.quorum_groups, group_names=group_names)

@@ -36,21 +36,26 @@ from reviewdesk.tool_world import sandbox_config, tool_world
 logger = logging.getLogger(__name__)
 
 
-def approvals_visible_to(user: Any, **lookups: Any) -> QuerySet[ApprovalRequest]:
+def approvals_visible_to(
+    user: Any, *, group_names: set[str] | None = None, related: bool = True, **lookups: Any
+) -> QuerySet[ApprovalRequest]:
     """Admins see every approval; a reviewer those open to any reviewer or assigned to them.
 
     `lookups` narrow the rows (status="pending", pk=...); the assignment check is a condition
-    on each row (NamesAny), so a page reads no more rows than its own and those it skips."""
-    approvals = (
-        ApprovalRequest.objects.select_related("run", "run__submitted_by", "handed_over_by")
-        .prefetch_related("decisions__reviewer")
-        .filter(**lookups)
-    )
+    on each row (NamesAny), so a page reads no more rows than its own and those it skips.
+    `group_names`: the user's groups, when the caller read them already. `related=False`: the
+    rows alone, without the run, the people and the decisions that a page shows."""
+    approvals = ApprovalRequest.objects.filter(**lookups)
+    if related:
+        approvals = approvals.select_related("run", "run__submitted_by", "handed_over_by").prefetch_related(
+            "decisions__reviewer"
+        )
     if is_admin(user):
         return approvals
-    if not is_reviewer(user):
+    if not is_reviewer(user, group_names=group_names):
         return approvals.none()
-    return approvals.filter(Q(assignees=[]) | NamesAny("assignees", targets_of(user)))
+    mine = targets_of(user, group_names=group_names)
+    return approvals.filter(Q(assignees=[]) | NamesAny("assignees", mine))
 
 
 def approvals_pending_for(user: Any) -> QuerySet[ApprovalRequest]:
@@ -59,10 +64,15 @@ def approvals_pending_for(user: Any) -> QuerySet[ApprovalRequest]:
     return pending.exclude(decisions__reviewer=user).order_by("created_at")
 
 
-def approval_get_for_reviewer(*, approval_id: Any, user: Any) -> ApprovalRequest:
-    """The approval, or NotFound whether it is missing or not the user's to see."""
+def approval_get_for_reviewer(
+    *, approval_id: Any, user: Any, group_names: set[str] | None = None, related: bool = True
+) -> ApprovalRequest:
+    """The approval, or NotFound whether it is missing or not the user's to see.
+    `group_names` and `related` as for `approvals_visible_to`."""
     try:
-        approval = approvals_visible_to(user, pk=approval_id).first()
+        approval = approvals_visible_to(
+            user, group_names=group_names, related=related, pk=approval_id
+        ).first()
     except (ValueError, TypeError, ValidationError):
         approval = None
     if approval is None:

@@ -178,6 +178,9 @@ def advance(
             {"role": "user", "content": host.run_input},
         ]
         _commit(host, state, first)
+    elif state.batch:  # v6: the open batch's calls are the log's; check them and read what it holds
+        log = host.messages(state.message_count)
+        state.resolve_batch(log[state.batch_position] if len(log) == state.message_count else None)
 
     while True:
         if state.step == Step.DONE:
@@ -199,6 +202,7 @@ def advance(
                 continue
             state.step = Step.TOOLS
             state.batch = prepare_batch(agent, turn.tool_calls, call_history(messages))
+            state.batch_message = turn.as_message()  # the checkpoint refers to it for what it holds
             allow_by_grants(agent, host, state.batch)  # a call a standing grant allows asks no one
             state.invalid_calls += len(state.open_calls(CallStatus.INVALID))
             checkpoint_id = str(uuid.uuid4())

@@ -212,7 +212,7 @@ def seed_history(count: int, people, *, batch: int = BATCH, budget: float | None
         with transaction.atomic():
             # Attempts and audit rows take their ids here (the others need the attempts'; the
             # chain's hashes cover the ids), under the locks their writers take.
-            serialize_writers("audit-chain")
+            serialize_writers()
             attempt_id = Attempt.objects.order_by("-id").values_list("id", flat=True).first() or 0
             audit_id, prev = AuditEvent.objects.order_by("-id").values_list("id", "hash").first() or (
                 0,

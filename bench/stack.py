@@ -64,7 +64,9 @@ def configure() -> dict[str, str]:
     var.mkdir(parents=True)
     env = {
         "DESK_VAR_DIR": str(var),
-        "DESK_CHANNEL_PREFIX": "bench",
+        # Redis pub/sub ignores the database number: a prefix of its own keeps two bench runs
+        # on one Redis from receiving each other's pushes.
+        "DESK_CHANNEL_PREFIX": f"bench{os.getpid()}",
         "DESK_CELERY_QUEUE": DESK_QUEUE,
         "DESK_LOG_LEVEL": "WARNING",
         "DESK_TOOL_WORLD": "bench.world.BenchWorld",

@@ -69,13 +69,15 @@ def grow(host, messages: int):
         state.message_count += 1
         state.model_calls += 1
         state.step = Step.TOOLS
-        # The call as the loop records it: the same id, name and arguments as the log's message.
+        # The call as the loop records it: the same id, name and arguments as the log's message,
+        # which the state knows the batch came from (the checkpoint refers to it, since v6).
         arguments = json.loads(assistant["tool_calls"][0]["function"]["arguments"])
         state.batch = [
             CallState(
                 id=f"call_{turn}_0", name="lookup_customer", arguments=arguments, status=CallStatus.READY
             )
         ]
+        state.batch_message = assistant
         host.commit_step(
             checkpoint_id=str(uuid.uuid4()), state=state, new_messages=[assistant], raise_approvals=[]
         )

@@ -232,8 +232,13 @@ class InMemoryHost:
 
     # --- inspection -------------------------------------------------------------------
     def state(self) -> AgentState | None:
-        """The state at the latest checkpoint."""
-        return self.load()
+        """The state at the latest checkpoint, as the loop resumes it: its open batch read
+        from the log (`advance` does the same)."""
+        state = self.load()
+        if state is not None and state.batch:
+            log = self.messages(state.message_count)
+            state.resolve_batch(log[state.batch_position] if len(log) == state.message_count else None)
+        return state
 
 
 def _arguments_of(call: CallState) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from agents.canonical import sha256_hex
 from agents.questions import asks_human
 from agents.registry import UnknownAgent, get_agent
 from agents.routing import Quorum
-from agents.state import SCHEMA_VERSION, AgentState, CallState, CallStatus
+from agents.state import SCHEMA_VERSION, CallState, CallStatus
 from reviewdesk.approvals.clock import respond_by_for
 from reviewdesk.approvals.models import (
     AWAITING_KINDS,
@@ -32,6 +32,7 @@ from reviewdesk.audit.services import audit_record
 from reviewdesk.events.builders import approval_data
 from reviewdesk.events.services import event_emit
 from reviewdesk.runs.models import ENDED, Attempt, Checkpoint, ErrorKind, Run, RunStatus
+from reviewdesk.runs.stores import checkpoint_state, snapshot_column
 from reviewdesk.runs.transitions import run_mark_failed, run_requeue
 
 
@@ -75,6 +76,11 @@ def approval_raise(
         expires_at=now + timedelta(seconds=run.approval_ttl_seconds),
         respond_by=None if reconcile else respond_by_for(run, call.name, since=now),
     )
+    # A request just created has no votes yet: its event's quorum reads none, as if prefetched
+    # (issue 11: no query, and no SQL compiled for an empty one).
+    no_votes = Decision.objects.none()
+    no_votes._result_cache, no_votes._prefetch_done = [], True  # type: ignore[attr-defined]
+    approval._prefetched_objects_cache = {"decisions": no_votes}  # type: ignore[attr-defined]
     audit_record(
         actor=None,
         action="reconcile.requested" if reconcile else "approval.requested",
@@ -146,13 +152,13 @@ def approvals_reraise_waiting(*, run: Run, refused: bool) -> None:
     latest = Checkpoint.objects.filter(run=run).order_by("-number").first()
     if latest is None:
         return
-    state = AgentState.from_snapshot(latest.snapshot)
+    state = checkpoint_state(latest)  # its calls' names and arguments are in the log (v6)
     to_raise = [call for call in state.batch if _needs_new_request(run, call, refused=refused)]
     if not to_raise:
         return
     for call in to_raise:
         call.checkpoint_id = str(latest.pk)
-    latest.snapshot = state.to_snapshot()
+    latest.snapshot = snapshot_column(state.to_snapshot())
     latest.schema_version = SCHEMA_VERSION  # rewritten by this code, in its version
     latest.save(update_fields=["snapshot", "schema_version"])
     for call in to_raise:

@@ -11,7 +11,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from reviewdesk.approvals.models import ApprovalRequest
-from reviewdesk.approvals.routing import ids_targeting_by_tier, in_queue_order
+from reviewdesk.approvals.routing import in_queue_order, queue_tiers
 from reviewdesk.approvals.selectors import approvals_pending_for
 from reviewdesk.db import NamesAny
 
@@ -74,7 +74,7 @@ def approvals_queue_for(user: Any, filters: QueueFilters, *, offset: int = 0) ->
     one page. A fixed number of queries whatever the number pending, and none of them reads
     more than QUEUE_COUNT_CAP rows or one page."""
     pending = approvals_pending_for(user).select_related("run__submitted_by")
-    by_name, by_group = ids_targeting_by_tier(pending.order_by(), user)  # unordered: see approvals_visible_to
+    tiers = queue_tiers(pending, user)
     total, total_capped = _capped_count(pending)
     rows = pending
     if filters.agent:
@@ -87,13 +87,13 @@ def approvals_queue_for(user: Any, filters: QueueFilters, *, offset: int = 0) ->
         except ValueError:
             rows = rows.none()
     if filters.assignee == "me":
-        rows = rows.filter(id__in=by_name + by_group)
+        rows = rows.filter(tiers.naming_me())
     elif filters.assignee == "any":
         rows = rows.filter(assignees=[])
     elif filters.assignee:
         rows = rows.filter(NamesAny("assignees", [filters.assignee]))
     filtered = rows is not pending
-    rows = in_queue_order(rows, by_name, by_group)
+    rows = in_queue_order(rows, tiers)
     matching, matching_capped = _capped_count(rows) if filtered else (total, total_capped)
     offset = max(0, offset)
     # One row past the page says whether another follows: the count may have stopped short.

@@ -14,6 +14,7 @@ desk's pages and the gate all ask:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -24,35 +25,47 @@ from agents.routing import GROUP_PREFIX
 from reviewdesk.accounts.roles import REVIEWERS, group_names_of, is_reviewer
 from reviewdesk.accounts.targets import naming, targets_of, users_named
 from reviewdesk.approvals.models import ApprovalRequest
+from reviewdesk.db import NamesAny
 from reviewdesk.runs.models import Run
 
 
-def ids_targeting_by_tier(rows: QuerySet, user: Any) -> tuple[list, list]:
-    """Ids of `rows` whose targets name `user` by username, and those that name them only
-    through a group: the desk's "mine, then my groups'". One query.
+@dataclass(frozen=True)
+class QueueTiers:
+    """The desk's "mine, then my groups'": conditions on each row, not lists of row ids, so a
+    queue with any number of assigned rows is the same SQL (a list of ids became one bound
+    variable each, and SQLite allows 32,766)."""
 
-    JSON containment is not portable to SQLite: the lists are short, so they are read here."""
-    username = user.get_username()
-    targets = targets_of(user)
-    by_name, by_group = [], []
-    for pk, names in rows.exclude(assignees=[]).values_list("id", "assignees"):
-        if username in names:
-            by_name.append(pk)
-        elif targets & set(names):
-            by_group.append(pk)
-    return by_name, by_group
+    targets: frozenset[str]  # the user's name and "group:NAME" for each of their groups
+    username: str
+    any_assigned: bool  # some of the rows name the user or a group of theirs
+
+    def naming_me(self) -> NamesAny:
+        """Rows whose targets name the user, by name or through a group."""
+        return NamesAny("assignees", self.targets)
+
+    def order(self) -> Case:
+        by_name = NamesAny("assignees", [self.username])
+        by_group = NamesAny("assignees", self.targets - {self.username})
+        return Case(When(by_name, then=0), When(by_group, then=1), default=2, output_field=IntegerField())
 
 
-def in_queue_order(rows: QuerySet, by_name: list, by_group: list) -> QuerySet:
+def queue_tiers(rows: QuerySet, user: Any) -> QueueTiers:
+    """The tiers of `rows` for `user`, and whether any row falls in one: one query for the
+    user's groups, one through the partial index over the few assigned rows."""
+    targets = frozenset(targets_of(user))
+    any_assigned = rows.exclude(assignees=[]).filter(NamesAny("assignees", targets)).exists()
+    return QueueTiers(targets=targets, username=user.get_username(), any_assigned=any_assigned)
+
+
+def in_queue_order(rows: QuerySet, tiers: QueueTiers) -> QuerySet:
     """`rows` named me, then a group of mine, then the rest, each by expiry.
 
     With no call named me or my groups (the common queue) there is no CASE to sort on: the
     approval_queue_order index (status, expires_at, created_at, id) gives the order, and a
     page need not sort every pending row."""
     order = ["expires_at", "created_at", "id"]
-    if by_name or by_group:
-        tiers = When(id__in=by_name, then=0), When(id__in=by_group, then=1)
-        rows = rows.annotate(tier=Case(*tiers, default=2, output_field=IntegerField()))
+    if tiers.any_assigned:
+        rows = rows.annotate(tier=tiers.order())
         order = ["tier", *order]
     return rows.order_by(*order)
 

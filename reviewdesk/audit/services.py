@@ -7,11 +7,10 @@ catches, and what it cannot, is written in the README's "Audit trail".
 from __future__ import annotations
 
 import logging
-import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
+from django.db import NotSupportedError, connection, transaction
 from django.utils import timezone
 
 from reviewdesk.audit.anchors import Anchor, AnchorFileInvalid, anchor_append, anchors_read, chain_head
@@ -40,27 +39,52 @@ def audit_record(
     # No savepoint: a failed audit write must undo the caller's action anyway (two round trips
     # saved per row; issue 11).
     with transaction.atomic(savepoint=False):
-        serialize_writers("audit-chain")
+        serialize_writers()
         record_plain_boundary(_last_plain_id)
-        prev = AuditEvent.objects.order_by("-id").values_list("hash", flat=True).first() or GENESIS
-        actor_name = actor.get_username() if actor is not None else "system"
-        # The keyed hash covers the row id, known only after the insert: insert with a unique
-        # placeholder, then set the hash in the same transaction (no one sees the placeholder).
-        row = AuditEvent.objects.create(
+        # The keyed hash covers the row id: take the id with the head's hash, under the lock,
+        # and insert the row whole (issue 11: one statement less than inserting, then hashing).
+        prev, pk = _chain_tail()
+        row = AuditEvent(
+            id=pk,
             at=timezone.now(),
             actor=actor,
-            actor_name=actor_name,
+            actor_name=actor.get_username() if actor is not None else "system",
             action=action,
             subject_type=subject_type,
             subject_id=str(subject_id),
             data=data or {},
             prev_hash=prev,
-            hash=secrets.token_hex(32),
             version=ChainVersion.KEYED,
         )
         row.hash = row_hash(row, key=key)
-        AuditEvent.objects.filter(pk=row.pk).update(hash=row.hash)
+        row.save(force_insert=True)
         return row
+
+
+def _chain_tail() -> tuple[str, int]:
+    """(the newest row's hash, or GENESIS; the id the next row takes), in one statement.
+
+    Call it holding the writers' lock, in a statement of its own after the lock's: the
+    statement's snapshot then holds every row committed before, and ids are taken in lock
+    order, so id order stays commit order (the chain's order, which `_walk` follows)."""
+    table = connection.ops.quote_name(AuditEvent._meta.db_table)
+    head = f"SELECT hash FROM {table} ORDER BY id DESC LIMIT 1"
+    if connection.vendor == "postgresql":
+        next_id = f"nextval(pg_get_serial_sequence('{AuditEvent._meta.db_table}', 'id'))"
+    elif connection.vendor == "sqlite":
+        # AUTOINCREMENT's counter (never an id used before, even by a deleted row), or past
+        # the newest row should the counter be behind it.
+        next_id = (
+            "MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = %s), 0), "
+            f"COALESCE((SELECT MAX(id) FROM {table}), 0)) + 1"
+        )
+    else:
+        raise NotSupportedError(f"audit chain: no id allocation for {connection.vendor}")
+    params = [AuditEvent._meta.db_table] if connection.vendor == "sqlite" else []
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT ({head}), {next_id}", params)
+        prev, pk = cursor.fetchone()
+    return prev or GENESIS, int(pk)
 
 
 def _last_plain_id() -> int:

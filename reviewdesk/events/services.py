@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from asgiref.sync import SyncToAsync, async_to_sync
-from channels import DEFAULT_CHANNEL_LAYER
-from channels.layers import channel_layers, get_channel_layer
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.db import transaction
 
 from reviewdesk.db import serialize_writers
 from reviewdesk.events.models import DeskEvent
+from reviewdesk.events.publish import publisher_for
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -43,7 +40,7 @@ def groups_for(audience: Iterable[int]) -> list[str]:
 def event_emit(*, type: str, data: dict, run_id=None, audience: Iterable[int] = ()) -> DeskEvent:
     """Record an event in the current transaction and push it once that commits."""
     assert transaction.get_connection().in_atomic_block, "event_emit needs a transaction"
-    serialize_writers("desk-events")
+    serialize_writers()
     event = DeskEvent.objects.create(type=type, data=data, run_id=run_id, audience=list(audience))
     transaction.on_commit(lambda: event_push(event), robust=True)
     from reviewdesk.webhooks.services import (
@@ -54,34 +51,15 @@ def event_emit(*, type: str, data: dict, run_id=None, audience: Iterable[int] = 
     return event
 
 
-# One event loop per process for pushes, started on first use (after any fork). `async_to_sync`
-# would build a loop, and the channel layer a Redis connection for it, on every push: about
-# 3 ms each against 0.2 ms on a loop that lives on (issue 11). The push loop has a channel layer
-# of its own: the shared one may also serve consumers on another loop in the same process (an
-# in-process test, a management command), and its asyncio locks belong to one loop.
-_pusher: tuple[int, asyncio.AbstractEventLoop, Any] | None = None
-_pusher_lock = threading.Lock()
-PUSH_TIMEOUT_SECONDS = 10
-
-
 def _send(layer, group: str, message: dict) -> None:
-    """Under ASGI (a sync view in `sync_to_async`), `async_to_sync` runs on the server's own
-    loop, which is cheap; elsewhere (Celery workers, management commands) on the push loop."""
-    if getattr(SyncToAsync.threadlocal, "main_event_loop_pid", None) == os.getpid():
+    """Send `message` to `group` from sync code; return once Redis has it, so pushes leave in
+    commit order. On the desk's pub/sub layer the calling thread publishes itself, with no hop
+    to an event loop (`events/publish.py`); any other layer gets Channels' `async_to_sync`."""
+    publisher = publisher_for(layer)
+    if publisher is not None:
+        publisher.group_send(group, message)
+    else:
         async_to_sync(layer.group_send)(group, message)
-        return
-    loop, push_layer = _push_loop_and_layer()
-    asyncio.run_coroutine_threadsafe(push_layer.group_send(group, message), loop).result(PUSH_TIMEOUT_SECONDS)
-
-
-def _push_loop_and_layer() -> tuple[asyncio.AbstractEventLoop, Any]:
-    global _pusher
-    with _pusher_lock:
-        if _pusher is None or _pusher[0] != os.getpid():
-            loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, daemon=True, name="desk-event-push").start()
-            _pusher = (os.getpid(), loop, channel_layers.make_backend(DEFAULT_CHANNEL_LAYER))
-        return _pusher[1], _pusher[2]
 
 
 def event_push(event: DeskEvent) -> None:

@@ -48,7 +48,13 @@ def run_claim(*, run_id: Any, worker: str) -> Attempt | None:
     """
     now = timezone.now()
     with transaction.atomic():
-        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        # With its submitter, whom the approvals this task raises name (the run row locked only).
+        run = (
+            Run.objects.select_for_update(of=("self",))
+            .select_related("submitted_by")
+            .filter(pk=run_id)
+            .first()
+        )
         if run is None:
             return None
         expired = run.status == RunStatus.RUNNING and run.lease_expires_at and run.lease_expires_at < now

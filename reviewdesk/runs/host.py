@@ -83,14 +83,10 @@ class DatabaseHost:
         if self.lease_lost.is_set() and not faults.fencing_disabled():
             raise LeaseLost(f"attempt {self.attempt.number} of run {self.run.pk} lost its lease")
 
-    def fenced_run(self) -> Run:
-        """Lock the run row and check this attempt still owns it. Call inside atomic()."""
-        self.check_lease()
-        return self._checked(Run.objects.select_for_update().get(pk=self.run.pk))
-
     def fence(self) -> None:
-        """`fenced_run` for a write that needs no run row: the same lock and check, reading
-        three columns instead of the whole row (its JSON fields decoded for nothing)."""
+        """Lock the run row and check this attempt still owns it. Call inside atomic().
+        Reads the three columns the check needs, not the whole row (its JSON fields decoded
+        for nothing)."""
         self.check_lease()
         fields = ("status", "lease_epoch", "cancel_epoch")
         self._checked(Run.objects.select_for_update().only(*fields).get(pk=self.run.pk))
@@ -111,10 +107,13 @@ class DatabaseHost:
 
     # --- the loop's interface -------------------------------------------------
     def load(self) -> AgentState | None:
-        checkpoint = self.checkpoints.latest(self.run_id)
-        if checkpoint is None:
+        # With the messages the checkpoint covers, which the loop asks for next: one round trip.
+        latest = self.checkpoints.latest_with_messages(self.run_id)
+        if latest is None:
             self._log = []  # messages are only ever written with a checkpoint, in one transaction
-        return AgentState.from_snapshot(checkpoint.snapshot) if checkpoint else None
+            return None
+        checkpoint, self._log = latest
+        return AgentState.from_snapshot(checkpoint.snapshot)
 
     def messages(self, count: int) -> list[dict[str, Any]]:
         # Read once per attempt, then kept up to date by commit_step: only the lease holder
@@ -135,11 +134,7 @@ class DatabaseHost:
         raise_approvals: list[CallState],
     ) -> None:
         with transaction.atomic():
-            # The run row itself only when approvals are raised (they read its agent and TTL).
-            if raise_approvals:
-                run = self.fenced_run()
-            else:
-                self.fence()
+            self.fence()
             start = state.message_count - len(new_messages)
             Message.objects.bulk_create(
                 Message(run_id=self.run.pk, position=start + i, role=m["role"], body=m)
@@ -148,8 +143,11 @@ class DatabaseHost:
             transaction.on_commit(lambda: self._remember(start, new_messages))
             checkpoint = self.checkpoints.put(self.run_id, state.to_snapshot(), checkpoint_id=checkpoint_id)
             faults.point("during_checkpoint_save")
+            # The run as the task claimed it: a request reads what was fixed at submission
+            # (agent, reviewers, TTL, input, submitter), and the fence above holds the row lock
+            # that approval_raise expects (issue 11: no second read of the whole row).
             for call in raise_approvals:
-                approval_raise(run=run, attempt=self.attempt, checkpoint_id=checkpoint.id, call=call)
+                approval_raise(run=self.run, attempt=self.attempt, checkpoint_id=checkpoint.id, call=call)
 
     def _remember(self, start: int, new_messages: list[dict[str, Any]]) -> None:
         if self._log is not None and len(self._log) == start:

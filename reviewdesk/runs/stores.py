@@ -1,22 +1,41 @@
-"""The database implementation of the agents' checkpoint store."""
+"""The database implementation of the agents' checkpoint store, and the state of a checkpoint
+row for the desk's own readers (its open batch checked against the run's log).
+
+A row keeps the snapshot's `message_count` in its own column (the stores index on it) and
+not again in its JSON (issue 11's storage target: the JSON of most checkpoints is little
+more than a count and a version). Read a row's snapshot whole with `snapshot_of(row)`, and
+write one with `snapshot_column(snapshot)`; `AgentState.from_snapshot(row.snapshot)` would
+read a count of 0. Old rows still hold the count in their JSON too; the column wins.
+"""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Max
+from django.db import NotSupportedError, connection, transaction
+from django.db.models import Func, Max, TextField
 
-from agents.state import SCHEMA_VERSION
+from agents.state import SCHEMA_VERSION, AgentState
 from agents.store import Checkpoint as StoredCheckpoint
-from reviewdesk.runs.models import Checkpoint
+from reviewdesk.runs.models import Checkpoint, Message
+
+
+def snapshot_column(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """What a row's `snapshot` column holds of `snapshot`: all but the count its column has."""
+    return {key: value for key, value in snapshot.items() if key != "message_count"}
+
+
+def snapshot_of(row: Checkpoint) -> dict[str, Any]:
+    """The snapshot a row holds, whole."""
+    return {**row.snapshot, "message_count": row.message_count}
 
 
 def _stored(row: Checkpoint) -> StoredCheckpoint:
     return StoredCheckpoint(
         id=str(row.id),
         run_id=str(row.run_id),
-        snapshot=row.snapshot,
+        snapshot=snapshot_of(row),
         message_count=row.message_count,
         created_at=row.created_at,
     )
@@ -47,7 +66,7 @@ class DatabaseCheckpointStore:
                 number=last + 1,
                 schema_version=snapshot.get("schema_version", SCHEMA_VERSION),
                 message_count=snapshot["message_count"],
-                snapshot=snapshot,
+                snapshot=snapshot_column(snapshot),
                 **fields,
             )
             self._last_number[run_id] = row.number
@@ -58,9 +77,72 @@ class DatabaseCheckpointStore:
         self._last_number[run_id] = row.number if row else 0
         return _stored(row) if row else None
 
+    def latest_with_messages(self, run_id: str) -> tuple[StoredCheckpoint, list[dict[str, Any]]] | None:
+        """The latest checkpoint and the live messages it covers, in one statement (a resume's
+        two reads in one round trip; issue 11)."""
+        row = (
+            Checkpoint.objects.filter(run_id=run_id)
+            .annotate(log=MessagesCovered())
+            .order_by("-number")
+            .first()
+        )
+        self._last_number[run_id] = row.number if row else 0
+        pairs = connection.vendor == "sqlite"
+        return (_stored(row), MessagesCovered.decode(row.log, pairs=pairs)) if row else None
+
     def get(self, checkpoint_id: str) -> StoredCheckpoint | None:
         row = Checkpoint.objects.filter(pk=checkpoint_id).first()
         return _stored(row) if row else None
 
     def list(self, run_id: str) -> list[StoredCheckpoint]:
         return [_stored(row) for row in Checkpoint.objects.filter(run_id=run_id).order_by("number")]
+
+
+def checkpoint_state(row: Checkpoint) -> AgentState:
+    """The state a checkpoint row holds, its open batch checked against the run's live log
+    and completed from it (one query when a batch is open). SnapshotError when the log's
+    message there is not the batch's (AgentState.resolve_batch)."""
+    state = AgentState.from_snapshot(snapshot_of(row))
+    if state.batch:
+        body = (
+            Message.objects.filter(
+                run_id=row.run_id, position=state.batch_position, superseded_at__isnull=True
+            )
+            .values_list("body", flat=True)
+            .first()
+        )
+        state.resolve_batch(body)
+    return state
+
+
+class MessagesCovered(Func):
+    """On a checkpoint row: the bodies of the live messages it covers, in position order, as
+    one JSON array (text; `decode` reads it)."""
+
+    output_field = TextField()
+
+    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list]:  # type: ignore[override]
+        checkpoint = connection.ops.quote_name(Checkpoint._meta.db_table)
+        message = connection.ops.quote_name(Message._meta.db_table)
+        where = (
+            f"m.run_id = {checkpoint}.run_id AND m.position < {checkpoint}.message_count "
+            "AND m.superseded_at IS NULL"
+        )
+        if connection.vendor == "postgresql":
+            return (
+                f"(SELECT COALESCE(json_agg(m.body ORDER BY m.position), '[]')::text FROM {message} m WHERE {where})",
+                [],
+            )
+        if connection.vendor == "sqlite":
+            # No ORDER BY inside an aggregate before SQLite 3.44: each body with its position.
+            return (
+                f"(SELECT json_group_array(json_array(m.position, json(m.body))) FROM {message} m WHERE {where})",
+                [],
+            )
+        raise NotSupportedError(f"MessagesCovered: no SQL for {connection.vendor}")
+
+    @staticmethod
+    def decode(value: str | None, *, pairs: bool) -> list[dict[str, Any]]:
+        """The bodies; with `pairs` (SQLite), sorted by the position each came with."""
+        items = json.loads(value) if value else []
+        return [body for _position, body in sorted(items, key=lambda item: item[0])] if pairs else items

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from agents.state import SCHEMA_VERSION, AgentState, SnapshotError
+from agents.state import SCHEMA_VERSION, SnapshotError
 from reviewdesk.accounts.roles import is_submitter
 from reviewdesk.audit.services import audit_record
 from reviewdesk.errors import Conflict, Forbidden
@@ -26,6 +26,7 @@ from reviewdesk.events.builders import run_follow_up_data
 from reviewdesk.events.services import event_emit
 from reviewdesk.runs.models import ENDED, Checkpoint, FollowUp, Message, Run, RunStatus
 from reviewdesk.runs.selectors import run_audience, run_get_for_user
+from reviewdesk.runs.stores import checkpoint_state, snapshot_column
 from reviewdesk.runs.transitions import RESUME_TASK, send_on_commit, task_id_assign
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def run_do_follow_up(*, run: Run, user: User, input: str) -> FollowUp:
     if latest is None:
         raise Conflict("the run has no checkpoint to continue from")
     try:
-        state = AgentState.from_snapshot(latest.snapshot).followed_up()
+        state = checkpoint_state(latest).followed_up()
     except SnapshotError as exc:
         raise Conflict(f"the run cannot continue from its last checkpoint: {exc}") from None
     position = state.message_count - 1
@@ -71,7 +72,7 @@ def run_do_follow_up(*, run: Run, user: User, input: str) -> FollowUp:
         number=latest.number + 1,
         schema_version=SCHEMA_VERSION,  # what to_snapshot writes, not what the last one held
         message_count=state.message_count,
-        snapshot=state.to_snapshot(),
+        snapshot=snapshot_column(state.to_snapshot()),
     )
     follow_up = FollowUp.objects.create(
         run=run, number=run.follow_ups.count() + 1, input=input, position=position, posted_by=user

@@ -438,19 +438,26 @@ def test_a_pending_ledger_row_left_by_a_crash_goes_to_a_human_without_running_th
 # --- checkpoint snapshots -------------------------------------------------------------
 
 
-def waiting_state() -> AgentState:
+def waiting_host() -> InMemoryHost:
     host = InMemoryHost()
     step(host, ScriptedProvider(SEND_EMAIL_SCRIPT))
-    return host.state()
+    return host
+
+
+def waiting_state() -> AgentState:
+    return waiting_host().state()
 
 
 def test_a_checkpoint_snapshot_round_trips_through_json():
-    state = waiting_state()
+    """With the log's assistant message, from which the batch's names and arguments come (v6)."""
+    host = waiting_host()
+    state = host.state()
 
     snapshot = json.loads(json.dumps(state.to_snapshot()))
 
     assert snapshot["schema_version"] == agents.state.SCHEMA_VERSION
     restored = AgentState.from_snapshot(snapshot)
+    restored.resolve_batch(host.log[restored.batch_position])
     assert restored == state
     assert restored.step is Step.TOOLS
     assert [type(c.status) for c in restored.batch] == [CallStatus, CallStatus]
@@ -487,7 +494,8 @@ def test_a_snapshot_with_a_gap_in_the_migrators_raises_snapshot_error(monkeypatc
 
 
 def test_migrators_upgrade_an_old_snapshot_one_version_at_a_time(monkeypatch):
-    state = waiting_state()
+    host = waiting_host()
+    state = host.state()
     old = state.to_snapshot()
     old["schema_version"] = 1
     old["calls_made"] = old.pop("model_calls")  # pretend version 1 named it differently
@@ -505,7 +513,9 @@ def test_migrators_upgrade_an_old_snapshot_one_version_at_a_time(monkeypatch):
     monkeypatch.setattr(agents.state, "SCHEMA_VERSION", 3)
     monkeypatch.setattr(agents.state, "MIGRATORS", {1: v1_to_v2, 2: v2_to_v3})
 
-    assert AgentState.from_snapshot(old) == state
+    upgraded = AgentState.from_snapshot(old)
+    upgraded.resolve_batch(host.log[upgraded.batch_position])
+    assert upgraded == state
     assert seen == [1, 2]
 
 

@@ -41,6 +41,22 @@ def load(name: str) -> dict:
     return json.loads((FIXTURES / name).read_text())
 
 
+def assistant_message_of(calls: list[dict]) -> dict:
+    """The assistant message the loop logs for these calls (AssistantTurn.as_message)."""
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])},
+            }
+            for call in calls
+        ],
+    }
+
+
 def test_there_are_fixtures_for_every_older_version():
     versions = {int(path.name.split("_")[0][1:]) for path in FIXTURES.glob("v*_*.json")}
     assert versions == set(range(1, SCHEMA_VERSION))
@@ -121,23 +137,57 @@ def test_a_v4_snapshot_loads_and_keeps_every_field():
     assert AgentState.from_snapshot(state.to_snapshot()) == state
 
 
-def test_a_v5_snapshot_leaves_out_what_is_at_its_default():
-    """Issue 11's storage target: a checkpoint between model turns is a count and a version."""
+def test_a_v5_snapshot_loads_resumes_and_is_written_back_by_reference():
+    """v5 kept each call whole: it loads as it was, checked against the log, and the next
+    checkpoint of the same batch refers to the log's message instead."""
+    raw = load("v5_batch_one_unknown_one_waiting.json")
+    assert raw["schema_version"] == 5 and "grant_id" not in raw["batch"][0]
+    state = AgentState.from_snapshot(raw)
+    assert [c.status for c in state.batch] == [CallStatus.DONE, CallStatus.UNKNOWN, CallStatus.AWAITING]
+    assert [c.arguments for c in state.batch] == [c["arguments"] for c in raw["batch"]]
+    assert state.to_snapshot()["batch"][2]["name"] == "refund_payment"  # no log read yet: whole
+    state.resolve_batch(assistant_message_of(raw["batch"]))
+    assert [c.arguments for c in state.batch] == [c["arguments"] for c in raw["batch"]]
+    assert [set(entry) for entry in state.to_snapshot()["batch"]] == [
+        {"id", "status", "result"},
+        {"id", "status", "checkpoint_id"},
+        {"id", "status", "checkpoint_id"},
+    ]
+
+
+def test_a_v5_batch_whose_step_was_left_out_keeps_it_at_model():
+    """v5 left out a step at its default (model); v6 reads a left-out step from the batch."""
+    raw = {"message_count": 3, "batch": load("v5_batch_one_unknown_one_waiting.json")["batch"]}
+    assert AgentState.from_snapshot({**raw, "schema_version": 5}).step == Step.MODEL
+    assert AgentState.from_snapshot({**raw, "schema_version": 6}).step == Step.TOOLS
+
+
+def test_a_v6_snapshot_leaves_out_what_is_at_its_default_or_in_the_log():
+    """Issue 11's storage target: a checkpoint between model turns is a count and a version;
+    one with an open batch holds each call's id and status, not what its message says."""
     assert AgentState(message_count=0).to_snapshot() == {"message_count": 0, "schema_version": SCHEMA_VERSION}
     state = AgentState(step=Step.TOOLS, message_count=5, model_calls=2)
     state.batch = [
         CallState(id="call_1", name="send_email", arguments={"to": "a@b"}, status=CallStatus.READY)
     ]
     assert state.to_snapshot() == {
-        "step": "tools",
         "message_count": 5,
         "model_calls": 2,
         "batch": [{"id": "call_1", "name": "send_email", "arguments": {"to": "a@b"}, "status": "ready"}],
         "schema_version": SCHEMA_VERSION,
     }
+    state.batch_message = assistant_message_of(
+        [{"id": "call_1", "name": "send_email", "arguments": {"to": "a@b"}}]
+    )
+    assert state.to_snapshot() == {
+        "message_count": 5,
+        "model_calls": 2,
+        "batch": [{"id": "call_1", "status": "ready"}],
+        "schema_version": SCHEMA_VERSION,
+    }
 
 
-def test_every_field_away_from_its_default_survives_a_v5_round_trip():
+def test_every_field_away_from_its_default_survives_a_round_trip():
     call = CallState(
         id="call_2",
         name="refund_payment",

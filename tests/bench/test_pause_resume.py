@@ -28,7 +28,7 @@ def test_the_desk_pauses_with_the_call_awaiting_approval_and_resumes_from_it(per
 
     paused = host.checkpoints.latest(host.run_id)
     assert paused.message_count == 21
-    assert paused.snapshot["step"] == Step.TOOLS
+    assert AgentState.from_snapshot(paused.snapshot).step == Step.TOOLS
     [call] = paused.snapshot["batch"]
     assert call["status"] == CallStatus.AWAITING and call["checkpoint_id"] == paused.id
     [request] = ApprovalRequest.objects.filter(run=host.run)
@@ -48,6 +48,64 @@ def test_the_desk_pauses_with_the_call_awaiting_approval_and_resumes_from_it(per
         pause_resume.ask(call["id"]),
         pause_resume.answer(call["id"]),
     ]
+
+
+class Statements:
+    """What one part sends: each statement but BEGIN (PostgreSQL's advisory locks counted
+    apart), and its commits."""
+
+    def __init__(self) -> None:
+        self.sql: list[str] = []
+        self.locks = 0
+        self.commits = 0
+
+    def __call__(self, execute, sql, params, many, context):
+        if "pg_advisory_xact_lock" in sql:
+            self.locks += 1
+        elif not sql.lstrip().upper().startswith("BEGIN"):
+            self.sql.append(sql)
+        return execute(sql, params, many, context)
+
+    def __repr__(self) -> str:
+        return f"{len(self.sql)} statements, {self.locks} locks, {self.commits} commits:\n" + "\n".join(
+            sql[:100] for sql in self.sql
+        )
+
+
+def counted(part) -> Statements:
+    seen = Statements()
+    commit = connection.commit
+
+    def counted_commit():
+        seen.commits += 1
+        commit()
+
+    connection.commit = counted_commit
+    try:
+        with connection.execute_wrapper(seen):
+            part()
+    finally:
+        del connection.commit  # back to the class's method
+    return seen
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_desks_pause_and_resume_keep_their_round_trips(personas):
+    """#4's desk half, statement by statement (issue 11). The pause: the locked run row with
+    its submitter, the message, the checkpoint, the request, the writers' lock (PostgreSQL),
+    the chain's head with the audit row's id, the audit row, the event; one commit. The
+    resume: the checkpoint with its messages, then the fence, the message and the checkpoint
+    in one commit. Lower these when you cut; a round trip coming back fails here."""
+    from reviewdesk.runs.models import Run
+
+    host, state = pause_resume.desk_conversation(personas.carol, 20)
+    paused = counted(lambda: pause_resume.desk_pause(host, state))
+    run = Run.objects.get(pk=host.run.pk)
+    resumed = counted(lambda: pause_resume.desk_resume(run, host.attempt))
+
+    locks = 1 if connection.vendor == "postgresql" else 0
+    assert (len(paused.sql), paused.locks, paused.commits) == (7, locks, 1), paused
+    assert (len(resumed.sql), resumed.locks, resumed.commits) == (4, 0, 1), resumed
 
 
 def test_a_desk_sample_times_the_pause_and_the_resume(personas):

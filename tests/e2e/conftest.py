@@ -52,7 +52,7 @@ def _flush_retrying_a_deadlock(original):
                 if connection.vendor != "postgresql":  # SQLite serialises every writer already
                     return original(self)
                 with transaction.atomic():
-                    serialize_writers("audit-chain")
+                    serialize_writers()
                     return original(self)
             except (CommandError, DatabaseError):
                 if attempt == 3:

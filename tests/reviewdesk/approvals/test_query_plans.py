@@ -46,9 +46,10 @@ def plans_of(action: Callable[[], object]) -> list[tuple[str, str]]:
 
 
 def targeting_reads(plans: list[tuple[str, str]]) -> list[str]:
-    """Plans of the assignment check's reads: ids and target lists of the assigned rows."""
-    head = f'SELECT {TABLE}."id" AS "id", {TABLE}."assignees" AS "assignees" FROM'
-    return [plan for sql, plan in plans if sql.startswith(head)]
+    """Plans of the assignment checks that read assigned rows on their own: the desk's "does
+    any row name me" (an EXISTS), or a list of every assigned row's ids and targets."""
+    heads = (f'SELECT %s AS "a" FROM {TABLE}', f'SELECT {TABLE}."id" AS "id", {TABLE}."assignees"')
+    return [plan for sql, plan in plans if sql.startswith(heads)]
 
 
 def page_reads(plans: list[tuple[str, str]]) -> list[str]:

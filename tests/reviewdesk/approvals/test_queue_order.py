@@ -4,6 +4,8 @@ queue. In-process, on the test database."""
 
 from __future__ import annotations
 
+import sqlite3
+
 from django.contrib.auth.models import Group
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -67,3 +69,24 @@ def test_bob_outside_the_group_sees_his_named_calls_first_and_no_group_tier(inte
     page, _ = queued(personas.bob)
     assert [("bob" in a.assignees) for a in page] == [True, True] + [False] * 3  # then the open ones
     assert all(not a.assignees for a in page[2:])
+
+
+def test_a_queue_with_more_assigned_calls_than_sqlite_has_variables_still_opens(
+    interrupted_run, personas, request
+):
+    """SQLite's default build binds at most 32,766 variables a statement: the
+    tiers are conditions on rows, not lists of row ids, so 33,000 calls naming alice still give
+    her page (mine first, by expiry) and her "assigned to me" filter."""
+    if connection.vendor == "sqlite":  # Debian's build allows 250,000: hold it to the default
+        connection.ensure_connection()
+        was = connection.connection.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 32_766)
+        request.addfinalizer(
+            lambda: connection.connection.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, was)
+        )
+    _, approval = interrupted_run()
+    clone_pending(approval, 33_000, assignees=["alice"])
+    page, _ = queued(personas.alice)
+    assert len(page) == QUEUE_PAGE_SIZE and all(a.assignees == ["alice"] for a in page)
+    assert [a.expires_at for a in page] == sorted(a.expires_at for a in page)
+    mine = approvals_queue_for(personas.alice, QueueFilters(assignee="me"))
+    assert mine.matching_capped and len(mine.approvals) == QUEUE_PAGE_SIZE

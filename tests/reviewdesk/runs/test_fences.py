@@ -3,10 +3,10 @@
 A fence test that only shows a stale write refused cannot tell a fence from a
 broken write path. So each fence is tested twice over the same write: the
 stale attempt is refused, and the attempt that owns the run is accepted. The
-fences: the step commit (`DatabaseHost.commit_step` through `fenced_run`), the
+fences: the step commit (`DatabaseHost.commit_step` through `fence`), the
 run's finish (`run_finish`), the ledger's confirm (a compare-and-set on the
 pending row of this attempt), the lease renewal (`LeaseKeeper.renew`), and the
-cancel epoch (in `fenced_run` and in the renewal).
+cancel epoch (in `fence` and in the renewal).
 
 Stale and current attempts are made the way production makes them: the first
 worker's lease expires and `run_claim` gives the run to a second worker.

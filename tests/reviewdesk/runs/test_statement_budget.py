@@ -31,11 +31,14 @@ SCRIPT = [{"tool_calls": [{"name": "send_email", "arguments": EMAIL}]}, {"conten
 # reviewer check (the request, the reviewer's groups): resume 38 / 18. Issue 11's second pass
 # (task id saved with the run row, attempt number from the lease epoch, a lighter fence, the
 # settling call checkpointed with its batch, a decision's reviewers read with it): run 27 / 8,
-# resume 33 / 16. The gate's reviewer check answered from the rows read with the decision
-# (the reviewers' groups in one more statement; the user, the request and two group reads
-# fewer): resume 30 / 13.
-RUN_BUDGET = (28, 9)
-RESUME_BUDGET = (31, 14)
+# resume 33 / 16. Then the pause (#4): the approval's event reads its run's submitter with the
+# locked run row and no votes from a request just created, and an audit row is inserted whole
+# (its id taken with the chain's head), and a load reads the checkpoint with its messages: run
+# 24 / 8, resume 31 / 15. Then the gate's reviewer check answered from the rows read with the
+# decision (the reviewers' groups in one more statement; the user, the request and two group
+# reads fewer): resume 28 / 12.
+RUN_BUDGET = (25, 9)
+RESUME_BUDGET = (29, 13)
 
 
 @dataclass

@@ -22,7 +22,7 @@ from django.db.models import Case, IntegerField, QuerySet, When
 
 from agents.registry import UnknownAgent, get_agent
 from agents.routing import GROUP_PREFIX
-from reviewdesk.accounts.roles import REVIEWERS, is_reviewer
+from reviewdesk.accounts.roles import REVIEWERS, group_names_of, is_reviewer
 from reviewdesk.accounts.targets import naming, targets_of, users_named
 from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.db import NamesAny
@@ -70,20 +70,30 @@ def in_queue_order(rows: QuerySet, tiers: QueueTiers) -> QuerySet:
     return rows.order_by(*order)
 
 
-def named_by(user: Any, targets: Iterable[str], groups: Iterable[str] = ()) -> bool:
-    """Whether `targets` (empty: everyone) name `user`, and `groups` (empty: no condition) hold them."""
-    mine = targets_of(user)
+def named_by(
+    user: Any, targets: Iterable[str], groups: Iterable[str] = (), *, group_names: Iterable[str] | None = None
+) -> bool:
+    """Whether `targets` (empty: everyone) name `user`, and `groups` (empty: no condition) hold them.
+    `group_names`: the user's own groups, when the caller has read them already."""
+    mine = targets_of(user, group_names=group_names)
     targets, groups = list(targets), list(groups)
     if targets and not mine & set(targets):
         return False
     return not groups or bool(mine & {GROUP_PREFIX + g for g in groups})
 
 
-def user_qualifies(user: Any, approval: ApprovalRequest, run: Run) -> bool:
-    """May `user` decide `approval` of `run`: the one rule (see the module docstring)."""
-    if not is_reviewer(user) or user.pk == run.submitted_by_id:
+def user_qualifies(
+    user: Any, approval: ApprovalRequest, run: Run, *, group_names: Iterable[str] | None = None
+) -> bool:
+    """May `user` decide `approval` of `run`: the one rule (see the module docstring).
+
+    `group_names`: the user's groups, when the caller read them with the user (the gate's
+    check reads them with the request's decisions); otherwise read here, once for both tests."""
+    if group_names is None:
+        group_names = group_names_of(user)
+    if not is_reviewer(user, group_names=group_names) or user.pk == run.submitted_by_id:
         return False
-    return named_by(user, approval.assignees, approval.quorum_groups)
+    return named_by(user, approval.assignees, approval.quorum_groups, group_names=group_names)
 
 
 def qualified_users(approval: ApprovalRequest, run: Run) -> QuerySet:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -36,21 +36,26 @@ from reviewdesk.tool_world import sandbox_config, tool_world
 logger = logging.getLogger(__name__)
 
 
-def approvals_visible_to(user: Any, **lookups: Any) -> QuerySet[ApprovalRequest]:
+def approvals_visible_to(
+    user: Any, *, group_names: set[str] | None = None, related: bool = True, **lookups: Any
+) -> QuerySet[ApprovalRequest]:
     """Admins see every approval; a reviewer those open to any reviewer or assigned to them.
 
     `lookups` narrow the rows (status="pending", pk=...); the assignment check is a condition
-    on each row (NamesAny), so a page reads no more rows than its own and those it skips."""
-    approvals = (
-        ApprovalRequest.objects.select_related("run", "run__submitted_by", "handed_over_by")
-        .prefetch_related("decisions__reviewer")
-        .filter(**lookups)
-    )
+    on each row (NamesAny), so a page reads no more rows than its own and those it skips.
+    `group_names`: the user's groups, when the caller read them already. `related=False`: the
+    rows alone, without the run, the people and the decisions that a page shows."""
+    approvals = ApprovalRequest.objects.filter(**lookups)
+    if related:
+        approvals = approvals.select_related("run", "run__submitted_by", "handed_over_by").prefetch_related(
+            "decisions__reviewer"
+        )
     if is_admin(user):
         return approvals
-    if not is_reviewer(user):
+    if not is_reviewer(user, group_names=group_names):
         return approvals.none()
-    return approvals.filter(Q(assignees=[]) | NamesAny("assignees", targets_of(user)))
+    mine = targets_of(user, group_names=group_names)
+    return approvals.filter(Q(assignees=[]) | NamesAny("assignees", mine))
 
 
 def approvals_pending_for(user: Any) -> QuerySet[ApprovalRequest]:
@@ -59,10 +64,15 @@ def approvals_pending_for(user: Any) -> QuerySet[ApprovalRequest]:
     return pending.exclude(decisions__reviewer=user).order_by("created_at")
 
 
-def approval_get_for_reviewer(*, approval_id: Any, user: Any) -> ApprovalRequest:
-    """The approval, or NotFound whether it is missing or not the user's to see."""
+def approval_get_for_reviewer(
+    *, approval_id: Any, user: Any, group_names: set[str] | None = None, related: bool = True
+) -> ApprovalRequest:
+    """The approval, or NotFound whether it is missing or not the user's to see.
+    `group_names` and `related` as for `approvals_visible_to`."""
     try:
-        approval = approvals_visible_to(user, pk=approval_id).first()
+        approval = approvals_visible_to(
+            user, group_names=group_names, related=related, pk=approval_id
+        ).first()
     except (ValueError, TypeError, ValidationError):
         approval = None
     if approval is None:
@@ -86,7 +96,8 @@ def user_may_decide_approval(user: Any, approval: ApprovalRequest) -> bool:
 
 def reviewer_may_decide_run(username: str, run_id: str, request_id: str) -> bool:
     """The gate's check that the signing reviewer still qualifies for the request, at execution
-    time: a reviewer, not the submitter, named by the request's current targets."""
+    time: a reviewer, not the submitter, named by the request's current targets. (The worker
+    answers it first from the rows it read with the call's decisions: `RequestDeciders`.)"""
     user = get_user_model().objects.filter(username=username).first()
     try:
         approval = ApprovalRequest.objects.select_related("run").filter(pk=request_id, run_id=run_id).first()
@@ -98,18 +109,49 @@ def reviewer_may_decide_run(username: str, run_id: str, request_id: str) -> bool
 # --- what the worker reads at execution time -------------------------------------------
 
 
-def call_decision_state(*, run_id: Any, call: CallState) -> DecisionState:
+@dataclass
+class RequestDeciders:
+    """The gate's reviewer check (`reviewer_may_decide_run`) for the reviewers who decided one
+    request, answered from the rows read with its decisions (`call_decision_read`): the
+    request's targets, each reviewer's account and groups, the run's submitter.
+
+    Each answer serves one check, the one the gate makes just after that read; a second check
+    of the same reviewer (a retry after a transient failure, perhaps seconds later) finds none
+    and reads the database again."""
+
+    run_id: str
+    request_id: str
+    answers: dict[str, bool]  # username -> qualifies, when read
+
+    def take(self, username: str, run_id: str, request_id: str) -> bool | None:
+        """The answer for `username` on this request, once; None when these rows cannot say
+        (another request, someone who did not decide it, an answer already used)."""
+        if (run_id, request_id) != (self.run_id, self.request_id):
+            return None
+        return self.answers.pop(username, None)
+
+
+def call_decision_read(*, run: Run, call: CallState) -> tuple[DecisionState, RequestDeciders | None]:
     """What the loop should do with a waiting call: None (still waiting), a rejection,
-    a reconciliation, or the signed decision for the gate to verify."""
+    a reconciliation, or the signed decision for the gate to verify. With a signed decision,
+    whether each reviewer who decided the request still qualifies (`RequestDeciders`): read
+    with it, so the gate's check just after reads nothing again (issue 11, #2)."""
     kind = ApprovalKind.RECONCILE if call.status == CallStatus.UNKNOWN else ApprovalKind.TOOL_CALL
     kinds = (kind,) if kind == ApprovalKind.RECONCILE else AWAITING_KINDS
     approval = (  # the latest: a retry may have raised a new one after a cancelled one
-        ApprovalRequest.objects.filter(run_id=run_id, tool_call_id=call.id, kind__in=kinds)
+        ApprovalRequest.objects.filter(run_id=run.pk, tool_call_id=call.id, kind__in=kinds)
         # The decisions with their reviewers in one read, not one for each (issue 11, #2).
         .prefetch_related(Prefetch("decisions", queryset=Decision.objects.select_related("reviewer")))
         .order_by("-created_at")
         .first()
     )
+    state = _decision_state(approval, kind)
+    if approval is None or not isinstance(state, SignedDecision):
+        return state, None  # nothing the gate runs on: no reviewer to check
+    return state, _deciders(approval, run)
+
+
+def _decision_state(approval: ApprovalRequest | None, kind: str) -> DecisionState:
     if approval is None or approval.status == ApprovalStatus.PENDING:
         return None
     if kind == ApprovalKind.RECONCILE and approval.status == ApprovalStatus.CANCELLED:
@@ -134,6 +176,24 @@ def call_decision_state(*, run_id: Any, call: CallState) -> DecisionState:
     # Under a quorum, the other votes travel with it: the gate verifies and counts them all.
     others = tuple(signed_decision(d) for d in approval.approving_decisions() if d.pk != decision.pk)
     return replace(signed_decision(decision), co_decisions=others)
+
+
+def _deciders(approval: ApprovalRequest, run: Run) -> RequestDeciders:
+    """Whether each reviewer who decided `approval` qualifies now, by the one rule
+    (`user_qualifies`), with their groups read in one statement for all of them."""
+    reviewers = {d.reviewer_id: d.reviewer for d in approval.decisions.all()}
+    memberships = get_user_model().groups.through.objects.filter(user_id__in=reviewers)
+    group_names: dict[Any, set[str]] = {pk: set() for pk in reviewers}
+    for user_id, name in memberships.values_list("user_id", "group__name"):
+        group_names[user_id].add(name)
+    return RequestDeciders(
+        run_id=str(run.pk),
+        request_id=str(approval.pk),
+        answers={
+            user.get_username(): user_qualifies(user, approval, run, group_names=group_names[pk])
+            for pk, user in reviewers.items()
+        },
+    )
 
 
 def signed_decision(decision: Decision) -> SignedDecision:

@@ -12,6 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Prefetch, prefetch_related_objects
 from django.utils import timezone
 
 from agents.canonical import canonical_json
@@ -19,7 +20,7 @@ from agents.questions import answer_problem
 from agents.registry import get_agent
 from agents.state import AgentState, CallStatus
 from agents.tools import Tool
-from reviewdesk.accounts.roles import is_reviewer
+from reviewdesk.accounts.roles import group_names_of, is_reviewer
 from reviewdesk.approvals import signing
 from reviewdesk.approvals.device import (
     DeviceSignature,
@@ -71,14 +72,19 @@ def approval_check_decide(
     the approval row (always in that order, as the worker does), so a decision
     and a worker's step on the same run serialise.
     """
-    if not is_reviewer(reviewer):
+    # The reviewer's groups, read once for the role, the visibility and the rule below.
+    group_names = group_names_of(reviewer)
+    if not is_reviewer(reviewer, group_names=group_names):
         raise Forbidden("only reviewers can decide approvals")
-    approval = approval_get_for_reviewer(approval_id=approval_id, user=reviewer)
+    # Visible to them (or NotFound): the row alone, locked and read again just below.
+    approval = approval_get_for_reviewer(
+        approval_id=approval_id, user=reviewer, group_names=group_names, related=False
+    )
     run = Run.objects.select_for_update().get(pk=approval.run_id)
     approval = ApprovalRequest.objects.select_for_update().get(pk=approval.pk)
     if reviewer.pk == run.submitted_by_id:
         raise Forbidden("you submitted this run; another reviewer must decide its approvals")
-    if not user_qualifies(reviewer, approval, run):
+    if not user_qualifies(reviewer, approval, run, group_names=group_names):
         raise Forbidden("this approval is assigned to another reviewer or group")
     decision_input_check(
         kind=approval.kind,
@@ -275,7 +281,13 @@ def approval_do_decide(
         key_id=key_id,
         answer=answer,
     )
-    votes = approval.decisions.filter(verdict__in=[Verdict.APPROVE, Verdict.EDIT]).count()
+    # Every vote with its reviewer in one read (this one included): the count below and the
+    # event's decision and quorum use them; the event reads the run locked above.
+    approval.run = run
+    prefetch_related_objects(
+        [approval], Prefetch("decisions", queryset=Decision.objects.select_related("reviewer"))
+    )
+    votes = len(approval.approving_decisions())
     # Any rejection (and any answer to a reconciliation) settles it; an approval waits for its quorum.
     settled = verdict not in (Verdict.APPROVE, Verdict.EDIT) or votes >= approval.required_approvals
     if settled:

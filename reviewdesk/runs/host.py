@@ -30,7 +30,8 @@ from reviewdesk.approvals.device import device_decision_required
 from reviewdesk.approvals.grants import grant_matching_call, grant_use, grantor_may_decide_run, signed_grant
 from reviewdesk.approvals.lifecycle import approval_raise
 from reviewdesk.approvals.selectors import (
-    call_decision_state,
+    RequestDeciders,
+    call_decision_read,
     reviewer_may_decide_run,
     reviewer_notes_for,
 )
@@ -59,10 +60,11 @@ class DatabaseHost:
         self.ledger = DatabaseLedger(host=self)
         self.lease_lost: threading.Event = threading.Event()  # set by the LeaseKeeper
         self._log: list[dict[str, Any]] | None = None  # the live messages, once read (see messages)
+        self._deciders: RequestDeciders | None = None  # read with the last call's decision
         self.gate = ApprovalGate(
             keyring=FileKeyring(),
             ledger=self.ledger,
-            reviewer_allowed=reviewer_may_decide_run,
+            reviewer_allowed=self.reviewer_allowed,
             # Device keys (agents.trust): endorsements and revocations from the database, the
             # roots from the read-only trust file; a database writer cannot forge either's signature.
             device_trust=DatabaseTrust(),
@@ -154,7 +156,14 @@ class DatabaseHost:
             self._log = None  # out of step: read again next time
 
     def decision_for(self, call: CallState) -> DecisionState:
-        return call_decision_state(run_id=self.run.pk, call=call)
+        state, self._deciders = call_decision_read(run=self.run, call=call)
+        return state
+
+    def reviewer_allowed(self, username: str, run_id: str, request_id: str) -> bool:
+        """The gate's check that a reviewer still qualifies, at execution time: answered once
+        from the rows read with the call's decision (just before the gate), else read afresh."""
+        answer = self._deciders.take(username, run_id, request_id) if self._deciders else None
+        return reviewer_may_decide_run(username, run_id, request_id) if answer is None else answer
 
     def reviewer_notes(self, call_ids: list[str]) -> list[str]:
         return reviewer_notes_for(run_id=self.run.pk, call_ids=call_ids, gate=self.gate)

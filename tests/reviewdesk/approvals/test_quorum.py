@@ -68,6 +68,19 @@ def test_the_second_reviewers_approval_runs_the_call_once_with_both_decisions_co
     assert [(e.data["approvals"], e.data["required_approvals"]) for e in votes] == [(1, 2), (2, 2)]
 
 
+def test_a_first_voter_who_left_the_reviewers_no_longer_counts_and_nothing_runs(interrupted_run, personas):
+    """Each vote's reviewer is checked when the call runs, not only the one that completed it."""
+    run, approval = interrupted_run(script=EXECUTE_SCRIPT)
+    first = decide(approval, personas.alice)
+    decide(approval, personas.bob)
+    personas.alice.groups.clear()
+    run = advance(run)
+    assert (run.status, run.error_kind) == (RunStatus.FAILED, "approval")
+    assert "no longer allowed" in run.error
+    assert not SideEffect.objects.filter(run=run).exists()
+    assert Decision.objects.get(pk=first.pk).consumed_at is None
+
+
 def test_a_first_vote_older_than_the_decision_validity_still_counts_when_the_quorum_completes(
     interrupted_run, personas, settings
 ):

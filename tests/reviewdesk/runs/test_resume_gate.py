@@ -5,8 +5,9 @@ from __future__ import annotations
 import base64
 
 import pytest
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, User
 
+from agents.tools import ToolUnavailable
 from reviewdesk.accounts.roles import REVIEWERS
 from reviewdesk.approvals import signing
 from reviewdesk.approvals.models import ApprovalRequest, Decision
@@ -196,3 +197,96 @@ def test_a_validly_signed_decision_naming_the_runs_submitter_is_refused_by_the_t
     assert outbox == []
     assert not SideEffect.objects.filter(run=run).exists()
     assert decision.consumed_at is None
+
+
+# --- The reviewer check answered from the rows read with the decision (issue 11, #2) ---------
+# The worker reads the request, its decisions, their reviewers and the reviewers' groups once,
+# just before the gate, and the gate's reviewer check answers from those rows: once per
+# reviewer, and only for that request. The tests above change the world before the resume;
+# these check what those rows may and may not answer.
+
+
+def test_a_reviewer_deactivated_after_deciding_no_longer_authorises(approved_run, personas, outbox):
+    run, _, decision = approved_run
+    personas.alice.is_active = False
+    personas.alice.save(update_fields=["is_active"])
+
+    run_execute(run_id=run.id, worker="in-process")
+
+    run.refresh_from_db()
+    decision.refresh_from_db()
+    assert (run.status, run.error_kind) == (RunStatus.FAILED, "approval")
+    assert "no longer allowed" in run.error
+    assert outbox == []
+    assert decision.consumed_at is None
+
+
+def test_a_decision_stored_as_the_submitters_own_is_refused_by_the_tool(approved_run, personas, outbox):
+    """As the submitter test above, but the decision row names carol too, so the check is
+    answered from the rows read with the decision: carol submitted the run, so she never
+    qualifies, even as a reviewer with a good signature."""
+    run, _, decision = approved_run
+    personas.carol.groups.add(Group.objects.get(name=REVIEWERS))
+    decision.reviewer = personas.carol
+    decision.payload = {**decision.payload, "reviewer": personas.carol.get_username()}
+    decision.signature = signing.sign(decision.payload)
+    decision.save()
+
+    run_execute(run_id=run.id, worker="in-process")
+
+    run.refresh_from_db()
+    assert (run.status, run.error_kind) == (RunStatus.FAILED, "approval")
+    assert "no longer allowed" in run.error
+    assert outbox == []
+
+
+def test_a_decision_signed_for_another_request_is_checked_against_that_request(
+    approved_run, personas, outbox
+):
+    """alice may decide the request her decision was stored with, but its signed payload names
+    another request of the run, one routed to bob only. The gate checks the request the
+    signature names, whatever the rows read with the decision say about theirs."""
+    run, approval, decision = approved_run
+    other = ApprovalRequest.objects.get(pk=approval.pk)
+    other.pk, other.tool_call_id, other.assignees, other.status = None, "call_other", ["bob"], "cancelled"
+    other.save(force_insert=True)
+    decision.payload = {**decision.payload, "request_id": str(other.pk)}
+    decision.signature = signing.sign(decision.payload)
+    decision.save()
+
+    run_execute(run_id=run.id, worker="in-process")
+
+    run.refresh_from_db()
+    assert (run.status, run.error_kind) == (RunStatus.FAILED, "approval")
+    assert "no longer allowed" in run.error
+    assert outbox == []
+
+
+class RevokingWorld:
+    """A mail server that is down on the first try and, meanwhile, alice leaves the reviewers."""
+
+    tries = 0
+
+    def send_email(self, *, to: str, subject: str, body: str, idempotency_key: str) -> str:
+        RevokingWorld.tries += 1
+        if RevokingWorld.tries == 1:
+            User.objects.get(username="alice").groups.clear()
+            raise ToolUnavailable("the mail server is down")
+        return "<sent@example.com>"
+
+
+def test_a_retry_in_the_same_task_checks_the_reviewer_again(approved_run, settings):
+    """The first try fails transiently and the task tries again a moment later; in between,
+    alice lost the reviewer role. The retry's check reads her groups again: nothing is sent."""
+    run, _, _ = approved_run
+    RevokingWorld.tries = 0
+    settings.DESK_TOOL_WORLD = f"{__name__}.RevokingWorld"
+    settings.DESK_TOOL_RETRY_BACKOFF_SECONDS = 0.01  # a short wait: retried in the same task
+
+    run_execute(run_id=run.id, worker="in-process")
+
+    run.refresh_from_db()
+    assert RevokingWorld.tries == 1
+    assert (run.status, run.error_kind) == (RunStatus.FAILED, "approval")
+    assert "no longer allowed" in run.error
+    assert SideEffect.objects.get(run=run).status == "retrying"

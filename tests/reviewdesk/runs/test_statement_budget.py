@@ -34,9 +34,11 @@ SCRIPT = [{"tool_calls": [{"name": "send_email", "arguments": EMAIL}]}, {"conten
 # resume 33 / 16. Then the pause (#4): the approval's event reads its run's submitter with the
 # locked run row and no votes from a request just created, and an audit row is inserted whole
 # (its id taken with the chain's head), and a load reads the checkpoint with its messages: run
-# 24 / 8, resume 31 / 15.
+# 24 / 8, resume 31 / 15. Then the gate's reviewer check answered from the rows read with the
+# decision (the reviewers' groups in one more statement; the user, the request and two group
+# reads fewer): resume 28 / 12.
 RUN_BUDGET = (25, 9)
-RESUME_BUDGET = (32, 16)
+RESUME_BUDGET = (29, 13)
 
 
 @dataclass

@@ -46,7 +46,9 @@ class QueueTiers:
     def order(self) -> Case:
         by_name = NamesAny("assignees", [self.username])
         by_group = NamesAny("assignees", self.targets - {self.username})
-        return Case(When(by_name, then=0), When(by_group, then=1), default=2, output_field=IntegerField())
+        # Most pending calls name nobody: an equality settles them before any list is read.
+        tiers = When(assignees=[], then=2), When(by_name, then=0), When(by_group, then=1)
+        return Case(*tiers, default=2, output_field=IntegerField())
 
 
 def queue_tiers(rows: QuerySet, user: Any) -> QueueTiers:

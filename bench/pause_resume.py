@@ -100,6 +100,7 @@ def desk_pause(host, state) -> None:
         checkpoint_id=checkpoint_id,
     )
     state.step, state.batch = Step.TOOLS, [call]
+    state.batch_message = ask(call_id)  # as the loop does: the checkpoint refers to it (v6)
     state.waiting_since = datetime.now(UTC).isoformat()
     host.commit_step(
         checkpoint_id=checkpoint_id, state=state, new_messages=[ask(call_id)], raise_approvals=[call]
@@ -117,6 +118,7 @@ def desk_resume(run, attempt) -> dict[str, float]:
     state = host.load()
     assert state is not None, "no checkpoint to resume from"
     messages = host.messages(state.message_count)
+    state.resolve_batch(messages[state.batch_position])  # as the loop does on load (v6)
     loaded = time.perf_counter()
     assert state.step == Step.TOOLS and messages[-1]["tool_calls"], "the pause did not store the call"
     call = state.batch[0]

@@ -32,7 +32,9 @@ def serialize_writers() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s), pg_advisory_xact_lock(%s)", list(WRITERS_LOCKS))
     # The mark lives exactly as long as the locks: Django drops its commit hooks when the
-    # transaction commits or rolls back, and a savepoint's when that savepoint rolls back.
+    # transaction commits or rolls back, and a savepoint's when that savepoint rolls back
+    # (atomic's and transaction.savepoint_rollback's alike: both end in the connection's
+    # savepoint_rollback, which filters them; PostgreSQL releases the lock there too).
     transaction.on_commit(_writers_locked)
 
 

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from agents.providers import ProviderName, model_spec_errors
 from agents.registry import UnknownAgent, get_agent
+from agents.state import SnapshotError
 from reviewdesk.accounts.roles import REVIEWERS, is_admin, is_submitter
 from reviewdesk.approvals.lifecycle import approvals_cancel_open, approvals_reraise_waiting
 from reviewdesk.approvals.selectors import user_may_decide
@@ -223,7 +224,10 @@ def run_retry(*, run_id: Any, user: User, checkpoint_id: str | None = None) -> R
             ]
         )
         if start is not None:
-            approvals_reraise_waiting(run=run, refused=refused)
+            try:
+                approvals_reraise_waiting(run=run, refused=refused)
+            except SnapshotError as exc:  # its batch no longer matches the log (v6)
+                raise Conflict(f"the run cannot continue from its last checkpoint: {exc}") from None
         audit_record(
             actor=user,
             action="run.retried",

@@ -91,16 +91,21 @@ def counted(part) -> Statements:
 
 @pytest.mark.django_db(transaction=True)
 def test_the_desks_pause_and_resume_keep_their_round_trips(personas):
-    """#4's desk half, statement by statement (issue 11). The pause: the locked run row with
-    its submitter, the message, the checkpoint, the request, the writers' lock (PostgreSQL),
+    """#4's desk half, statement by statement (issue 11). The pause: the fenced run row (three
+    columns, locked), the message, the checkpoint, the request, the writers' lock (PostgreSQL),
     the chain's head with the audit row's id, the audit row, the event; one commit. The
     resume: the checkpoint with its messages, then the fence, the message and the checkpoint
-    in one commit. Lower these when you cut; a round trip coming back fails here."""
+    in one commit. Lower these when you cut; a round trip coming back fails here. A process's
+    first audit row also records the plain-row boundary (one read, once): a pause before the
+    counted one pays it, so the count holds whichever test runs first."""
     from reviewdesk.runs.models import Run
 
+    pause_resume.desk_pause(*pause_resume.desk_conversation(personas.carol, 20))
     host, state = pause_resume.desk_conversation(personas.carol, 20)
     paused = counted(lambda: pause_resume.desk_pause(host, state))
     run = Run.objects.get(pk=host.run.pk)
+    [stored] = run.checkpoints.order_by("-number")[:1]
+    assert [set(call) for call in stored.snapshot["batch"]] == [{"id", "status", "checkpoint_id"}]  # v6
     resumed = counted(lambda: pause_resume.desk_resume(run, host.attempt))
 
     locks = 1 if connection.vendor == "postgresql" else 0

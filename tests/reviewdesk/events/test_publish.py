@@ -9,6 +9,7 @@ import threading
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
+from channels_redis.pubsub import RedisPubSubChannelLayer
 from django.conf import settings as django_settings
 
 from reviewdesk.events.models import DeskEvent
@@ -105,3 +106,20 @@ def test_another_channel_layer_gets_channels_own_group_send(settings):
         await layer.group_discard(REVIEWERS_GROUP, channel)
 
     async_to_sync(scenario)()
+
+
+def test_a_sentinel_managed_layer_keeps_its_own_group_send(settings):
+    """The direct publish builds plain clients only: under Sentinel (the layer finds the master
+    itself) `publisher_for` declines, and pushes go through the layer's own `group_send`."""
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {
+                "hosts": [{"sentinels": [("127.0.0.1", 26379)], "master_name": "desk"}],
+                "prefix": "push-test-sentinel",
+            },
+        }
+    }
+    layer = get_channel_layer()
+    assert isinstance(layer, RedisPubSubChannelLayer)
+    assert publisher_for(layer) is None

@@ -11,6 +11,7 @@ import pytest
 from agents.state import SCHEMA_VERSION, AgentState, CallStatus, Step
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
 from reviewdesk.approvals.services import approval_decide
+from reviewdesk.errors import Conflict
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Checkpoint, ErrorKind, Message, RunStatus, SideEffect
 from reviewdesk.runs.services import run_cancel, run_retry
@@ -132,6 +133,12 @@ def test_a_log_that_no_longer_matches_the_checkpoint_fails_the_run_and_runs_noth
     assert resume(run).status == RunStatus.FAILED
     assert run.error_kind == ErrorKind.INTERNAL
     assert mailoutbox == [] and not SideEffect.objects.filter(run=run).exists()
+
+    # Retrying cannot continue from that checkpoint either: a conflict that says so, not a 500.
+    with pytest.raises(Conflict, match="cannot continue from its last checkpoint"):
+        run_retry(run_id=run.id, user=personas.carol)
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
 
 
 def test_a_retry_reads_the_batch_from_the_live_line_of_the_log(interrupted_run, personas, mailoutbox):

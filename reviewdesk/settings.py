@@ -165,7 +165,7 @@ CELERY_TASK_TIME_LIMIT = env_int("DESK_TASK_TIME_LIMIT", 1800)
 CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - min(60, CELERY_TASK_TIME_LIMIT // 4)
 # The hard limit also bounds how long a frozen worker may still act: a re-run of an effect of
 # unknown outcome is signed only once it has passed since the stale attempt started
-# (approvals.services, _check_stale_attempt_is_over).
+# (approvals.checks, _check_stale_attempt_is_over).
 CELERY_TASK_IGNORE_RESULT = True
 # Celery's Django fixup closes every connection before and after each task unless this is
 # set, which made DESK_DB_CONN_MAX_AGE a no-op in workers (a connect per task). With it

@@ -12,10 +12,10 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from reviewdesk.approvals.checks import approval_check_decide
 from reviewdesk.approvals.device import device_key_for_signing
 from reviewdesk.approvals.models import Verdict
 from reviewdesk.approvals.payloads import decision_payload_for
-from reviewdesk.approvals.services import approval_check_decide
 
 
 def approval_device_payload(

@@ -145,7 +145,8 @@ def _hold_then(lock_taken: threading.Event, first, then):
 
 def test_a_decision_holding_the_lock_beats_the_expiry_waiting_for_it(personas, interrupted_run):
     """The review found the earlier random race never raced; here each side holds the lock in turn."""
-    from reviewdesk.approvals.services import approval_check_decide, approval_do_decide
+    from reviewdesk.approvals.checks import approval_check_decide
+    from reviewdesk.approvals.services import approval_do_decide
 
     _run, approval = interrupted_run()
     taken = threading.Event()

@@ -1,0 +1,184 @@
+"""Checking a decision before it is recorded: `approval_check_decide` authorises the reviewer
+and validates the verdict under the run's and the approval's row locks (expired, decided,
+cancelled, a stale page, a quorum vote, an edit, a re-run, an answer). `services.py` records
+what passes."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from agents.canonical import canonical_json
+from agents.questions import answer_problem
+from agents.registry import get_agent
+from agents.state import AgentState, CallStatus
+from agents.tools import Tool
+from reviewdesk.accounts.roles import group_names_of, is_reviewer
+from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus, Verdict
+from reviewdesk.approvals.routing import user_qualifies
+from reviewdesk.approvals.selectors import approval_get_for_reviewer
+from reviewdesk.approvals.validation import decision_input_check
+from reviewdesk.errors import Conflict, Forbidden, Gone, Invalid
+from reviewdesk.runs.models import ENDED, Checkpoint, Run, SideEffect
+from reviewdesk.runs.stores import snapshot_of
+
+
+def approval_check_decide(
+    *,
+    approval_id: Any,
+    reviewer: Any,
+    verdict: str,
+    arguments: Any,
+    checkpoint_id: str,
+    reason: str = "",
+    note: str = "",
+    external_ref: str = "",
+    answer: Any = None,
+) -> tuple[ApprovalRequest, Run]:
+    """Authorise and validate a decision; return the approval and its run, both locked.
+
+    Lock precondition: call inside transaction.atomic(). Locks the run row, then
+    the approval row (always in that order, as the worker does), so a decision
+    and a worker's step on the same run serialise.
+    """
+    # The reviewer's groups, read once for the role, the visibility and the rule below.
+    group_names = group_names_of(reviewer)
+    if not is_reviewer(reviewer, group_names=group_names):
+        raise Forbidden("only reviewers can decide approvals")
+    # Visible to them (or NotFound): the row alone, locked and read again just below.
+    approval = approval_get_for_reviewer(
+        approval_id=approval_id, user=reviewer, group_names=group_names, related=False
+    )
+    run = Run.objects.select_for_update().get(pk=approval.run_id)
+    approval = ApprovalRequest.objects.select_for_update().get(pk=approval.pk)
+    if reviewer.pk == run.submitted_by_id:
+        raise Forbidden("you submitted this run; another reviewer must decide its approvals")
+    if not user_qualifies(reviewer, approval, run, group_names=group_names):
+        raise Forbidden("this approval is assigned to another reviewer or group")
+    decision_input_check(
+        kind=approval.kind,
+        verdict=verdict,
+        reason=reason,
+        note=note,
+        external_ref=external_ref,
+        arguments=arguments,
+        answer=answer,
+    )
+    if approval.status == ApprovalStatus.EXPIRED or (
+        approval.status == ApprovalStatus.PENDING and approval.expires_at <= timezone.now()
+    ):
+        raise Gone("this approval has expired", code="expired")
+    if approval.status not in (ApprovalStatus.PENDING, ApprovalStatus.CANCELLED):
+        # Decided first: say so even when its run has ended since (it ran on that decision).
+        raise Conflict(f"this approval was already {approval.status}", code="decided")
+    if approval.status == ApprovalStatus.CANCELLED or run.status in ENDED:
+        raise Conflict("this approval was cancelled with its run", code="cancelled")
+    if str(checkpoint_id) != str(approval.checkpoint_id) or not _call_is_awaiting(run, approval):
+        raise Conflict(
+            "stale page: the approval was raised at another checkpoint or is no longer part of "
+            "the run's open batch; reload and decide again",
+            code="stale",
+        )
+    if approval.required_approvals > 1:
+        _check_quorum_vote(approval, reviewer, verdict)
+    if verdict == Verdict.EDIT:
+        _check_edit(run, approval, arguments)
+    if verdict == Verdict.RERUN:
+        _check_stale_attempt_is_over(run, approval)
+    if verdict == Verdict.ANSWER:
+        _check_answer(approval, answer)
+    return approval, run
+
+
+def _check_answer(approval: ApprovalRequest, answer: Any) -> None:
+    problem = answer_problem(approval.arguments, answer)
+    if problem is not None:
+        raise Invalid(problem, code="invalid_answer")
+    try:
+        canonical_json(answer)
+    except ValueError as exc:
+        raise Invalid(
+            f"the answer cannot be canonicalised (RFC 8785): {exc}", code="invalid_answer"
+        ) from None
+
+
+def _check_quorum_vote(approval: ApprovalRequest, reviewer: Any, verdict: str) -> None:
+    """Under a quorum, each reviewer votes once, and only for the arguments as raised: an edit
+    would leave the votes already cast approving other arguments, so it is refused (reject
+    with a reason instead, and let the agent call again)."""
+    if approval.decisions.filter(reviewer=reviewer).exists():
+        raise Conflict(
+            "you have already voted on this approval; another reviewer must add theirs", code="voted"
+        )
+    if verdict == Verdict.EDIT:
+        raise Invalid(
+            f"this call needs {approval.required_approvals} approvals: it cannot be edited; "
+            "reject it with a reason instead",
+            code="verdict",
+        )
+
+
+def _check_stale_attempt_is_over(run: Run, approval: ApprovalRequest) -> None:
+    """A re-run is authorised only once the attempt that left the effect unknown can no longer act.
+
+    That attempt may be frozen, not dead, and could still perform the effect when it wakes.
+    Celery's prefork pool kills a task CELERY_TASK_TIME_LIMIT after it started, and the attempt
+    was created inside its task, so once that long has passed since the attempt started, its
+    process is gone. (Clocks of web and worker hosts are assumed in step; a row with no
+    attempt counts from its last change, which is later than any attempt that wrote it.)
+    """
+    effect = (
+        SideEffect.objects.filter(idempotency_key=f"{run.pk}:{approval.tool_call_id}")
+        .select_related("attempt")
+        .first()
+    )
+    if effect is None:
+        return
+    since = effect.attempt.started_at if effect.attempt is not None else effect.updated_at
+    possible_at = since + timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT)
+    if timezone.now() < possible_at:
+        raise Conflict(
+            f"the attempt that started this effect may still be running until {possible_at.isoformat()} "
+            f"(its task's hard time limit, {settings.CELERY_TASK_TIME_LIMIT}s); a re-run can be signed "
+            "from then on. If the effect did happen, mark it done now.",
+            code="rerun_too_early",
+            errors={"possible_at": possible_at.isoformat()},
+        )
+
+
+def _call_is_awaiting(run: Run, approval: ApprovalRequest) -> bool:
+    """The approval's call is still waiting in the run's latest checkpoint (its open batch).
+
+    A sibling's resume writes new checkpoints but leaves this call awaiting, so
+    it does not make the page stale; a finished or abandoned batch does.
+    """
+    latest = Checkpoint.objects.filter(run=run).order_by("-number").first()
+    if latest is None:
+        return False
+    waiting = CallStatus.UNKNOWN if approval.kind == ApprovalKind.RECONCILE else CallStatus.AWAITING
+    return any(
+        call.id == approval.tool_call_id and call.status == waiting
+        for call in AgentState.from_snapshot(snapshot_of(latest)).batch
+    )
+
+
+def approval_tool(run: Run, approval: ApprovalRequest) -> Tool:
+    """The agent's tool the approval's call names, or a stale-page Conflict when it is gone."""
+    tool = get_agent(run.agent).tool(approval.tool)
+    if tool is None:  # the agent was redeployed without it: nothing can run this call
+        raise Conflict(f"the agent {run.agent!r} has no tool {approval.tool!r} any more", code="stale")
+    return tool
+
+
+def _check_edit(run: Run, approval: ApprovalRequest, arguments: Any) -> None:
+    tool = approval_tool(run, approval)
+    errors = tool.validation_errors(arguments)
+    if errors:
+        raise Invalid("the edited arguments do not match the tool's schema", errors=errors)
+    try:
+        canonical_json(arguments)
+    except ValueError as exc:
+        raise Invalid(f"the edited arguments cannot be canonicalised (RFC 8785): {exc}") from None

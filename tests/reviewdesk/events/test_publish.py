@@ -38,6 +38,22 @@ def in_plain_thread(fn) -> None:
         raise errors[0]
 
 
+def assert_sent_from_a_thread_reaches_a_joined_channel(layer, message: dict) -> None:
+    """`_send` from a plain thread, as a Celery task sends, reaches a channel that joined the
+    reviewers' group through `layer` itself."""
+
+    async def scenario():
+        channel = await layer.new_channel()
+        await layer.group_add(REVIEWERS_GROUP, channel)
+        await sync_to_async(in_plain_thread, thread_sensitive=False)(
+            lambda: _send(layer, REVIEWERS_GROUP, message)
+        )
+        assert await asyncio.wait_for(layer.receive(channel), 5) == message
+        await layer.group_discard(REVIEWERS_GROUP, channel)
+
+    async_to_sync(scenario)()
+
+
 def test_events_pushed_from_a_worker_thread_reach_the_socket_in_commit_order(personas):
     headers = session_headers(personas.alice)
     DeskEvent.objects.bulk_create(
@@ -73,16 +89,7 @@ def test_a_publish_reaches_a_channel_the_layer_joined_under_another_prefix(setti
     assert publisher_for(layer) is not None, "the desk's pub/sub layer is published to directly"
     message = {"type": "desk.event", "event": {"seq": 7, "type": "approval.created", "data": {"k": [1, "é"]}}}
 
-    async def scenario():
-        channel = await layer.new_channel()
-        await layer.group_add(REVIEWERS_GROUP, channel)
-        await sync_to_async(in_plain_thread, thread_sensitive=False)(
-            lambda: _send(layer, REVIEWERS_GROUP, message)
-        )
-        assert await asyncio.wait_for(layer.receive(channel), 5) == message
-        await layer.group_discard(REVIEWERS_GROUP, channel)
-
-    async_to_sync(scenario)()
+    assert_sent_from_a_thread_reaches_a_joined_channel(layer, message)
 
 
 def test_another_channel_layer_gets_channels_own_group_send(settings):
@@ -96,16 +103,7 @@ def test_another_channel_layer_gets_channels_own_group_send(settings):
     layer = get_channel_layer()
     message = {"type": "desk.event", "event": {"seq": 8, "type": "run.updated", "data": {}}}
 
-    async def scenario():
-        channel = await layer.new_channel()
-        await layer.group_add(REVIEWERS_GROUP, channel)
-        await sync_to_async(in_plain_thread, thread_sensitive=False)(
-            lambda: _send(layer, REVIEWERS_GROUP, message)
-        )
-        assert await asyncio.wait_for(layer.receive(channel), 5) == message
-        await layer.group_discard(REVIEWERS_GROUP, channel)
-
-    async_to_sync(scenario)()
+    assert_sent_from_a_thread_reaches_a_joined_channel(layer, message)
 
 
 def test_a_sentinel_managed_layer_keeps_its_own_group_send(settings):

@@ -130,12 +130,16 @@ def run_page(request: HttpRequest, run_id) -> HttpResponse:
         run = run_get_for_user(run_id=run_id, user=request.user)
     except NotFound:
         raise Http404("no such run") from None
+    timeline = run_timeline(run)
+    # Read the run again after its timeline: its status and the "Run succeeded" row commit
+    # together, so a page whose timeline shows the end never shows the run still running.
+    run.refresh_from_db()
     return render(
         request,
         "desk/run.html",
         {
             "run": run,
-            "timeline": run_timeline(run),
+            "timeline": timeline,
             "thread": run_thread(run),  # issue 12: each user message and what followed
             "may_follow_up": may_follow_up(run, request.user),
             "messages_log": run.messages.order_by("position"),

@@ -22,7 +22,8 @@
     }
   }
 
-  document.getElementById("new-key-form").addEventListener("submit", async (event) => {
+  const form = document.getElementById("new-key-form");
+  form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const label = document.getElementById("key-label").value.trim();
     try {
@@ -54,7 +55,10 @@
         say("Could not " + action + ": " + error.message, "error");
       }
     });
+    button.disabled = false;
   });
+  // The page is served with these disabled: a click before this point would have gone nowhere.
+  form.querySelector("#create-key").disabled = false;
 
   showHeld();
 })();

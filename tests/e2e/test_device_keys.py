@@ -92,6 +92,21 @@ def logged_in(browser, url: str, username: str):
     return page
 
 
+def assert_nothing_to_click_before_the_script(browser, url: str) -> None:
+    """Served with keys.js held back, the page offers no button: a click there would have sent
+    the form natively (a GET carrying the CSRF token and no key), as a fast click once did."""
+    context = browser.new_context()
+    context.route("**/keys.js", lambda route: route.abort())
+    page = context.new_page()
+    page.goto(url)
+    page.fill("input[name=username]", "admin")
+    page.fill("input[name=password]", "admin-password")
+    page.click("button[type=submit]")
+    expect(page.locator("#create-key")).to_be_disabled()
+    expect(page.locator("button.endorse").first).to_be_disabled()
+    context.close()
+
+
 def create_key(page, label: str) -> str:
     page.fill("#key-label", label)
     page.click("#create-key")
@@ -122,6 +137,7 @@ def test_alice_enrolls_the_admin_endorses_alice_approves_and_the_worker_verifies
     alice = logged_in(browser, url + "/keys/", "alice")
     alice_key = create_key(alice, "alice laptop")
     fingerprint = alice.locator(f"#key-list tr[data-key-id='{alice_key}'] .fingerprint").text_content()
+    assert_nothing_to_click_before_the_script(browser, url + "/keys/")
     endorse(admin, alice_key)  # on another page: the admin compared this fingerprint out of band
     assert off_the_loop(lambda: DeviceKey.objects.get(key_id=alice_key).fingerprint) == fingerprint
 

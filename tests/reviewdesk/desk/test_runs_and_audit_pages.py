@@ -327,6 +327,35 @@ def test_the_run_page_tells_the_run_in_order_from_submission_to_its_end(interrup
     assert positions == sorted(positions), texts
 
 
+def test_a_run_that_ends_while_its_page_renders_is_not_shown_running_beside_its_end(
+    interrupted_run, personas, monkeypatch
+):
+    """The worker's finish commits between the page's read of the run and of its timeline (the
+    live page refetches itself while runs end): the status shown must agree with the timeline."""
+    from reviewdesk.desk import run_views
+    from reviewdesk.runs.execution import run_execute
+
+    run, approval = interrupted_run()
+    approval_decide(
+        approval_id=approval.id,
+        reviewer=personas.alice,
+        verdict="approve",
+        checkpoint_id=str(approval.checkpoint_id),
+    )
+    timeline = run_views.run_timeline
+
+    def the_worker_finishes_first(seen):
+        assert seen.status == RunStatus.QUEUED  # the page has read the run before it ended
+        run_execute(run_id=seen.id, worker="in-process")
+        return timeline(seen)
+
+    monkeypatch.setattr(run_views, "run_timeline", the_worker_finishes_first)
+    page = logged_in(personas.carol).get(f"/runs/{run.id}/").content.decode()
+
+    assert "Run succeeded" in timeline_texts(page)
+    assert re.search(r'id="run-status">succeeded<', page), "the timeline ended the run; the status did not"
+
+
 def test_a_cancelled_run_ends_its_timeline_with_who_cancelled_it(interrupted_run, personas):
     from reviewdesk.runs.services import run_cancel
 

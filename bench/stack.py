@@ -113,6 +113,27 @@ class Stack:
         self.procs.append(proc)
         return proc
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time (user + system) used so far by each process the harness started, children
+        included (a Celery worker's forks share its session), by name; "bench" is this driver.
+        PostgreSQL's backends are not ours to count: they are the "elsewhere" of a breakdown."""
+        tick = os.sysconf("SC_CLK_TCK")
+        by_session: dict[int, float] = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # gone meanwhile
+                continue
+            # After the name: state, ppid, pgrp, session, ... utime and stime are fields 14 and 15.
+            session, used = int(fields[3]), (int(fields[11]) + int(fields[12])) / tick
+            by_session[session] = by_session.get(session, 0.0) + used
+        totals = {proc.name: by_session.get(proc.popen.pid, 0.0) for proc in self.procs}
+        own = os.times()
+        totals["bench"] = own.user + own.system
+        return totals
+
     def stop_one(self, proc: Proc) -> None:
         """Stop one process the harness started (a figure's own), before the rest."""
         if proc.popen.poll() is None:

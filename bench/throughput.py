@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 
 import httpx
@@ -57,11 +58,13 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
                 assert response.status_code == 201, response.text
                 mine.add(response.json()["id"])
 
+        cpu_before = stack.cpu_seconds()
         start = time.time()
         await asyncio.gather(*(submit() for _ in range(runs)))
         with contextlib.suppress(TimeoutError):  # a short run is reported as such, not failed
             await asyncio.wait_for(all_done.wait(), budget)
         await asyncio.gather(*pending, return_exceptions=True)
+        cpu_after = stack.cpu_seconds()
     await sock.close()
     cycles = [len(finished) / (max(finished.values()) - start)] if finished else []
     # Where the time went: the worker processes' busy share of the wall time (2 processes).
@@ -75,6 +78,7 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
     worker = {"wall_s": round(wall, 3), "busy_s": busy, "tasks": len(tasks)}
     if wall:
         worker["busy_share_of_2_processes"] = round(sum(busy.values()) / (2 * wall), 3)
+    cpu = cpu_per_cycle(cpu_before, cpu_after, len(finished), wall)
 
     noops = size(300, 3000)
     redis.delete("bench:floor:noop", "bench:floor:noop_at")
@@ -102,6 +106,20 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
                 "noops": noops,
                 "noops_done": done,
                 "worker": worker,
+                "cpu_ms_per_cycle": cpu,
             },
         )
     ]
+
+
+def cpu_per_cycle(before: dict[str, float], after: dict[str, float], cycles: int, wall: float) -> dict:
+    """Where a cycle's CPU went, in ms per cycle by process (the web, the worker with its forks,
+    this driver), and "elsewhere": the machine's CPUs over the same wall time less those, which
+    is PostgreSQL, Redis and anything else running (an upper bound: idle time counts there)."""
+    if not cycles:
+        return {}
+    used = {name: (after[name] - before.get(name, 0.0)) * 1000 / cycles for name in after}
+    used = {name: round(value, 1) for name, value in used.items() if value > 0}
+    capacity = (os.cpu_count() or 1) * wall * 1000 / cycles
+    used["elsewhere_or_idle"] = round(max(capacity - sum(used.values()), 0.0), 1)
+    return used

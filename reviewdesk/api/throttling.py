@@ -14,18 +14,29 @@ the limit off. Only POST is counted.
 
 from __future__ import annotations
 
+import functools
+
 from django.conf import settings
-from django.core.cache import caches
+from django.core.cache import BaseCache, caches
 from rest_framework.throttling import SimpleRateThrottle
 
 from reviewdesk.accounts.models import ApiToken
+
+
+@functools.cache
+def throttle_cache() -> BaseCache:
+    """One `throttle` cache for the whole process. `caches["throttle"]` is a new object in each
+    new context, and under ASGI every request is one (Django ticket #35651); a RedisCache made
+    afresh opens a connection of its own, so each POST paid a TCP connect to Redis and left a
+    socket for the garbage collector. redis-py's connection pool is thread-safe: one serves all."""
+    return caches.create_connection("throttle")
 
 
 class TokenRateThrottle(SimpleRateThrottle):
     setting = ""
 
     def __init__(self):
-        self.cache = caches["throttle"]
+        self.cache = throttle_cache()
         super().__init__()
 
     def get_rate(self) -> str | None:

@@ -3,8 +3,13 @@ the real Redis (the `throttle` cache), each token its own budget."""
 
 from __future__ import annotations
 
-import pytest
+import contextvars
 
+import pytest
+from asgiref.sync import async_to_sync
+from django.test import AsyncClient
+
+from reviewdesk.accounts.services import token_create
 from reviewdesk.api.throttling import DecideThrottle
 
 pytestmark = pytest.mark.django_db
@@ -66,3 +71,30 @@ def test_decisions_are_limited_per_token(interrupted_run, personas, api_as, sett
 def test_an_empty_rate_turns_the_limit_off(settings):
     settings.DESK_RATE_DECIDE = ""
     assert DecideThrottle().rate is None
+
+
+@pytest.mark.django_db(transaction=True)  # the ASGI handler runs the view in a thread of its own
+def test_the_limit_is_counted_on_one_redis_connection_however_many_asgi_requests(personas, redis_client):
+    """Under ASGI each request runs in a context of its own, where Django's `caches` hands out
+    a new cache object (Django ticket #35651): a RedisCache made afresh would open a new
+    connection for every POST. Ten POSTs through Django's ASGI handler open at most one."""
+    _, raw = token_create(user=personas.carol, scopes=["submit"])
+    client, bearer = AsyncClient(), {"Authorization": f"Bearer {raw}"}
+
+    def post():
+        # As a server runs each connection: in a context of its own, which inherits nothing.
+        request = async_to_sync(client.post)
+        return contextvars.Context().run(
+            request, "/api/v1/runs", {}, content_type="application/json", headers=bearer
+        )
+
+    post()  # the process's first connection
+
+    def connections_opened() -> int:
+        return redis_client.info("stats")["total_connections_received"]
+
+    before = connections_opened()
+    statuses = [post().status_code for _ in range(10)]
+    assert statuses == [422] * 10  # each one counted (an empty body is refused after the limit)
+    assert len(list(redis_client.scan_iter("desk-throttle:*submit:token:*"))) == 1
+    assert connections_opened() - before <= 1

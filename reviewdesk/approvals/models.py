@@ -39,6 +39,8 @@ KIND_VERDICTS: dict[str, tuple[str, ...]] = {
 }
 # The kinds raised for a call waiting on a human's say (CallStatus.AWAITING).
 AWAITING_KINDS = (ApprovalKind.TOOL_CALL, ApprovalKind.QUESTION)
+# The statuses a decision row settled (ApprovalRequest.decision); the others have none that counts.
+SETTLED_BY_DECISION = (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED)
 
 
 class ApprovalRequest(models.Model):
@@ -119,7 +121,7 @@ class ApprovalRequest(models.Model):
     def decision(self) -> Decision | None:
         """The decision that settled the request: its rejection, or the approval that completed
         its quorum (the latest). None while it is pending, and once cancelled or expired."""
-        if self.status not in (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED):
+        if self.status not in SETTLED_BY_DECISION:
             return None
         decisions = sorted(self.decisions.all(), key=lambda d: d.decided_at)  # prefetched or not
         return decisions[-1] if decisions else None

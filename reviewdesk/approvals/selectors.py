@@ -10,7 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import Prefetch, Q, QuerySet, prefetch_related_objects
 
 from agents.gate import ApprovalGate, CallBinding, SignedDecision
 from agents.loop import DecisionState, Reconciled, Rejected
@@ -21,6 +21,7 @@ from reviewdesk.accounts.roles import is_admin, is_reviewer
 from reviewdesk.accounts.targets import targets_of
 from reviewdesk.approvals.models import (
     AWAITING_KINDS,
+    SETTLED_BY_DECISION,
     ApprovalKind,
     ApprovalRequest,
     ApprovalStatus,
@@ -140,11 +141,15 @@ def call_decision_read(*, run: Run, call: CallState) -> tuple[DecisionState, Req
     kinds = (kind,) if kind == ApprovalKind.RECONCILE else AWAITING_KINDS
     approval = (  # the latest: a retry may have raised a new one after a cancelled one
         ApprovalRequest.objects.filter(run_id=run.pk, tool_call_id=call.id, kind__in=kinds)
-        # The decisions with their reviewers in one read, not one for each (issue 11, #2).
-        .prefetch_related(Prefetch("decisions", queryset=Decision.objects.select_related("reviewer")))
         .order_by("-created_at")
         .first()
     )
+    if approval is not None and approval.status in SETTLED_BY_DECISION:
+        # Only then are there decisions to read: a pending request (the run task asks just
+        # after raising it) costs one read. With their reviewers, in one more (issue 11, #2).
+        prefetch_related_objects(
+            [approval], Prefetch("decisions", queryset=Decision.objects.select_related("reviewer"))
+        )
     state = _decision_state(approval, kind)
     if approval is None or not isinstance(state, SignedDecision):
         return state, None  # nothing the gate runs on: no reviewer to check

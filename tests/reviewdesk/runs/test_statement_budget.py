@@ -36,8 +36,9 @@ SCRIPT = [{"tool_calls": [{"name": "send_email", "arguments": EMAIL}]}, {"conten
 # (its id taken with the chain's head), and a load reads the checkpoint with its messages: run
 # 24 / 8, resume 31 / 15. Then the gate's reviewer check answered from the rows read with the
 # decision (the reviewers' groups in one more statement; the user, the request and two group
-# reads fewer): resume 28 / 12.
-RUN_BUDGET = (25, 9)
+# reads fewer): resume 28 / 12. Then a waiting call's request read without its decisions while
+# it is pending (the run task asks just after raising it): run 23 / 7.
+RUN_BUDGET = (24, 8)
 RESUME_BUDGET = (29, 13)
 
 

@@ -311,6 +311,19 @@
     });
   }
 
+  // --- the decision buttons: served disabled (data-arm), enabled once handled ----------
+  // Before, a click posts the form natively: no confirmation, no diff, Enter approving. With
+  // an endorsed device key, approval_sign.js enables them once it knows who signs, or the
+  // click would be signed by the server while this browser holds the reviewer's key.
+  function armDecisions() {
+    if (page.dataset.status !== "pending") return; // gone() turned them off for good
+    document.querySelectorAll("button[data-arm]").forEach((button) => {
+      button.disabled = false;
+    });
+  }
+  window.DeskApproval = { armDecisions: armDecisions };
+  if (!(page.dataset.deviceKeys || "").trim()) armDecisions();
+
   // --- keys ---------------------------------------------------------------------------
   document.addEventListener("keydown", (event) => {
     if (event.ctrlKey || event.metaKey || event.altKey) return;

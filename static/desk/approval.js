@@ -75,8 +75,12 @@
       if (m.type === "snapshot") {
         lastSeq = m.seq;
         page.dataset.socket = "live"; // from here on, a colleague's decision reaches this page
+        // What changed between the page's render and this socket (a vote, a hand-over) came as
+        // no event: the snapshot's row says it.
+        const queued = m.data.approvals.find((a) => a.id === approvalId);
+        if (queued) onApproval(queued);
         // A voter's own queue no longer lists an item their vote is in: that is not "decided".
-        if (page.dataset.voted !== "yes" && !m.data.more && !m.data.approvals.some((a) => a.id === approvalId)) {
+        else if (page.dataset.voted !== "yes" && !m.data.more) {
           gone("No longer pending: someone decided it, or it expired. Reload to see the decision.");
         }
       } else if (m.type === "approval.created" || m.type === "approval.updated") {

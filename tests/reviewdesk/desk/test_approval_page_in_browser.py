@@ -9,6 +9,7 @@ decision signed by the server while this browser holds the reviewer's own key.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,26 +20,41 @@ from django.templatetags.static import static
 from django.test import Client
 from playwright.sync_api import expect
 
+from reviewdesk.approvals.models import ApprovalRequest
+from reviewdesk.approvals.services import approval_decide
+from reviewdesk.events.builders import approval_data
+from reviewdesk.events.services import latest_seq
+
 pytestmark = pytest.mark.e2e
 
 CHROMIUM = "/usr/bin/chromium"
 # localhost is a secure context: WebCrypto and IndexedDB work as on the real desk (https).
 ORIGIN = "http://localhost:8931"
 SCRIPTS = ("shown.js", "time.js", "schema.js", "approval.js", "devicekey.js", "approval_sign.js")
-# approval.js opens the desk socket: here one that never answers.
-QUIET_SOCKET = "window.WebSocket = class { send() {} close() {} };"
+# approval.js opens the desk socket: here one that sends window.__snapshot, if any, and no more.
+FAKE_SOCKET = """
+window.WebSocket = class {
+  constructor() {
+    if (window.__snapshot) setTimeout(() => this.onmessage({ data: JSON.stringify(window.__snapshot) }), 0);
+  }
+  send() {}
+  close() {}
+};
+"""
 DECISION_BUTTONS = ("#decide-form button.approve", "#decide-form button.reject", "#edit-submit")
 
 
 @contextmanager
-def approval_page(user, approval, *, held_back: str | None) -> Iterator:
+def approval_page(user, approval, *, held_back: str | None, snapshot=None) -> Iterator:
     """Load the approval page as `user` in a fresh browser (no device key held), `held_back`
-    never served: the page once loaded (every script served has run)."""
+    never served, its socket sending `snapshot()`, read after the page: the page once loaded
+    (every script served has run)."""
     client = Client()
     client.force_login(user)
     path = f"/approvals/{approval.id}/"
     response = client.get(path)
     assert response.status_code == 200
+    socket_sends = f"window.__snapshot = {json.dumps(snapshot())};" if snapshot else ""
     files = {f"{ORIGIN}{path}": (response.content.decode(), "text/html")}
     for script in SCRIPTS:
         if script != held_back:
@@ -59,7 +75,7 @@ def approval_page(user, approval, *, held_back: str | None) -> Iterator:
         try:
             page = browser.new_page()
             page.route(f"{ORIGIN}/**", serve)
-            page.add_init_script(QUIET_SOCKET)
+            page.add_init_script(socket_sends + FAKE_SOCKET)
             page.goto(f"{ORIGIN}{path}")
             yield page
         finally:
@@ -90,3 +106,34 @@ def test_without_a_device_key_the_buttons_wait_for_approval_js(pending, personas
     with approval_page(personas.bob, approval, held_back="approval_sign.js") as page:
         for button in DECISION_BUTTONS:
             expect(page.locator(button)).to_be_enabled()
+
+
+EXECUTE_SCRIPT = [
+    {"tool_calls": [{"name": "execute", "arguments": {"command": "echo hi"}}]},
+    {"content": "Ran it."},
+]
+
+
+def test_a_vote_between_the_page_and_its_socket_shows_in_the_count(interrupted_run, personas):
+    """bob opens a call that needs two approvals; alice votes before his page's socket has
+    joined, so no event reaches it: the socket's snapshot must, or bob reads "0 of 2" until he
+    reloads. (tests/e2e/test_quorum_and_handover_browser.py let alice vote before bob's socket
+    was live.)"""
+    _, approval = interrupted_run(script=EXECUTE_SCRIPT)
+
+    def alice_votes_then_the_snapshot():
+        approval_decide(
+            approval_id=approval.id,
+            reviewer=personas.alice,
+            verdict="approve",
+            checkpoint_id=str(approval.checkpoint_id),
+        )
+        queued = approval_data(ApprovalRequest.objects.get(pk=approval.pk))
+        return {"type": "snapshot", "seq": latest_seq(), "data": {"approvals": [queued], "more": False}}
+
+    with approval_page(
+        personas.bob, approval, held_back=None, snapshot=alice_votes_then_the_snapshot
+    ) as page:
+        expect(page.locator("#quorum-count")).to_have_text("1 of 2")
+        expect(page.locator("#quorum-by")).to_have_text("approved by alice")
+        expect(page.locator("#decide-form button.approve")).to_be_enabled()  # still bob's to decide

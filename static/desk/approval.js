@@ -75,8 +75,12 @@
       if (m.type === "snapshot") {
         lastSeq = m.seq;
         page.dataset.socket = "live"; // from here on, a colleague's decision reaches this page
+        // What changed between the page's render and this socket (a vote, a hand-over) came as
+        // no event: the snapshot's row says it.
+        const queued = m.data.approvals.find((a) => a.id === approvalId);
+        if (queued) onApproval(queued);
         // A voter's own queue no longer lists an item their vote is in: that is not "decided".
-        if (page.dataset.voted !== "yes" && !m.data.more && !m.data.approvals.some((a) => a.id === approvalId)) {
+        else if (page.dataset.voted !== "yes" && !m.data.more) {
           gone("No longer pending: someone decided it, or it expired. Reload to see the decision.");
         }
       } else if (m.type === "approval.created" || m.type === "approval.updated") {
@@ -310,6 +314,19 @@
       openEdit();
     });
   }
+
+  // --- the decision buttons: served disabled (data-arm), enabled once handled ----------
+  // Before, a click posts the form natively: no confirmation, no diff, Enter approving. With
+  // an endorsed device key, approval_sign.js enables them once it knows who signs, or the
+  // click would be signed by the server while this browser holds the reviewer's key.
+  function armDecisions() {
+    if (page.dataset.status !== "pending") return; // gone() turned them off for good
+    document.querySelectorAll("button[data-arm]").forEach((button) => {
+      button.disabled = false;
+    });
+  }
+  window.DeskApproval = { armDecisions: armDecisions };
+  if (!(page.dataset.deviceKeys || "").trim()) armDecisions();
 
   // --- keys ---------------------------------------------------------------------------
   document.addEventListener("keydown", (event) => {

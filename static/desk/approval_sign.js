@@ -8,7 +8,13 @@
   const page = document.getElementById("approval");
   const endorsed = (page.dataset.deviceKeys || "").split(" ").filter(Boolean);
   const notice = document.getElementById("device-signing");
-  if (!endorsed.length || !window.crypto || !crypto.subtle || !notice) return;
+  if (!endorsed.length) return; // approval.js enabled the decision buttons: the server signs
+  // Otherwise the buttons wait (disabled) for this script to know who signs: see approval.js.
+  const arm = () => window.DeskApproval && window.DeskApproval.armDecisions();
+  if (!window.crypto || !crypto.subtle || !notice) {
+    arm(); // this browser cannot sign here: the server does, as without a key
+    return;
+  }
 
   function fields(form, verdict) {
     const data = new FormData(form);
@@ -49,7 +55,7 @@
     return decided;
   }
 
-  window.DeskDeviceKey.find(page.dataset.username, endorsed).then((entry) => {
+  const found = window.DeskDeviceKey.find(page.dataset.username, endorsed).then((entry) => {
     if (!entry) return;
     notice.textContent = "Decisions here are signed by this browser's device key " + entry.key_id + " (" + entry.label + ").";
     notice.hidden = false;
@@ -70,4 +76,6 @@
       });
     });
   });
+  // Found or not (or no IndexedDB here), the signer is settled: a click now signs as it should.
+  found.catch(() => {}).finally(arm);
 })();

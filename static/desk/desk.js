@@ -291,7 +291,8 @@
       existing.replaceWith(node);
       if (wasSelected) select(node, { focus: listHasFocus() });
     } else if (matches(approval)) {
-      place(card(approval));
+      // The keys act on the selected card: a queue that was empty has none until this one.
+      if (place(card(approval)) && !selected()) select(cards()[0], { focus: false });
     }
     showOffPage();
     refreshCount();

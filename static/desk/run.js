@@ -1,6 +1,6 @@
 // The run page's timeline, live: the desk socket says when the run (run.updated) or one of its
-// approvals (approval.*) changed; the page then fetches itself and swaps in the new timeline and
-// status. A heartbeat past the last event seen may hide a lost push: that reloads too.
+// approvals (approval.*) changed; the page then fetches itself and swaps in the new timeline,
+// status and controls. A heartbeat past the last event seen may hide a lost push: that reloads too.
 (function () {
   "use strict";
   const section = document.getElementById("timeline");
@@ -23,7 +23,8 @@
       .then((response) => (response.ok ? response.text() : Promise.reject(response.status)))
       .then((html) => {
         const fresh = new DOMParser().parseFromString(html, "text/html");
-        for (const id of ["timeline-list", "run-status"]) {
+        // The controls with the status: an ended run offers no Cancel (and a failed one, Retry).
+        for (const id of ["timeline-list", "run-status", "run-controls"]) {
           const now = document.getElementById(id);
           const next = fresh.getElementById(id);
           if (now && next) now.replaceWith(document.importNode(next, true));

@@ -85,6 +85,8 @@ def test_two_reviewers_on_two_pages_approve_execute_and_only_then_it_runs(
     for page in (alice_page, bob_page):
         expect(page.locator("#quorum-count")).to_have_text("0 of 2")
         expect(page.locator("#edit-link")).to_have_count(0)  # no edit under a quorum
+    # bob's socket is live before alice votes, so what reaches it below is a push.
+    expect(bob_page.locator("#approval")).to_have_attribute("data-socket", "live", timeout=10_000)
 
     alice_page.on("dialog", lambda dialog: dialog.accept())  # execute is irreversible: the page asks
     alice_page.click("#decide-form button.approve")

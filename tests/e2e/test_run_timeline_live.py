@@ -40,6 +40,7 @@ def test_the_run_timeline_grows_live_as_bob_approves_and_the_worker_finishes(
 
     page = log_in(browser, own_stack, "alice", f"/runs/{run_id}/")
     page.wait_for_selector("#timeline-live[data-state=live]")
+    expect(page.locator("#cancel-run")).to_be_visible()
     before = page.locator("#timeline-list .tl-text").all_text_contents()
     assert before[0] == "Run submitted" and "Approval requested: send_email" in before
     assert "Run succeeded" not in before
@@ -59,7 +60,8 @@ def test_the_run_timeline_grows_live_as_bob_approves_and_the_worker_finishes(
     assert after[: len(before)] == before  # it grew; nothing earlier moved
     for text in ("Approved send_email", "Effect send_email confirmed", "Run succeeded"):
         assert text in after[len(before) :], after
-    assert page.text_content("#run-status") == "succeeded"
+    assert page.text_content("#run-status") == "succeeded"  # from the same fetch as the timeline
+    expect(page.locator("#cancel-run")).to_have_count(0)  # and so are its controls: nothing to cancel
     assert int(page.get_attribute("#timeline", "data-event-refreshes") or 0) >= 1  # pushed, not polled
     assert page.evaluate("performance.getEntriesByType('navigation').length") == 1  # no reload
     shoot(page, "run-timeline")

@@ -10,12 +10,15 @@ live socket.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.templatetags.static import static
 from django.test import Client
+from playwright.sync_api import expect
 
 from reviewdesk.events.builders import approval_data
 
@@ -25,7 +28,8 @@ CHROMIUM = "/usr/bin/chromium"
 ORIGIN = "http://desk.test"
 
 # Replaces WebSocket before desk.js runs: records where it connects, marks the server's
-# cards (a mark that survives only if desk.js fails to replace them), sends the snapshot.
+# cards (a mark that survives only if desk.js fails to replace them), sends the snapshot and
+# then the pushes, if any.
 FAKE_SOCKET = """
 window.__socketUrls = [];
 window.WebSocket = class {
@@ -36,6 +40,7 @@ window.WebSocket = class {
     setTimeout(() => {
       this.onopen();
       this.onmessage({ data: JSON.stringify(window.__snapshot) });
+      (window.__pushes || []).forEach((push) => this.onmessage({ data: JSON.stringify(push) }));
       window.__snapshotApplied = true;
     }, 0);
   }
@@ -66,12 +71,10 @@ SHAPE = """
 """
 
 
-def test_desk_js_builds_the_card_the_server_renders_for_each_kind(pending, personas):
-    approvals = [pending("tool_call"), pending("reconcile")]
-    client = Client()
-    client.force_login(personas.bob)
-    html = client.get("/").content.decode()
-    snapshot = {"seq": 0, "type": "snapshot", "data": {"approvals": [approval_data(a) for a in approvals]}}
+@contextmanager
+def desk_in_chromium(html: str, snapshot: dict, pushes: list[dict] | None = None) -> Iterator:
+    """The desk page `html` with desk.js, its socket a stand-in that sends `snapshot` then
+    `pushes`: the page once all of them are applied."""
     files = {f"{ORIGIN}/": (html, "text/html")}
     for script in ("shown.js", "time.js", "desk.js"):
         files[f"{ORIGIN}{static('desk/' + script)}"] = (
@@ -91,18 +94,46 @@ def test_desk_js_builds_the_card_the_server_renders_for_each_kind(pending, perso
         try:
             page = browser.new_page()
             page.route(f"{ORIGIN}/**", serve)
-            page.add_init_script(f"window.__snapshot = {json.dumps(snapshot)};" + FAKE_SOCKET)
-            # What the server rendered, before desk.js touches it.
-            served = page.evaluate(
-                f"(html) => ({SHAPE})(new DOMParser().parseFromString(html, 'text/html'))", html
+            page.add_init_script(
+                f"window.__snapshot = {json.dumps(snapshot)}; window.__pushes = {json.dumps(pushes or [])};"
+                + FAKE_SOCKET
             )
             page.goto(f"{ORIGIN}/")
             page.wait_for_function("window.__snapshotApplied === true")
-            built = page.evaluate(SHAPE, page.query_selector("#approvals"))
-            socket_urls = page.evaluate("window.__socketUrls")
+            yield page
         finally:
             browser.close()
+
+
+def test_desk_js_builds_the_card_the_server_renders_for_each_kind(pending, personas):
+    approvals = [pending("tool_call"), pending("reconcile")]
+    client = Client()
+    client.force_login(personas.bob)
+    html = client.get("/").content.decode()
+    snapshot = {"seq": 0, "type": "snapshot", "data": {"approvals": [approval_data(a) for a in approvals]}}
+    # What the server rendered, before desk.js touches it.
+    with desk_in_chromium(html, snapshot) as page:
+        served = page.evaluate(
+            f"(html) => ({SHAPE})(new DOMParser().parseFromString(html, 'text/html'))", html
+        )
+        built = page.evaluate(SHAPE, page.query_selector("#approvals"))
+        socket_urls = page.evaluate("window.__socketUrls")
 
     assert [card[1]["data-kind"] for card in served] == ["tool_call", "reconcile"]
     assert built == served
     assert socket_urls == ["ws://desk.test/ws/desk/?events=approvals"]  # approval events only
+
+
+def test_an_approval_pushed_onto_an_empty_desk_is_the_selected_card(pending, personas):
+    """The keys act on the selected card: one that arrives while the queue is empty must be it,
+    as the first card is when the page or its snapshot draws the queue. (A test that pressed `o`
+    just after its run's card arrived waited forever when the card came by push.)"""
+    client = Client()
+    client.force_login(personas.bob)
+    html = client.get("/").content.decode()  # nothing pending yet
+    approval = approval_data(pending("tool_call"))
+    snapshot = {"seq": 0, "type": "snapshot", "data": {"approvals": []}}
+    pushed = {"seq": 1, "type": "approval.created", "data": approval}
+    with desk_in_chromium(html, snapshot, [pushed]) as page:
+        card = page.locator(f"li.card[data-approval-id='{approval['id']}']")
+        expect(card).to_have_attribute("aria-current", "true")

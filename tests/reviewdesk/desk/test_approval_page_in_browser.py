@@ -1,0 +1,139 @@
+"""In headless Chromium: the approval page's decision buttons wait for the scripts that handle them.
+
+The page comes from Django's test client; Chromium gets it and its scripts through a route,
+with one script held back (404) to stand for a script not run yet, or, for approval_sign.js,
+a device-key lookup not answered yet. Clicked before, a button would post its form natively:
+no confirmation, no diff before an edit, and for a reviewer with an endorsed device key, a
+decision signed by the server while this browser holds the reviewer's own key.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.templatetags.static import static
+from django.test import Client
+from playwright.sync_api import expect
+
+from reviewdesk.approvals.models import ApprovalRequest
+from reviewdesk.approvals.services import approval_decide
+from reviewdesk.events.builders import approval_data
+from reviewdesk.events.services import latest_seq
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM = "/usr/bin/chromium"
+# localhost is a secure context: WebCrypto and IndexedDB work as on the real desk (https).
+ORIGIN = "http://localhost:8931"
+SCRIPTS = ("shown.js", "time.js", "schema.js", "approval.js", "devicekey.js", "approval_sign.js")
+# approval.js opens the desk socket: here one that sends window.__snapshot, if any, and no more.
+FAKE_SOCKET = """
+window.WebSocket = class {
+  constructor() {
+    if (window.__snapshot) setTimeout(() => this.onmessage({ data: JSON.stringify(window.__snapshot) }), 0);
+  }
+  send() {}
+  close() {}
+};
+"""
+DECISION_BUTTONS = ("#decide-form button.approve", "#decide-form button.reject", "#edit-submit")
+
+
+@contextmanager
+def approval_page(user, approval, *, held_back: str | None, snapshot=None) -> Iterator:
+    """Load the approval page as `user` in a fresh browser (no device key held), `held_back`
+    never served, its socket sending `snapshot()`, read after the page: the page once loaded
+    (every script served has run)."""
+    client = Client()
+    client.force_login(user)
+    path = f"/approvals/{approval.id}/"
+    response = client.get(path)
+    assert response.status_code == 200
+    socket_sends = f"window.__snapshot = {json.dumps(snapshot())};" if snapshot else ""
+    files = {f"{ORIGIN}{path}": (response.content.decode(), "text/html")}
+    for script in SCRIPTS:
+        if script != held_back:
+            files[f"{ORIGIN}{static('desk/' + script)}"] = (
+                (Path(settings.BASE_DIR) / "static/desk" / script).read_text(),
+                "application/javascript",
+            )
+
+    def serve(route) -> None:
+        body, content_type = files.get(route.request.url, ("", "text/plain"))
+        route.fulfill(body=body, content_type=content_type, status=200 if body else 404)
+
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), "install Debian's chromium (.ci/run does it with apt-get)"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
+        try:
+            page = browser.new_page()
+            page.route(f"{ORIGIN}/**", serve)
+            page.add_init_script(socket_sends + FAKE_SOCKET)
+            page.goto(f"{ORIGIN}{path}")
+            yield page
+        finally:
+            browser.close()
+
+
+def test_with_a_device_key_the_buttons_wait_for_the_signer_then_work(pending, personas, device_keys):
+    """alice has an endorsed device key: until approval_sign.js has looked for it in this
+    browser, a click would be signed by the server. Once it knows (here: no key held), they work."""
+    approval = pending("tool_call")
+    with approval_page(personas.alice, approval, held_back="approval_sign.js") as page:
+        for button in DECISION_BUTTONS:
+            expect(page.locator(button)).to_be_disabled()
+        assert page.evaluate("typeof window.DeskApproval") == "object"  # though approval.js has run
+    with approval_page(personas.alice, approval, held_back=None) as page:
+        for button in DECISION_BUTTONS:
+            expect(page.locator(button)).to_be_enabled()
+        expect(page.locator("#device-signing")).to_be_hidden()  # no key here: the server signs
+
+
+def test_without_a_device_key_the_buttons_wait_for_approval_js(pending, personas):
+    """bob holds no device key: the buttons wait for approval.js alone (the confirmation of an
+    irreversible call, the diff before an edit, Enter in a field not approving)."""
+    approval = pending("tool_call")
+    with approval_page(personas.bob, approval, held_back="approval.js") as page:
+        for button in DECISION_BUTTONS:
+            expect(page.locator(button)).to_be_disabled()
+    with approval_page(personas.bob, approval, held_back="approval_sign.js") as page:
+        for button in DECISION_BUTTONS:
+            expect(page.locator(button)).to_be_enabled()
+
+
+EXECUTE_SCRIPT = [
+    {"tool_calls": [{"name": "execute", "arguments": {"command": "echo hi"}}]},
+    {"content": "Ran it."},
+]
+
+
+def test_a_vote_between_the_page_and_its_socket_shows_in_the_count(interrupted_run, personas):
+    """bob opens a call that needs two approvals; alice votes before his page's socket has
+    joined, so no event reaches it: the socket's snapshot must, or bob reads "0 of 2" until he
+    reloads. (tests/e2e/test_quorum_and_handover_browser.py let alice vote before bob's socket
+    was live.)"""
+    _, approval = interrupted_run(script=EXECUTE_SCRIPT)
+
+    def alice_votes_then_the_snapshot():
+        approval_decide(
+            approval_id=approval.id,
+            reviewer=personas.alice,
+            verdict="approve",
+            checkpoint_id=str(approval.checkpoint_id),
+        )
+        queued = approval_data(ApprovalRequest.objects.get(pk=approval.pk))
+        return {"type": "snapshot", "seq": latest_seq(), "data": {"approvals": [queued], "more": False}}
+
+    with approval_page(
+        personas.bob, approval, held_back=None, snapshot=alice_votes_then_the_snapshot
+    ) as page:
+        expect(page.locator("#quorum-count")).to_have_text("1 of 2")
+        expect(page.locator("#quorum-by")).to_have_text("approved by alice")
+        expect(page.locator("#decide-form button.approve")).to_be_enabled()  # still bob's to decide

@@ -144,6 +144,12 @@ def breakdown_text(rows: list[dict[str, Any]]) -> str:
                 f"duplicates: desk {f['duplicates']['desk']}, floor {f['duplicates']['floor']}; sockets opened in "
                 + ", ".join(f"{k} {v} s" for k, v in f["opened_s"].items())
             )
+        if extra.get("cpu_ms_per_cycle"):
+            cpu = extra["cpu_ms_per_cycle"]
+            lines.append(
+                f"\n#6 CPU per cycle ({extra['finished']} cycles; ms of CPU time, idle = the CPUs' unused time): "
+                + ", ".join(f"{who} {ms:.1f}" for who, ms in cpu.items())
+            )
         if "pause_resume" in extra:
             lines.append(pause_resume_text(extra["pause_resume"]))
         if "growth_200_vs_100" in extra:

@@ -113,26 +113,36 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def cpu_seconds(self) -> dict[str, float]:
-        """CPU time (user + system) used so far by each process the harness started, children
-        included (a Celery worker's forks share its session), by name; "bench" is this driver.
-        PostgreSQL's backends are not ours to count: they are the "elsewhere" of a breakdown."""
+    def cpu_snapshot(self) -> dict[int, tuple[str, float]]:
+        """Every process on the machine, by pid: who it is and the CPU time (user + system) it
+        has used so far. Who: the name of the harness's process it belongs to (a Celery
+        worker's forks share its session), "bench" for this driver, "postgres" or "redis" by
+        command name, else "other". Two snapshots make a breakdown (`cpu_breakdown`)."""
         tick = os.sysconf("SC_CLK_TCK")
-        by_session: dict[int, float] = {}
+        ours = {proc.popen.pid: proc.name for proc in self.procs}
+        snapshot: dict[int, tuple[str, float]] = {}
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
             try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:  # gone meanwhile
+                head, tail = (entry / "stat").read_text().rsplit(")", 1)
+            except (OSError, ValueError):  # gone meanwhile
                 continue
+            fields, command = tail.split(), head.split("(", 1)[1]
             # After the name: state, ppid, pgrp, session, ... utime and stime are fields 14 and 15.
             session, used = int(fields[3]), (int(fields[11]) + int(fields[12])) / tick
-            by_session[session] = by_session.get(session, 0.0) + used
-        totals = {proc.name: by_session.get(proc.popen.pid, 0.0) for proc in self.procs}
-        own = os.times()
-        totals["bench"] = own.user + own.system
-        return totals
+            if session in ours:
+                who = ours[session]
+            elif int(entry.name) == os.getpid():
+                who = "bench"
+            elif command.startswith("postgres"):
+                who = "postgres"
+            elif command.startswith("redis-server"):
+                who = "redis"
+            else:
+                who = "other"
+            snapshot[int(entry.name)] = (who, used)
+        return snapshot
 
     def stop_one(self, proc: Proc) -> None:
         """Stop one process the harness started (a figure's own), before the rest."""
@@ -158,6 +168,17 @@ class Stack:
         if self.redis and self.redis.poll() is None:
             self.redis.terminate()
             self.redis.wait(timeout=10)
+
+
+def cpu_breakdown(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict:
+    """CPU seconds used between two snapshots, by who (a process that ended in between is
+    not counted; one that started is, whole)."""
+    used: dict[str, float] = {}
+    for pid, (who, total) in after.items():
+        earlier = before.get(pid)
+        spent = total - earlier[1] if earlier and earlier[0] == who else total
+        used[who] = used.get(who, 0.0) + max(spent, 0.0)
+    return used
 
 
 def _wait(predicate, what: str, timeout: float = 90) -> None:

@@ -14,6 +14,7 @@ import httpx
 from bench import floor
 from bench.common import Row, Socket, read_records, size
 from bench.cycle import script
+from bench.stack import cpu_breakdown
 
 
 async def measure(stack, people, redis, budget: float) -> list[Row]:
@@ -58,13 +59,13 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
                 assert response.status_code == 201, response.text
                 mine.add(response.json()["id"])
 
-        cpu_before = stack.cpu_seconds()
+        cpu_before = stack.cpu_snapshot()
         start = time.time()
         await asyncio.gather(*(submit() for _ in range(runs)))
         with contextlib.suppress(TimeoutError):  # a short run is reported as such, not failed
             await asyncio.wait_for(all_done.wait(), budget)
         await asyncio.gather(*pending, return_exceptions=True)
-        cpu_after = stack.cpu_seconds()
+        cpu_after = stack.cpu_snapshot()
     await sock.close()
     cycles = [len(finished) / (max(finished.values()) - start)] if finished else []
     # Where the time went: the worker processes' busy share of the wall time (2 processes).
@@ -112,14 +113,14 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
     ]
 
 
-def cpu_per_cycle(before: dict[str, float], after: dict[str, float], cycles: int, wall: float) -> dict:
-    """Where a cycle's CPU went, in ms per cycle by process (the web, the worker with its forks,
-    this driver), and "elsewhere": the machine's CPUs over the same wall time less those, which
-    is PostgreSQL, Redis and anything else running (an upper bound: idle time counts there)."""
+def cpu_per_cycle(before: dict, after: dict, cycles: int, wall: float) -> dict:
+    """Where a cycle's CPU went, in ms per cycle: the web, the worker with its forks, this
+    driver, PostgreSQL's and Redis's processes, anything else on the machine ("other"), and
+    the CPUs' idle time over the same wall time."""
     if not cycles:
         return {}
-    used = {name: (after[name] - before.get(name, 0.0)) * 1000 / cycles for name in after}
-    used = {name: round(value, 1) for name, value in used.items() if value > 0}
+    used = {who: seconds * 1000 / cycles for who, seconds in cpu_breakdown(before, after).items()}
+    used = {who: round(ms, 1) for who, ms in sorted(used.items(), key=lambda item: -item[1]) if ms > 0}
     capacity = (os.cpu_count() or 1) * wall * 1000 / cycles
-    used["elsewhere_or_idle"] = round(max(capacity - sum(used.values()), 0.0), 1)
+    used["idle"] = round(max(capacity - sum(used.values()), 0.0), 1)
     return used

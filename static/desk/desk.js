@@ -121,7 +121,15 @@
       form.action = details;
       form.querySelector("[name=checkpoint_id]").value = approval.checkpoint_id;
     });
+    arm(node); // only a shown (pending) approval is drawn: see upsert and applySnapshot
     return node;
+  }
+
+  // The card's approve/reject buttons are served disabled (data-arm): clicked before this
+  // script holds the card, one posted its form natively, with no confirmation of an
+  // irreversible call, and Enter in the reason field approved (marked done, on a reconcile).
+  function arm(node) {
+    node.querySelectorAll("button[data-arm]").forEach((button) => (button.disabled = false));
   }
 
   // A question's text and its options as buttons (text only); a schema is answered on its page.
@@ -592,6 +600,7 @@
     };
   }
 
+  cards().forEach(arm); // the server's cards: the submit handler above holds them now
   drawBounds();
   if (cards().length) select(cards()[0], { focus: false });
   refreshCount();

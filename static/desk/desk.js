@@ -431,12 +431,16 @@
     if (button && button.tagName === "BUTTON") decide(event.target.closest("li.card"), button);
   });
 
+  // Refusals no retry from this card can change (codes: reviewdesk/errors.py).
+  const REFUSED_FOR_GOOD = ["decided", "expired", "cancelled", "voted"];
+
   function irreversible(node, button) {
     return node.dataset.effect === "external" && !button.classList.contains("reject");
   }
 
   async function decide(node, button) {
     if (!node || !button || node.dataset.busy) return;
+    if (button.disabled) return; // the keys too: not before arm(), nor after a refusal for good
     if (irreversible(node, button)) {
       const tool = node.dataset.tool;
       if (!window.confirm(tool + " acts outside the desk and cannot be undone. " + button.textContent.trim() + "?")) return;
@@ -451,7 +455,9 @@
       settle(node, { focus: true });
     } else {
       notice(answer.detail, "error");
-      form.querySelectorAll("button").forEach((b) => (b.disabled = false));
+      // Refused for good (decided elsewhere, expired, cancelled, my vote already in): the
+      // buttons stay off, and the approval's event takes the card away.
+      if (!REFUSED_FOR_GOOD.includes(answer.code)) form.querySelectorAll("button").forEach((b) => (b.disabled = false));
     }
   }
 

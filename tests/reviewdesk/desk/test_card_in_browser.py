@@ -241,3 +241,34 @@ def test_desk_js_arms_the_server_cards_and_decides_in_place(pending, personas):
     [(path, accept, body)] = posted
     assert (path, accept) == (f"/approvals/{approval.id}/", "application/json")
     assert 'name="verdict"\r\n\r\napprove\r\n' in body
+
+
+def test_a_card_refused_as_decided_elsewhere_stays_off(pending, personas):
+    """alice decided the call after bob's page drew it, and no event has told his page yet: his
+    Approve is refused, and the card's buttons (and its keys) stay off rather than offer a
+    decision that can no longer be made."""
+    approval = pending("tool_call")
+    client = Client()
+    client.force_login(personas.bob)
+    html = client.get("/").content.decode()
+    # What the approval's page answers then (tests/reviewdesk/desk/test_batch_refusals.py).
+    refused = (
+        409,
+        {
+            "decided": False,
+            "detail": "Not decided: this approval was already rejected by alice",
+            "code": "decided",
+        },
+    )
+    posted: list = []
+    with desk_in_chromium(html, None, answer=refused, posted=posted) as page:
+        page.on("dialog", lambda dialog: dialog.accept())
+        card = page.locator(f"li.card[data-approval-id='{approval.id}']")
+        card.locator("button.approve").click()
+        expect(page.locator("#notices .flash.error")).to_contain_text("already rejected by alice")
+        expect(card.locator("button.approve")).to_be_disabled()
+        expect(card.locator("button.reject")).to_be_disabled()
+        page.keyboard.press("a")  # the selected card: a key acts on armed buttons only
+        page.wait_for_timeout(500)
+        expect(page.locator("#notices .flash")).to_have_count(1)
+    assert len(posted) == 1

@@ -125,11 +125,11 @@
     return node;
   }
 
-  // The card's approve/reject buttons are served disabled (data-arm): clicked before this
+  // The card's approve/reject buttons are served disabled (data-arm="desk"): clicked before this
   // script holds the card, one posted its form natively, with no confirmation of an
   // irreversible call, and Enter in the reason field approved (marked done, on a reconcile).
   function arm(node) {
-    node.querySelectorAll("button[data-arm]").forEach((button) => (button.disabled = false));
+    node.querySelectorAll("button[data-arm=desk]").forEach((button) => (button.disabled = false));
   }
 
   // A question's text and its options as buttons (text only); a schema is answered on its page.

@@ -76,13 +76,13 @@ SHAPE = """
 
 
 def armed(cards: list) -> int:
-    """Arm the decision buttons (data-arm) in these card shapes as desk.js does, asserting that
-    each was served disabled: how many there were."""
+    """Arm the controls that wait for a script (data-arm) in these card shapes, as desk.js and
+    batch.js do, asserting that each was served disabled: how many there were."""
 
     def arm(shape) -> int:
-        tag, attrs, _, children = shape
+        _, attrs, _, children = shape
         count = 0
-        if tag == "button" and "data-arm" in attrs:
+        if "data-arm" in attrs:
             assert "disabled" in attrs, attrs
             del attrs["disabled"]
             count = 1
@@ -107,7 +107,7 @@ def desk_in_chromium(
     desk.js, and added to `posted` as (path, Accept, body)."""
     posted = [] if posted is None else posted
     files = {f"{ORIGIN}/": (html, "text/html")}
-    for script in ("shown.js", "time.js", "desk.js"):
+    for script in ("shown.js", "time.js", "desk.js", "batch.js"):
         if script != held_back:
             files[f"{ORIGIN}{static('desk/' + script)}"] = (
                 (Path(settings.BASE_DIR) / "static/desk" / script).read_text(),
@@ -159,8 +159,9 @@ def test_desk_js_builds_the_card_the_server_renders_for_each_kind(pending, perso
         socket_urls = page.evaluate("window.__socketUrls")
 
     assert [card[1]["data-kind"] for card in served] == ["tool_call", "reconcile"]
-    # The server's approve/reject buttons wait, disabled, for desk.js; its own cards are armed.
-    assert armed(served) == 2 + 3  # Approve, Reject; Mark done, Re-run, Reject
+    # The server's cards wait, disabled, for desk.js and batch.js; the cards built are armed:
+    # the batch pick, "all of this run", Approve and Reject; Mark done, Re-run and Reject.
+    assert armed(served) == 2 + 2 + 3
     assert built == served
     assert socket_urls == ["ws://desk.test/ws/desk/?events=approvals"]  # approval events only
 
@@ -190,6 +191,27 @@ DECISION_BUTTONS = (
 )
 
 
+BATCH_CONTROLS = ("li.card input.batch-pick", "li.card button.pick-run")
+
+
+def test_before_batch_js_the_batch_pick_waits(pending, personas):
+    """A box ticked before batch.js was unticked when batch.js drew the selection (the pick
+    lost, silently): the batch controls wait for batch.js, as the decision buttons for desk.js."""
+    pending("tool_call")
+    client = Client()
+    client.force_login(personas.bob)
+    html = client.get("/").content.decode()
+    with desk_in_chromium(html, None, held_back="batch.js") as page:
+        for control in BATCH_CONTROLS:
+            expect(page.locator(control)).to_be_disabled()
+        expect(page.locator("li.card button.approve")).to_be_enabled()  # desk.js's own
+    with desk_in_chromium(html, None) as page:
+        for control in BATCH_CONTROLS:
+            expect(page.locator(control)).to_be_enabled()
+        page.locator("li.card input.batch-pick").check()
+        expect(page.locator("#batch-count")).to_have_text("1 selected")
+
+
 def test_before_desk_js_a_card_posts_nothing(pending, personas):
     """Before desk.js holds the page, a card's buttons posted their form natively: send_email
     (irreversible) approved on a click with no confirmation, Enter in the reason typed for a
@@ -213,7 +235,7 @@ def test_before_desk_js_a_card_posts_nothing(pending, personas):
         page.locator("li.card[data-kind=tool_call] button.approve").click(force=True)
         page.wait_for_load_state()
         assert posted == []
-        for button in DECISION_BUTTONS:
+        for button in DECISION_BUTTONS + BATCH_CONTROLS:  # batch.js needs desk.js
             expect(page.locator(button)).to_be_disabled()
 
 

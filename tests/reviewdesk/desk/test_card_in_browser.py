@@ -4,11 +4,11 @@ The desk page comes from Django's test client; Chromium gets it, desk.js and a
 stand-in socket that answers with a snapshot of the same approvals. desk.js then
 replaces every server card with one cloned from #card-template, so the two can be
 compared element by element. No server process runs here; tests/e2e covers the
-live socket. A decision the page posts goes to Django's test client, logged in as the
-page's user.
+live socket. A decision the page posts is recorded and answered with a stand-in of what
+the approval's page sends desk.js.
 
-The cards' approve/reject buttons are served disabled and armed by desk.js: tested here
-with desk.js held back (404), as a script not run yet.
+The cards' approve/reject buttons are served disabled and armed by desk.js, the batch pick
+by batch.js: tested here with the script held back (404), as a script not run yet.
 """
 
 from __future__ import annotations

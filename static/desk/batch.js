@@ -54,6 +54,8 @@
       const on = picked.has(node.dataset.approvalId);
       const box = node.querySelector("input.batch-pick");
       if (box) box.checked = on;
+      // Served disabled (data-arm="batch"): a pick made before this script was lost here.
+      node.querySelectorAll("[data-arm=batch]").forEach((control) => (control.disabled = false));
       if (on) node.dataset.picked = "yes";
       else delete node.dataset.picked;
       const differs = node.querySelector(".differs");

@@ -121,7 +121,15 @@
       form.action = details;
       form.querySelector("[name=checkpoint_id]").value = approval.checkpoint_id;
     });
+    arm(node); // only a shown (pending) approval is drawn: see upsert and applySnapshot
     return node;
+  }
+
+  // The card's approve/reject buttons are served disabled (data-arm="desk"): clicked before this
+  // script holds the card, one posted its form natively, with no confirmation of an
+  // irreversible call, and Enter in the reason field approved (marked done, on a reconcile).
+  function arm(node) {
+    node.querySelectorAll("button[data-arm=desk]").forEach((button) => (button.disabled = false));
   }
 
   // A question's text and its options as buttons (text only); a schema is answered on its page.
@@ -423,12 +431,16 @@
     if (button && button.tagName === "BUTTON") decide(event.target.closest("li.card"), button);
   });
 
+  // Refusals no retry from this card can change (codes: reviewdesk/errors.py).
+  const REFUSED_FOR_GOOD = ["decided", "expired", "cancelled", "voted"];
+
   function irreversible(node, button) {
     return node.dataset.effect === "external" && !button.classList.contains("reject");
   }
 
   async function decide(node, button) {
     if (!node || !button || node.dataset.busy) return;
+    if (button.disabled) return; // the keys too: not before arm(), nor after a refusal for good
     if (irreversible(node, button)) {
       const tool = node.dataset.tool;
       if (!window.confirm(tool + " acts outside the desk and cannot be undone. " + button.textContent.trim() + "?")) return;
@@ -443,7 +455,9 @@
       settle(node, { focus: true });
     } else {
       notice(answer.detail, "error");
-      form.querySelectorAll("button").forEach((b) => (b.disabled = false));
+      // Refused for good (decided elsewhere, expired, cancelled, my vote already in): the
+      // buttons stay off, and the approval's event takes the card away.
+      if (!REFUSED_FOR_GOOD.includes(answer.code)) form.querySelectorAll("button").forEach((b) => (b.disabled = false));
     }
   }
 
@@ -592,6 +606,7 @@
     };
   }
 
+  cards().forEach(arm); // the server's cards: the submit handler above holds them now
   drawBounds();
   if (cards().length) select(cards()[0], { focus: false });
   refreshCount();

@@ -4,7 +4,11 @@ The desk page comes from Django's test client; Chromium gets it, desk.js and a
 stand-in socket that answers with a snapshot of the same approvals. desk.js then
 replaces every server card with one cloned from #card-template, so the two can be
 compared element by element. No server process runs here; tests/e2e covers the
-live socket.
+live socket. A decision the page posts is recorded and answered with a stand-in of what
+the approval's page sends desk.js.
+
+The cards' approve/reject buttons are served disabled and armed by desk.js, the batch pick
+by batch.js: tested here with the script held back (404), as a script not run yet.
 """
 
 from __future__ import annotations
@@ -29,19 +33,19 @@ ORIGIN = "http://desk.test"
 
 # Replaces WebSocket before desk.js runs: records where it connects, marks the server's
 # cards (a mark that survives only if desk.js fails to replace them), sends the snapshot and
-# then the pushes, if any.
+# then the pushes, if any (no snapshot: a socket that has not answered yet).
 FAKE_SOCKET = """
 window.__socketUrls = [];
 window.WebSocket = class {
   constructor(url) {
     window.__socketUrls.push(url);
-    document.querySelectorAll("li.card").forEach((card) => { card.dataset.fromServer = "yes"; });
+    if (window.__snapshot) document.querySelectorAll("li.card").forEach((card) => { card.dataset.fromServer = "yes"; });
     this.readyState = 1;
     setTimeout(() => {
       this.onopen();
-      this.onmessage({ data: JSON.stringify(window.__snapshot) });
+      if (window.__snapshot) this.onmessage({ data: JSON.stringify(window.__snapshot) });
       (window.__pushes || []).forEach((push) => this.onmessage({ data: JSON.stringify(push) }));
-      window.__snapshotApplied = true;
+      window.__socketSent = true;
     }, 0);
   }
   send() {}
@@ -71,19 +75,53 @@ SHAPE = """
 """
 
 
+def armed(cards: list) -> int:
+    """Arm the controls that wait for a script (data-arm) in these card shapes, as desk.js and
+    batch.js do, asserting that each was served disabled: how many there were."""
+
+    def arm(shape) -> int:
+        _, attrs, _, children = shape
+        count = 0
+        if "data-arm" in attrs:
+            assert "disabled" in attrs, attrs
+            del attrs["disabled"]
+            count = 1
+        return count + sum(arm(child) for child in children)
+
+    return sum(arm(card) for card in cards)
+
+
 @contextmanager
-def desk_in_chromium(html: str, snapshot: dict, pushes: list[dict] | None = None) -> Iterator:
-    """The desk page `html` with desk.js, its socket a stand-in that sends `snapshot` then
-    `pushes`: the page once all of them are applied."""
+def desk_in_chromium(
+    html: str,
+    snapshot: dict | None,
+    pushes: list[dict] | None = None,
+    *,
+    held_back: str | None = None,
+    answer: tuple[int, dict] = (500, {}),
+    posted: list | None = None,
+) -> Iterator:
+    """The desk page `html` with desk.js, its socket a stand-in that sends `snapshot` (None:
+    nothing yet) then `pushes`: the page once all of them are applied. `held_back` is never
+    served. A POST is answered with `answer` (status, JSON), as the approval's page answers
+    desk.js, and added to `posted` as (path, Accept, body)."""
+    posted = [] if posted is None else posted
     files = {f"{ORIGIN}/": (html, "text/html")}
-    for script in ("shown.js", "time.js", "desk.js"):
-        files[f"{ORIGIN}{static('desk/' + script)}"] = (
-            (Path(settings.BASE_DIR) / "static/desk" / script).read_text(),
-            "application/javascript",
-        )
+    for script in ("shown.js", "time.js", "desk.js", "batch.js"):
+        if script != held_back:
+            files[f"{ORIGIN}{static('desk/' + script)}"] = (
+                (Path(settings.BASE_DIR) / "static/desk" / script).read_text(),
+                "application/javascript",
+            )
 
     def serve(route) -> None:
-        body, content_type = files.get(route.request.url, ("", "text/plain"))
+        request = route.request
+        if request.method == "POST":  # the desk's side of a decision: `answer`, as JSON
+            path = request.url.removeprefix(ORIGIN)
+            posted.append((path, request.headers.get("accept", ""), request.post_data or ""))
+            route.fulfill(status=answer[0], json=answer[1])
+            return
+        body, content_type = files.get(request.url, ("", "text/plain"))
         route.fulfill(body=body, content_type=content_type, status=200 if body else 404)
 
     from playwright.sync_api import sync_playwright
@@ -99,7 +137,8 @@ def desk_in_chromium(html: str, snapshot: dict, pushes: list[dict] | None = None
                 + FAKE_SOCKET
             )
             page.goto(f"{ORIGIN}/")
-            page.wait_for_function("window.__snapshotApplied === true")
+            if held_back is None:
+                page.wait_for_function("window.__socketSent === true")
             yield page
         finally:
             browser.close()
@@ -120,6 +159,9 @@ def test_desk_js_builds_the_card_the_server_renders_for_each_kind(pending, perso
         socket_urls = page.evaluate("window.__socketUrls")
 
     assert [card[1]["data-kind"] for card in served] == ["tool_call", "reconcile"]
+    # The server's cards wait, disabled, for desk.js and batch.js; the cards built are armed:
+    # the batch pick, "all of this run", Approve and Reject; Mark done, Re-run and Reject.
+    assert armed(served) == 2 + 2 + 3
     assert built == served
     assert socket_urls == ["ws://desk.test/ws/desk/?events=approvals"]  # approval events only
 
@@ -137,3 +179,118 @@ def test_an_approval_pushed_onto_an_empty_desk_is_the_selected_card(pending, per
     with desk_in_chromium(html, snapshot, [pushed]) as page:
         card = page.locator(f"li.card[data-approval-id='{approval['id']}']")
         expect(card).to_have_attribute("aria-current", "true")
+        expect(card.locator("button.approve")).to_be_enabled()
+
+
+DECISION_BUTTONS = (
+    "li.card[data-kind=tool_call] button.approve",
+    "li.card[data-kind=tool_call] button.reject",
+    "li.card[data-kind=reconcile] button.approve",
+    "li.card[data-kind=reconcile] button[value=rerun]",
+    "li.card[data-kind=reconcile] button.reject",
+)
+
+
+BATCH_CONTROLS = ("li.card input.batch-pick", "li.card button.pick-run")
+
+
+def test_before_batch_js_the_batch_pick_waits(pending, personas):
+    """A box ticked before batch.js was unticked when batch.js drew the selection (the pick
+    lost, silently): the batch controls wait for batch.js, as the decision buttons for desk.js."""
+    pending("tool_call")
+    client = Client()
+    client.force_login(personas.bob)
+    html = client.get("/").content.decode()
+    with desk_in_chromium(html, None, held_back="batch.js") as page:
+        for control in BATCH_CONTROLS:
+            expect(page.locator(control)).to_be_disabled()
+        expect(page.locator("li.card button.approve")).to_be_enabled()  # desk.js's own
+    with desk_in_chromium(html, None) as page:
+        for control in BATCH_CONTROLS:
+            expect(page.locator(control)).to_be_enabled()
+        page.locator("li.card input.batch-pick").check()
+        expect(page.locator("#batch-count")).to_have_text("1 selected")
+
+
+def test_before_desk_js_a_card_posts_nothing(pending, personas):
+    """Before desk.js holds the page, a card's buttons posted their form natively: send_email
+    (irreversible) approved on a click with no confirmation, Enter in the reason typed for a
+    rejection approved it, and Enter in a reconcile's reference marked it done, unconfirmed.
+    Now they wait, disabled."""
+    pending("tool_call")
+    pending("reconcile")
+    client = Client()
+    client.force_login(personas.bob)
+    html = client.get("/").content.decode()
+    posted: list = []
+    with desk_in_chromium(html, None, held_back="desk.js", posted=posted) as page:
+        for field in (
+            "li.card[data-kind=tool_call] input[name=reason]",
+            "li.card[data-kind=reconcile] input[name=external_ref]",
+        ):
+            page.locator(field).fill("not this one")
+            page.locator(field).press("Enter")
+            page.wait_for_load_state()
+            assert posted == [], field  # natively: verdict=approve (or confirm), and a page load
+        page.locator("li.card[data-kind=tool_call] button.approve").click(force=True)
+        page.wait_for_load_state()
+        assert posted == []
+        for button in DECISION_BUTTONS + BATCH_CONTROLS:  # batch.js needs desk.js
+            expect(page.locator(button)).to_be_disabled()
+
+
+APPROVED = (200, {"decided": True, "detail": "Approved send_email for run …."})
+
+
+def test_desk_js_arms_the_server_cards_and_decides_in_place(pending, personas):
+    """desk.js enables the server's cards before its socket answers: Enter in the reason posts
+    nothing, and Approve on send_email asks first, then decides in place."""
+    approval = pending("tool_call")
+    client = Client()
+    client.force_login(personas.bob)
+    html = client.get("/").content.decode()
+    posted: list = []
+    asked: list[str] = []
+    with desk_in_chromium(html, None, answer=APPROVED, posted=posted) as page:
+        page.on("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
+        card = page.locator(f"li.card[data-approval-id='{approval.id}']")
+        reason = card.locator("input[name=reason]")
+        reason.fill("not this one")
+        reason.press("Enter")  # without `r` first: nothing, rather than the form's Approve
+        card.locator("button.approve").click()
+        expect(card).to_have_count(0)  # decided in place: the card leaves the queue
+    assert asked == ["send_email acts outside the desk and cannot be undone. Approve?"]
+    [(path, accept, body)] = posted
+    assert (path, accept) == (f"/approvals/{approval.id}/", "application/json")
+    assert 'name="verdict"\r\n\r\napprove\r\n' in body
+
+
+def test_a_card_refused_as_decided_elsewhere_stays_off(pending, personas):
+    """alice decided the call after bob's page drew it, and no event has told his page yet: his
+    Approve is refused, and the card's buttons (and its keys) stay off rather than offer a
+    decision that can no longer be made."""
+    approval = pending("tool_call")
+    client = Client()
+    client.force_login(personas.bob)
+    html = client.get("/").content.decode()
+    # What the approval's page answers then (tests/reviewdesk/desk/test_batch_refusals.py).
+    refused = (
+        409,
+        {
+            "decided": False,
+            "detail": "Not decided: this approval was already rejected by alice",
+            "code": "decided",
+        },
+    )
+    posted: list = []
+    with desk_in_chromium(html, None, answer=refused, posted=posted) as page:
+        page.on("dialog", lambda dialog: dialog.accept())
+        card = page.locator(f"li.card[data-approval-id='{approval.id}']")
+        card.locator("button.approve").click()
+        expect(page.locator("#notices .flash.error")).to_contain_text("already rejected by alice")
+        expect(card.locator("button.approve")).to_be_disabled()
+        expect(card.locator("button.reject")).to_be_disabled()
+        page.keyboard.press("a")  # the selected card: a key acts on armed buttons only
+        page.wait_for_timeout(500)
+        expect(page.locator("#notices .flash")).to_have_count(1)
+    assert len(posted) == 1

@@ -70,7 +70,16 @@ def _count(connection) -> None:
             counters["statements"] += 1
             if connection.get_autocommit():
                 counters["transactions"] += 1  # a statement outside atomic is its own transaction
-        return execute(sql, params, many, context)
+        if "pg_advisory_xact_lock" not in sql:
+            return execute(sql, params, many, context)
+        # The writers' lock (reviewdesk/db.py): how long this waited for it, and from when it
+        # is held until the transaction ends (timed_commit / timed_rollback).
+        asked = time.perf_counter()
+        result = execute(sql, params, many, context)
+        _local.locked_at = time.perf_counter()
+        counters["lock_wait_us"] += int((_local.locked_at - asked) * 1e6)
+        counters["locks"] += 1
+        return result
 
     connection.execute_wrappers.append(wrapper)
 
@@ -85,14 +94,26 @@ def install(role: str) -> None:
     from django.db.backends.base.base import BaseDatabaseWrapper
     from django.db.backends.signals import connection_created
 
-    commit = BaseDatabaseWrapper.commit
+    commit, rollback = BaseDatabaseWrapper.commit, BaseDatabaseWrapper.rollback
+
+    def released() -> None:
+        locked_at = getattr(_local, "locked_at", None)
+        if locked_at is not None:
+            counters["lock_hold_us"] += int((time.perf_counter() - locked_at) * 1e6)
+            _local.locked_at = None
 
     def timed_commit(self):
         commit(self)
         _local.commit_at = time.time()
         counters["transactions"] += 1
+        released()
+
+    def timed_rollback(self):
+        rollback(self)
+        released()
 
     BaseDatabaseWrapper.commit = timed_commit  # type: ignore[method-assign]
+    BaseDatabaseWrapper.rollback = timed_rollback  # type: ignore[method-assign]
     connection_created.connect(lambda sender, connection, **kw: _count(connection), weak=False)
 
     from reviewdesk.events import services as events

@@ -147,9 +147,15 @@ def breakdown_text(rows: list[dict[str, Any]]) -> str:
         if extra.get("cpu_ms_per_cycle"):
             cpu = extra["cpu_ms_per_cycle"]
             lines.append(
-                f"\n#6 CPU per cycle ({extra['finished']} cycles; ms of CPU time, idle = the CPUs' unused time): "
+                f"\n#{row['id']} CPU per cycle ({extra['finished']} cycles, {extra['web_processes']} web "
+                "process(es); ms of CPU time, idle = the CPUs' unused time): "
                 + ", ".join(f"{who} {ms:.1f}" for who, ms in cpu.items())
             )
+            for role, lock in (extra.get("writers_lock_ms_per_cycle") or {}).items():
+                lines.append(
+                    f"  writers' lock, {role}: taken {lock['taken']} times a cycle, waited {lock['wait_ms']} ms, "
+                    f"held {lock['held_ms']} ms"
+                )
         if "pause_resume" in extra:
             lines.append(pause_resume_text(extra["pause_resume"]))
         if "growth_200_vs_100" in extra:

@@ -12,6 +12,9 @@
   const editForm = document.getElementById("edit-form");
   const schema = JSON.parse(document.getElementById("tool-schema").textContent);
   const original = JSON.parse(document.getElementById("original-arguments").textContent);
+  // Whether the decision buttons are armed (armDecisions, below): until then nothing here
+  // enables one, not even the edit's schema check (a click would post natively, server-signed).
+  let armed = false;
 
   // --- countdown ----------------------------------------------------------------------
   const countdowns = page.querySelectorAll(".countdown[data-expires]"); // expiry, and the target if any
@@ -138,7 +141,7 @@
       })
     );
     textarea.setAttribute("aria-invalid", errors.length ? "true" : "false");
-    submit.disabled = errors.length > 0;
+    submit.disabled = !armed || errors.length > 0;
   }
 
   function drawPreview(result) {
@@ -321,8 +324,10 @@
   // click would be signed by the server while this browser holds the reviewer's key.
   function armDecisions() {
     if (page.dataset.status !== "pending") return; // gone() turned them off for good
+    armed = true;
     document.querySelectorAll("button[data-arm]").forEach((button) => {
-      button.disabled = false;
+      // The edit's submit stays off while what was typed before now fails the schema.
+      button.disabled = button === submit && !!textarea && textarea.getAttribute("aria-invalid") === "true";
     });
   }
   window.DeskApproval = { armDecisions: armDecisions };

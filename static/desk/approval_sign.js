@@ -11,8 +11,9 @@
   if (!endorsed.length) return; // approval.js enabled the decision buttons: the server signs
   // Otherwise the buttons wait (disabled) for this script to know who signs: see approval.js.
   const arm = () => window.DeskApproval && window.DeskApproval.armDecisions();
-  if (!window.crypto || !crypto.subtle || !notice) {
-    arm(); // this browser cannot sign here: the server does, as without a key
+  const LOOKUP_TIMEOUT_MS = 3000;
+  if (!window.crypto || !crypto.subtle || !notice || !window.DeskDeviceKey) {
+    arm(); // this browser cannot sign here (or devicekey.js did not load): the server does
     return;
   }
 
@@ -77,5 +78,17 @@
     });
   });
   // Found or not (or no IndexedDB here), the signer is settled: a click now signs as it should.
-  found.catch(() => {}).finally(arm);
+  let settled = false;
+  found.catch(() => {}).finally(() => {
+    settled = true;
+    arm();
+  });
+  // A key store that never answers (a hung IndexedDB open) must not leave the page without
+  // buttons: say who signs, and arm. Should the lookup answer later, its key signs from then on.
+  setTimeout(() => {
+    if (settled || page.dataset.status !== "pending") return;
+    notice.textContent = "This browser's key store did not answer: decisions here are signed by the server.";
+    notice.hidden = false;
+    arm();
+  }, LOOKUP_TIMEOUT_MS);
 })();

@@ -45,10 +45,13 @@ DECISION_BUTTONS = ("#decide-form button.approve", "#decide-form button.reject",
 
 
 @contextmanager
-def approval_page(user, approval, *, held_back: str | None, snapshot=None) -> Iterator:
+def approval_page(
+    user, approval, *, held_back: str | None, snapshot=None, init: str = "", posted: list | None = None
+) -> Iterator:
     """Load the approval page as `user` in a fresh browser (no device key held), `held_back`
     never served, its socket sending `snapshot()`, read after the page: the page once loaded
-    (every script served has run)."""
+    (every script served has run). `init` runs before the page's scripts; a POST to the page
+    (a form sent natively) is answered with a stub and its body added to `posted`."""
     client = Client()
     client.force_login(user)
     path = f"/approvals/{approval.id}/"
@@ -64,6 +67,11 @@ def approval_page(user, approval, *, held_back: str | None, snapshot=None) -> It
             )
 
     def serve(route) -> None:
+        if route.request.method == "POST" and route.request.url == f"{ORIGIN}{path}":
+            if posted is not None:
+                posted.append(route.request.post_data or "")
+            route.fulfill(status=200, body="<p>posted natively</p>", content_type="text/html")
+            return
         body, content_type = files.get(route.request.url, ("", "text/plain"))
         route.fulfill(body=body, content_type=content_type, status=200 if body else 404)
 
@@ -75,7 +83,7 @@ def approval_page(user, approval, *, held_back: str | None, snapshot=None) -> It
         try:
             page = browser.new_page()
             page.route(f"{ORIGIN}/**", serve)
-            page.add_init_script(socket_sends + FAKE_SOCKET)
+            page.add_init_script(socket_sends + init + FAKE_SOCKET)
             page.goto(f"{ORIGIN}{path}")
             yield page
         finally:
@@ -91,8 +99,8 @@ def test_with_a_device_key_the_buttons_wait_for_the_signer_then_work(pending, pe
             expect(page.locator(button)).to_be_disabled()
         assert page.evaluate("typeof window.DeskApproval") == "object"  # though approval.js has run
     with approval_page(personas.alice, approval, held_back=None) as page:
-        for button in DECISION_BUTTONS:
-            expect(page.locator(button)).to_be_enabled()
+        for button in DECISION_BUTTONS:  # on the lookup's answer, not the fallback's timer (3 s)
+            expect(page.locator(button)).to_be_enabled(timeout=2_000)
         expect(page.locator("#device-signing")).to_be_hidden()  # no key here: the server signs
 
 
@@ -137,3 +145,47 @@ def test_a_vote_between_the_page_and_its_socket_shows_in_the_count(interrupted_r
         expect(page.locator("#quorum-count")).to_have_text("1 of 2")
         expect(page.locator("#quorum-by")).to_have_text("approved by alice")
         expect(page.locator("#decide-form button.approve")).to_be_enabled()  # still bob's to decide
+
+
+# IndexedDB's open() answering neither success nor error, as a wedged key store does.
+HUNG_KEY_STORE = "IDBFactory.prototype.open = function () { return {}; };"
+
+
+def test_before_the_signer_is_known_an_edit_cannot_be_sent(pending, personas, device_keys):
+    """alice has an endorsed device key and the lookup has not answered (approval_sign.js held
+    back): typing a valid edit must not enable 'Review the changes' (the schema check did), or
+    its second click posts the form natively, and the server signs the edit."""
+    approval = pending("tool_call")
+    posted: list = []
+    with approval_page(personas.alice, approval, held_back="approval_sign.js", posted=posted) as page:
+        page.on("dialog", lambda dialog: dialog.accept())
+        page.evaluate("document.getElementById('edit').open = true")
+        box = page.locator("#edit-arguments")
+        box.fill(box.input_value().replace("ada@", "bob@", 1))  # valid: the schema passes it
+        expect(page.locator("#schema-errors")).to_have_text("")
+        page.wait_for_timeout(300)
+        expect(page.locator("#edit-submit")).to_be_disabled()
+        page.locator("#edit-submit").click(force=True)  # review: nothing, disabled
+        page.locator("#edit-submit").click(force=True)  # sign: nothing
+        page.wait_for_timeout(300)
+    assert posted == []
+
+
+def test_without_devicekey_js_the_server_signs_rather_than_nobody(pending, personas, device_keys):
+    """devicekey.js did not load: approval_sign.js cannot look for a key; the buttons are armed
+    (the server signs, as in a browser without WebCrypto) instead of staying off for good."""
+    approval = pending("tool_call")
+    with approval_page(personas.alice, approval, held_back="devicekey.js") as page:
+        for button in DECISION_BUTTONS:
+            expect(page.locator(button)).to_be_enabled()
+
+
+def test_a_key_store_that_never_answers_arms_the_buttons_and_says_who_signs(pending, personas, device_keys):
+    """IndexedDB's open hangs: the buttons wait for the lookup a while, then the page says the
+    server signs here and arms them, rather than leave alice with no way to decide."""
+    approval = pending("tool_call")
+    with approval_page(personas.alice, approval, held_back=None, init=HUNG_KEY_STORE) as page:
+        expect(page.locator("#decide-form button.approve")).to_be_disabled()
+        for button in DECISION_BUTTONS:
+            expect(page.locator(button)).to_be_enabled(timeout=10_000)
+        expect(page.locator("#device-signing")).to_contain_text("signed by the server")

@@ -122,6 +122,17 @@
     });
   }
 
+  // Enter in a one-line field of an answer or a reconciliation: nothing. The browser would
+  // submit with the form's first button: the first of a question's options, or "It happened:
+  // mark done". A note typed there is never an answer.
+  ["answer-form", "reconcile-form"].forEach((id) => {
+    const form = document.getElementById(id);
+    if (!form) return;
+    form.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && event.target.matches("input")) event.preventDefault();
+    });
+  });
+
   // --- edit: schema as you type, preview redrawn, a diff before signing ----------------
   const textarea = document.getElementById("edit-arguments");
   const errorsList = document.getElementById("schema-errors");

@@ -20,7 +20,7 @@ from django.templatetags.static import static
 from django.test import Client
 from playwright.sync_api import expect
 
-from reviewdesk.approvals.models import ApprovalRequest
+from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.events.builders import approval_data
 from reviewdesk.events.services import latest_seq
@@ -189,3 +189,48 @@ def test_a_key_store_that_never_answers_arms_the_buttons_and_says_who_signs(pend
         for button in DECISION_BUTTONS:
             expect(page.locator(button)).to_be_enabled(timeout=10_000)
         expect(page.locator("#device-signing")).to_contain_text("signed by the server")
+
+
+COLOUR_QUESTION = [
+    {
+        "tool_calls": [
+            {"name": "ask_human", "arguments": {"question": "Which colour?", "options": ["red", "blue"]}}
+        ]
+    },
+    {"content": "Thanks."},
+]
+
+
+def test_enter_in_a_questions_note_answers_nothing_and_its_options_wait_for_approval_js(
+    interrupted_run, personas
+):
+    """A question with options: Enter in "Note to the agent" would submit with the form's first
+    button, answering "red" for a reviewer who only typed a note. With approval.js it does
+    nothing, and a click on an option answers; before approval.js the options are off."""
+    _, question = interrupted_run(COLOUR_QUESTION)
+    with approval_page(personas.bob, question, held_back="approval.js") as page:
+        for option in ("red", "blue"):
+            expect(page.locator(f"#answer-form button.option[value={option}]")).to_be_disabled()
+    posted: list = []
+    with approval_page(personas.bob, question, held_back=None, posted=posted) as page:
+        note = page.locator("#answer-form input[name=note]")
+        note.fill("the brand's blue, please")
+        note.press("Enter")
+        page.wait_for_timeout(300)
+        assert posted == []  # the note answered nothing
+        page.locator("#answer-form button.option[value=blue]").click()
+        expect(page.locator("body")).to_contain_text("posted natively")
+    assert len(posted) == 1 and "answer=blue" in posted[0], posted
+
+
+def test_enter_in_a_reconciliations_field_does_not_mark_it_done(pending, personas):
+    """A reconciliation: Enter in its Reason would submit with the form's first button, "It
+    happened: mark done". With approval.js it does nothing."""
+    reconcile = pending(ApprovalKind.RECONCILE)
+    posted: list = []
+    with approval_page(personas.bob, reconcile, held_back=None, posted=posted) as page:
+        reason = page.locator("#reconcile-form input[name=reason]")
+        reason.fill("not sure it went out")
+        reason.press("Enter")
+        page.wait_for_timeout(300)
+    assert posted == []

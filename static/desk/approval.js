@@ -18,7 +18,9 @@
 
   // --- countdown ----------------------------------------------------------------------
   const countdowns = page.querySelectorAll(".countdown[data-expires]"); // expiry, and the target if any
+  // Without time.js the countdowns stay as served: the page must still work (and arm below).
   const tick = () =>
+    window.DeskTime &&
     countdowns.forEach((c) => window.DeskTime.show(c, c.dataset.expires, c.classList.contains("target") ? "target" : "expires"));
   tick();
   setInterval(tick, 1000);
@@ -99,7 +101,12 @@
       if (event.code !== 4403 && page.dataset.status === "pending") setTimeout(connect, 2000);
     };
   }
-  connect();
+  try {
+    connect();
+  } catch (error) {
+    // No live updates (a socket refused by the browser): deciding must still work. The
+    // server refuses a decision on an approval that is no longer pending.
+  }
 
   // --- confirmation for irreversible effects ------------------------------------------
   function confirmed(button) {

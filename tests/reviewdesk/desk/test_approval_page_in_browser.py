@@ -31,10 +31,12 @@ CHROMIUM = "/usr/bin/chromium"
 # localhost is a secure context: WebCrypto and IndexedDB work as on the real desk (https).
 ORIGIN = "http://localhost:8931"
 SCRIPTS = ("shown.js", "time.js", "schema.js", "approval.js", "devicekey.js", "approval_sign.js")
-# approval.js opens the desk socket: here one that sends window.__snapshot, if any, and no more.
+# approval.js opens the desk socket: here one that sends window.__snapshot, if any, and no more
+# (or, with window.__noSocket, one the browser refuses).
 FAKE_SOCKET = """
 window.WebSocket = class {
   constructor() {
+    if (window.__noSocket) throw new DOMException("refused", "SecurityError");
     if (window.__snapshot) setTimeout(() => this.onmessage({ data: JSON.stringify(window.__snapshot) }), 0);
   }
   send() {}
@@ -234,3 +236,13 @@ def test_enter_in_a_reconciliations_field_does_not_mark_it_done(pending, persona
         reason.press("Enter")
         page.wait_for_timeout(300)
     assert posted == []
+
+
+def test_without_time_js_or_a_socket_the_buttons_still_arm(pending, personas):
+    """time.js did not load, and the browser refuses the socket: approval.js must still arm the
+    decision buttons (they are served off), or bob could not decide at all."""
+    approval = pending("tool_call")
+    no_socket = "window.__noSocket = true;"
+    with approval_page(personas.bob, approval, held_back="time.js", init=no_socket) as page:
+        for button in DECISION_BUTTONS:
+            expect(page.locator(button)).to_be_enabled()

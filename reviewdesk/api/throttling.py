@@ -18,6 +18,8 @@ import functools
 
 from django.conf import settings
 from django.core.cache import BaseCache, caches
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from rest_framework.throttling import SimpleRateThrottle
 
 from reviewdesk.accounts.models import ApiToken
@@ -30,6 +32,13 @@ def throttle_cache() -> BaseCache:
     afresh opens a connection of its own, so each POST paid a TCP connect to Redis and left a
     socket for the garbage collector. redis-py's connection pool is thread-safe: one serves all."""
     return caches.create_connection("throttle")
+
+
+@receiver(setting_changed)
+def _forget_the_throttle_cache(*, setting: str, **kwargs) -> None:
+    # A test that changes CACHES gets a throttle on the new configuration, not the first one.
+    if setting == "CACHES":
+        throttle_cache.cache_clear()
 
 
 class TokenRateThrottle(SimpleRateThrottle):

@@ -10,7 +10,7 @@ from asgiref.sync import async_to_sync
 from django.test import AsyncClient
 
 from reviewdesk.accounts.services import token_create
-from reviewdesk.api.throttling import DecideThrottle
+from reviewdesk.api.throttling import DecideThrottle, throttle_cache
 
 pytestmark = pytest.mark.django_db
 
@@ -95,6 +95,15 @@ def test_the_limit_is_counted_on_one_redis_connection_however_many_asgi_requests
 
     before = connections_opened()
     statuses = [post().status_code for _ in range(10)]
-    assert statuses == [422] * 10  # each one counted (an empty body is refused after the limit)
-    assert len(list(redis_client.scan_iter("desk-throttle:*submit:token:*"))) == 1
+    assert statuses == [422] * 10  # each refused for its empty body, after the limit counted it
+    keys = list(redis_client.scan_iter("desk-throttle:*submit:token:*"))
+    assert len(keys) == 1
+    assert len(throttle_cache().get(keys[0].decode().split(":", 2)[2])) == 11  # all counted, in one list
     assert connections_opened() - before <= 1
+
+
+def test_a_change_of_caches_gives_the_throttle_the_new_configuration(settings):
+    first = throttle_cache()
+    assert throttle_cache() is first  # one per process
+    settings.CACHES = {**settings.CACHES, "throttle": {**settings.CACHES["throttle"], "KEY_PREFIX": "other"}}
+    assert throttle_cache() is not first and throttle_cache().key_prefix == "other"

@@ -170,6 +170,17 @@ class Stack:
             self.redis.wait(timeout=10)
 
 
+def machine_cpu() -> tuple[float, float]:
+    """The whole machine's CPU seconds so far, (busy, idle), from /proc/stat's `cpu` line:
+    what a breakdown by process cannot see (a process that started and ended in between)
+    shows as busy here and is reported as unattributed, not as idle."""
+    tick = os.sysconf("SC_CLK_TCK")
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    busy = sum(fields[:8]) - idle  # user nice system (idle iowait) irq softirq steal; guests are in user
+    return busy / tick, idle / tick
+
+
 def cpu_breakdown(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict:
     """CPU seconds used between two snapshots, by who (a process that ended in between is
     not counted; one that started is, whole)."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import os
 import time
 
 import httpx
@@ -16,7 +15,7 @@ import httpx
 from bench import floor
 from bench.common import Row, Socket, counters, read_records, size
 from bench.cycle import script
-from bench.stack import DESK_APP, cpu_breakdown, start_daphne, wait_daphne
+from bench.stack import DESK_APP, cpu_breakdown, machine_cpu, start_daphne, wait_daphne
 
 
 async def measure(stack, people, redis, budget: float) -> list[Row]:
@@ -121,13 +120,13 @@ async def cycles_through(stack, people, redis, budget: float, runs: int, urls: l
 
     try:
         locks_before = {role: counters(redis, role) for role in ("web", "worker")}
-        cpu_before, cpu_since = stack.cpu_snapshot(), time.monotonic()
+        cpu_before, machine_before = stack.cpu_snapshot(), machine_cpu()
         start = time.time()
         await asyncio.gather(*(submit() for _ in range(runs)))
         with contextlib.suppress(TimeoutError):  # a short run is reported as such, not failed
             await asyncio.wait_for(all_done.wait(), budget)
         await asyncio.gather(*pending, return_exceptions=True)
-        cpu_after, cpu_window = stack.cpu_snapshot(), time.monotonic() - cpu_since
+        cpu_after, machine_after = stack.cpu_snapshot(), machine_cpu()
     finally:
         for client in clients:
             await client.aclose()
@@ -150,7 +149,11 @@ async def cycles_through(stack, people, redis, budget: float, runs: int, urls: l
         "runs": runs,
         "finished": len(finished),
         "worker": worker,
-        "cpu_ms_per_cycle": cpu_per_cycle(cpu_before, cpu_after, len(finished), cpu_window),
+        "cpu_ms_per_cycle": cpu_per_cycle(
+            cpu_breakdown(cpu_before, cpu_after),
+            [after - before for before, after in zip(machine_before, machine_after, strict=True)],
+            len(finished),
+        ),
         "writers_lock_ms_per_cycle": lock_per_cycle(locks_before, locks_after, len(finished)),
     }
 
@@ -176,14 +179,16 @@ def lock_per_cycle(before: dict, after: dict, cycles: int) -> dict:
     return out
 
 
-def cpu_per_cycle(before: dict, after: dict, cycles: int, window: float) -> dict:
+def cpu_per_cycle(used: dict[str, float], machine: list[float], cycles: int) -> dict:
     """Where a cycle's CPU went, in ms per cycle: the web, the worker with its forks, this
-    driver, PostgreSQL's and Redis's processes, anything else on the machine ("other"), and
-    the CPUs' idle time over the `window` seconds between the two snapshots."""
+    driver, PostgreSQL's and Redis's processes and anything else on the machine ("other"), by
+    process (`used`); what the machine's own count (`machine`: busy, idle) saw busy beyond
+    those ("unattributed"); and its idle time."""
     if not cycles:
         return {}
-    used = {who: seconds * 1000 / cycles for who, seconds in cpu_breakdown(before, after).items()}
-    used = {who: round(ms, 1) for who, ms in sorted(used.items(), key=lambda item: -item[1]) if ms > 0}
-    capacity = (os.cpu_count() or 1) * window * 1000 / cycles
-    used["idle"] = round(max(capacity - sum(used.values()), 0.0), 1)
-    return used
+    per_cycle = {who: seconds * 1000 / cycles for who, seconds in used.items()}
+    out = {who: round(ms, 1) for who, ms in sorted(per_cycle.items(), key=lambda item: -item[1]) if ms > 0}
+    busy, idle = (seconds * 1000 / cycles for seconds in machine)
+    out["unattributed"] = round(max(busy - sum(per_cycle.values()), 0.0), 1)
+    out["idle"] = round(idle, 1)
+    return out

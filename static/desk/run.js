@@ -27,7 +27,10 @@
         for (const id of ["timeline-list", "run-status", "run-controls"]) {
           const now = document.getElementById(id);
           const next = fresh.getElementById(id);
-          if (now && next) now.replaceWith(document.importNode(next, true));
+          if (!now || !next) continue;
+          const swapped = document.importNode(next, true);
+          if (id === "run-controls" && buttonIds(now) !== buttonIds(swapped)) holdNewButtons(swapped);
+          now.replaceWith(swapped);
         }
       })
       .catch(() => {})
@@ -35,6 +38,19 @@
         pending = null;
         if (stale) reload();
       });
+  }
+
+  function buttonIds(controls) {
+    return Array.from(controls.querySelectorAll("button"), (button) => button.id).join(" ");
+  }
+
+  // A control that appears where another was (Retry where Cancel was, as a run fails) takes
+  // no click for a moment: a click meant for the old one must not land on the new one.
+  const HOLD_MS = 1000;
+  function holdNewButtons(controls) {
+    const buttons = controls.querySelectorAll("button");
+    buttons.forEach((button) => (button.disabled = true));
+    setTimeout(() => buttons.forEach((button) => (button.disabled = false)), HOLD_MS);
   }
 
   function ours(message) {

@@ -12,11 +12,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
-from django.conf import settings
-from django.templatetags.static import static
 from django.test import Client
 from playwright.sync_api import expect
 
@@ -24,10 +21,10 @@ from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.events.builders import approval_data
 from reviewdesk.events.services import latest_seq
+from tests.reviewdesk.desk.chromium import desk_scripts, routed_page
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM = "/usr/bin/chromium"
 # localhost is a secure context: WebCrypto and IndexedDB work as on the real desk (https).
 ORIGIN = "http://localhost:8931"
 SCRIPTS = ("shown.js", "time.js", "schema.js", "approval.js", "devicekey.js", "approval_sign.js")
@@ -61,12 +58,7 @@ def approval_page(
     assert response.status_code == 200
     socket_sends = f"window.__snapshot = {json.dumps(snapshot())};" if snapshot else ""
     files = {f"{ORIGIN}{path}": (response.content.decode(), "text/html")}
-    for script in SCRIPTS:
-        if script != held_back:
-            files[f"{ORIGIN}{static('desk/' + script)}"] = (
-                (Path(settings.BASE_DIR) / "static/desk" / script).read_text(),
-                "application/javascript",
-            )
+    files.update(desk_scripts(ORIGIN, SCRIPTS, held_back=held_back))
 
     def serve(route) -> None:
         if route.request.method == "POST" and route.request.url == f"{ORIGIN}{path}":
@@ -77,19 +69,8 @@ def approval_page(
         body, content_type = files.get(route.request.url, ("", "text/plain"))
         route.fulfill(body=body, content_type=content_type, status=200 if body else 404)
 
-    from playwright.sync_api import sync_playwright
-
-    assert Path(CHROMIUM).exists(), "install Debian's chromium (.ci/run does it with apt-get)"
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
-        try:
-            page = browser.new_page()
-            page.route(f"{ORIGIN}/**", serve)
-            page.add_init_script(socket_sends + init + FAKE_SOCKET)
-            page.goto(f"{ORIGIN}{path}")
-            yield page
-        finally:
-            browser.close()
+    with routed_page(ORIGIN, serve, path=path, init=socket_sends + init + FAKE_SOCKET) as page:
+        yield page
 
 
 def test_with_a_device_key_the_buttons_wait_for_the_signer_then_work(pending, personas, device_keys):
@@ -193,6 +174,13 @@ def test_a_key_store_that_never_answers_arms_the_buttons_and_says_who_signs(pend
         expect(page.locator("#device-signing")).to_contain_text("signed by the server")
 
 
+def type_then_enter(page, field: str, text: str) -> None:
+    """Type `text` in the one-line `field` and press Enter; give a native post time to leave."""
+    page.locator(field).fill(text)
+    page.locator(field).press("Enter")
+    page.wait_for_timeout(300)
+
+
 COLOUR_QUESTION = [
     {
         "tool_calls": [
@@ -215,10 +203,7 @@ def test_enter_in_a_questions_note_answers_nothing_and_its_options_wait_for_appr
             expect(page.locator(f"#answer-form button.option[value={option}]")).to_be_disabled()
     posted: list = []
     with approval_page(personas.bob, question, held_back=None, posted=posted) as page:
-        note = page.locator("#answer-form input[name=note]")
-        note.fill("the brand's blue, please")
-        note.press("Enter")
-        page.wait_for_timeout(300)
+        type_then_enter(page, "#answer-form input[name=note]", "the brand's blue, please")
         assert posted == []  # the note answered nothing
         page.locator("#answer-form button.option[value=blue]").click()
         expect(page.locator("body")).to_contain_text("posted natively")
@@ -231,10 +216,7 @@ def test_enter_in_a_reconciliations_field_does_not_mark_it_done(pending, persona
     reconcile = pending(ApprovalKind.RECONCILE)
     posted: list = []
     with approval_page(personas.bob, reconcile, held_back=None, posted=posted) as page:
-        reason = page.locator("#reconcile-form input[name=reason]")
-        reason.fill("not sure it went out")
-        reason.press("Enter")
-        page.wait_for_timeout(300)
+        type_then_enter(page, "#reconcile-form input[name=reason]", "not sure it went out")
     assert posted == []
 
 

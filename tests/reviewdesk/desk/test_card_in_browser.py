@@ -16,19 +16,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
-from django.conf import settings
-from django.templatetags.static import static
 from django.test import Client
 from playwright.sync_api import expect
 
 from reviewdesk.events.builders import approval_data
+from tests.reviewdesk.desk.chromium import desk_scripts, routed_page
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM = "/usr/bin/chromium"
 ORIGIN = "http://desk.test"
 
 # Replaces WebSocket before desk.js runs: records where it connects, marks the server's
@@ -107,12 +104,7 @@ def desk_in_chromium(
     desk.js, and added to `posted` as (path, Accept, body)."""
     posted = [] if posted is None else posted
     files = {f"{ORIGIN}/": (html, "text/html")}
-    for script in ("shown.js", "time.js", "desk.js", "batch.js"):
-        if script != held_back:
-            files[f"{ORIGIN}{static('desk/' + script)}"] = (
-                (Path(settings.BASE_DIR) / "static/desk" / script).read_text(),
-                "application/javascript",
-            )
+    files.update(desk_scripts(ORIGIN, ("shown.js", "time.js", "desk.js", "batch.js"), held_back=held_back))
 
     def serve(route) -> None:
         request = route.request
@@ -124,24 +116,11 @@ def desk_in_chromium(
         body, content_type = files.get(request.url, ("", "text/plain"))
         route.fulfill(body=body, content_type=content_type, status=200 if body else 404)
 
-    from playwright.sync_api import sync_playwright
-
-    assert Path(CHROMIUM).exists(), "install Debian's chromium (.ci/run does it with apt-get)"
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
-        try:
-            page = browser.new_page()
-            page.route(f"{ORIGIN}/**", serve)
-            page.add_init_script(
-                f"window.__snapshot = {json.dumps(snapshot)}; window.__pushes = {json.dumps(pushes or [])};"
-                + FAKE_SOCKET
-            )
-            page.goto(f"{ORIGIN}/")
-            if held_back is None:
-                page.wait_for_function("window.__socketSent === true")
-            yield page
-        finally:
-            browser.close()
+    init = f"window.__snapshot = {json.dumps(snapshot)}; window.__pushes = {json.dumps(pushes or [])};"
+    with routed_page(ORIGIN, serve, init=init + FAKE_SOCKET) as page:
+        if held_back is None:
+            page.wait_for_function("window.__socketSent === true")
+        yield page
 
 
 def test_desk_js_builds_the_card_the_server_renders_for_each_kind(pending, personas):

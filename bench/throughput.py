@@ -160,21 +160,23 @@ async def cycles_through(stack, people, redis, budget: float, runs: int, urls: l
 
 def lock_per_cycle(before: dict, after: dict, cycles: int) -> dict:
     """The writers' lock (PostgreSQL's advisory locks, reviewdesk/db.py), per cycle and by role:
-    how many times it was taken, the ms spent waiting for it, and the ms it was held (taken →
-    transaction end). Held time is the lock's own budget: one holder at a time."""
+    how many times it was taken, the ms spent waiting for it, the ms it was held (taken →
+    transaction end) and of those the ms spent in the commit. Held time is the lock's own
+    budget: one holder at a time."""
     if not cycles:
         return {}
     out = {}
     for role in after:
         spent = {
             k: after[role].get(k, 0) - before.get(role, {}).get(k, 0)
-            for k in ("locks", "lock_wait_us", "lock_hold_us")
+            for k in ("locks", "lock_wait_us", "lock_hold_us", "lock_commit_us")
         }
         if spent["locks"]:
             out[role] = {
                 "taken": round(spent["locks"] / cycles, 1),
                 "wait_ms": round(spent["lock_wait_us"] / 1000 / cycles, 1),
                 "held_ms": round(spent["lock_hold_us"] / 1000 / cycles, 1),
+                "commit_ms": round(spent["lock_commit_us"] / 1000 / cycles, 1),
             }
     return out
 

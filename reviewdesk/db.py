@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.db import NotSupportedError, connection, transaction
@@ -44,6 +45,70 @@ def _writers_locked() -> None:
 
 def _writers_lock_held() -> bool:
     return any(hook[1] is _writers_locked for hook in connection.run_on_commit)
+
+
+@contextmanager
+def atomic_appends_last() -> Iterator[None]:
+    """`transaction.atomic()`, whose audit rows and desk events are written at the block's end.
+
+    `audit_record` and `event_emit` called in the block queue their rows (`append_later`); the
+    block's last statements take the writers' lock and insert them in call order, so the lock
+    is held from there to the commit only, not through everything the transaction does after
+    its first append (issue 11: under load, writers queue on that one lock). Ids stay commit
+    order, as the lock is still taken before any is allocated. Rows queued inside a savepoint
+    that rolls back are dropped with it. Nested blocks queue into the outermost one.
+    """
+    with transaction.atomic():
+        if getattr(connection, "desk_appends", None) is not None:
+            yield  # an enclosing block writes them
+            return
+        connection.desk_appends = pending = []
+        try:
+            yield
+        finally:
+            connection.desk_appends = None
+        for later in pending:
+            if _hook_live(later.committed):  # else its savepoint rolled back
+                later.write()
+
+
+class Later:
+    """An append queued by `append_later`: `value` is the written row once the block has
+    written it; `committed` is its commit hook."""
+
+    def __init__(self, write: Callable[[], Any], after_commit: Callable[[Any], None] | None) -> None:
+        self._write, self._after_commit = write, after_commit
+        self.value: Any = None
+
+    def write(self) -> None:
+        self.value = self._write()
+
+    def committed(self) -> None:
+        if self._after_commit is not None:
+            self._after_commit(self.value)
+
+
+def append_later(
+    write: Callable[[], Any], *, after_commit: Callable[[Any], None] | None = None
+) -> Later | None:
+    """In an `atomic_appends_last` block: queue `write` for the block's end and return its
+    handle; else None (the caller writes now). `after_commit(row)` is registered as a commit
+    hook here, at the call, so it keeps its place among the transaction's other hooks (a
+    desk event's push still leaves before the task sent after it); the hook's presence also
+    says whether the savepoint around the call survived."""
+    pending = getattr(connection, "desk_appends", None)
+    if pending is None:
+        return None
+    later = Later(write, after_commit)
+    transaction.on_commit(later.committed, robust=True)
+    pending.append(later)
+    return later
+
+
+def _hook_live(hook: Callable[[], None]) -> bool:
+    """Whether `hook` is still among the transaction's commit hooks: Django drops a savepoint's
+    hooks when it rolls back."""
+    return any(entry[1] == hook for entry in connection.run_on_commit)
 
 
 class NamesAny(Func):

@@ -21,6 +21,7 @@ from rest_framework.response import Response
 
 from reviewdesk.api.errors import problem, problem_exception_handler
 from reviewdesk.api.models import IdempotencyRecord
+from reviewdesk.db import atomic_appends_last
 from reviewdesk.errors import DeskError
 
 HEADER = "Idempotency-Key"
@@ -85,7 +86,8 @@ def _repeat(record: IdempotencyRecord, fingerprint: str) -> Response:
 def _run_once(record: IdempotencyRecord, handler: Callable[[], Response]) -> Response:
     mine = IdempotencyRecord.objects.filter(pk=record.pk, state=IN_FLIGHT, created_at=record.created_at)
     try:
-        with transaction.atomic():
+        # The handler's audit rows and events are written after the stored response.
+        with atomic_appends_last():
             if not mine.select_for_update().exists():  # taken over while we were slow
                 return problem(
                     409, "Conflict", f"a request with this {HEADER} is still in progress", code="in_flight"

@@ -29,17 +29,23 @@ def run_summary(run: Run) -> dict[str, Any]:
     }
 
 
-def run_detail(run: Run) -> dict[str, Any]:
-    # .all() and sorting here, so a list view's prefetch_related serves every run.
-    latest = max(run.checkpoints.all(), key=lambda c: c.number, default=None)
+def run_detail(run: Run, *, new: bool = False) -> dict[str, Any]:
+    """The run with its relations. `new`: created by this request, so it has none of them yet
+    and none is read (issue 11: six statements off a submit)."""
+
+    def rows(relation: str) -> Any:
+        # .all() and sorting here, so a list view's prefetch_related serves every run.
+        return () if new else getattr(run, relation).all()
+
+    latest = max(rows("checkpoints"), key=lambda c: c.number, default=None)
     return {
         **run_summary(run),
         "model": run.model,
         "checkpoint_id": str(latest.id) if latest else None,
-        "approvals": [approval_data(a) for a in sorted(run.approvals.all(), key=lambda a: a.created_at)],
+        "approvals": [approval_data(a) for a in sorted(rows("approvals"), key=lambda a: a.created_at)],
         "messages": [
             m.body
-            for m in sorted(run.messages.all(), key=lambda m: m.position)
+            for m in sorted(rows("messages"), key=lambda m: m.position)
             if m.superseded_at is None  # set aside by a retry from an earlier checkpoint
         ],
         "side_effects": [
@@ -56,7 +62,7 @@ def run_detail(run: Run) -> dict[str, Any]:
                 "created_at": iso(e.created_at),
                 "updated_at": iso(e.updated_at),
             }
-            for e in sorted(run.side_effects.all(), key=lambda e: e.created_at)
+            for e in sorted(rows("side_effects"), key=lambda e: e.created_at)
         ],
         # The follow-up messages that reopened it, each the start of a turn (threads).
         "thread": [
@@ -67,7 +73,7 @@ def run_detail(run: Run) -> dict[str, Any]:
                 "posted_by": f.posted_by.username,
                 "created_at": iso(f.created_at),
             }
-            for f in sorted(run.follow_ups.all(), key=lambda f: f.number)
+            for f in sorted(rows("follow_ups"), key=lambda f: f.number)
         ],
         "attempts": [
             {
@@ -78,7 +84,7 @@ def run_detail(run: Run) -> dict[str, Any]:
                 "started_at": iso(a.started_at),
                 "ended_at": iso(a.ended_at),
             }
-            for a in sorted(run.attempts.all(), key=lambda a: a.number)
+            for a in sorted(rows("attempts"), key=lambda a: a.number)
         ],
     }
 

@@ -117,7 +117,9 @@ class RunListCreateView(DeskAPIView):
             serializer = RunSubmitSerializer(data=request.data)
             serializer.is_valid(raise_exception=True)
             run = run_submit(submitter=request.user, **serializer.validated_data)
-            return Response(run_detail(run), status=201, headers={"Location": f"/api/v1/runs/{run.id}"})
+            return Response(
+                run_detail(run, new=True), status=201, headers={"Location": f"/api/v1/runs/{run.id}"}
+            )
 
         return idempotent(request, submit)
 
@@ -257,7 +259,8 @@ class ApprovalDecisionView(DeskAPIView):
                 answer=data.get("answer"),
                 grant=data.get("grant"),
             )
-            grant = getattr(decision, "grant", None)
+            # Made with this decision, or none asked for (no read for the reverse relation).
+            grant = getattr(decision, "grant", None) if data.get("grant") is not None else None
             return Response(
                 {**decision_data(decision), "grant": grant_data(grant) if grant else None}, status=201
             )

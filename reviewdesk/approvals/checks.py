@@ -53,7 +53,10 @@ def approval_check_decide(
         approval_id=approval_id, user=reviewer, group_names=group_names, related=False
     )
     run = Run.objects.select_for_update().get(pk=approval.run_id)
-    approval = ApprovalRequest.objects.select_for_update().get(pk=approval.pk)
+    # With its attempt, which the decision's payload names (the approval row locked only).
+    approval = (
+        ApprovalRequest.objects.select_for_update(of=("self",)).select_related("attempt").get(pk=approval.pk)
+    )
     if reviewer.pk == run.submitted_by_id:
         raise Forbidden("you submitted this run; another reviewer must decide its approvals")
     if not user_qualifies(reviewer, approval, run, group_names=group_names):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.db import transaction
 from django.db.models import Prefetch, prefetch_related_objects
 from django.utils import timezone
 
@@ -32,6 +31,7 @@ from reviewdesk.approvals.models import (
 from reviewdesk.approvals.payloads import decision_not_after, decision_payload_for
 from reviewdesk.approvals.routing import approval_audience
 from reviewdesk.audit.services import audit_record
+from reviewdesk.db import atomic_appends_last
 from reviewdesk.errors import Invalid
 from reviewdesk.events.builders import approval_data
 from reviewdesk.events.services import event_emit
@@ -200,7 +200,7 @@ def approval_decide(
 ) -> Decision:
     """Decide, and with an approve optionally grant ahead of time (`grant`, approvals.grants):
     the grant is checked with the decision and stored in the same transaction, or neither is."""
-    with transaction.atomic():
+    with atomic_appends_last():
         approval, run = approval_check_decide(
             approval_id=approval_id,
             reviewer=reviewer,

@@ -23,7 +23,7 @@ from reviewdesk.audit.keys import (
     record_plain_boundary,
 )
 from reviewdesk.audit.models import AuditEvent, ChainVersion
-from reviewdesk.db import serialize_writers
+from reviewdesk.db import append_later, serialize_writers
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -33,32 +33,54 @@ logger = logging.getLogger(__name__)
 
 def audit_record(
     *, actor: User | None, action: str, subject_type: str, subject_id: Any, data: dict[str, Any] | None = None
-) -> AuditEvent:
-    """Append to the chain inside the caller's transaction (or a new one)."""
-    key = audit_key()
+) -> AuditEvent | None:
+    """Append to the chain inside the caller's transaction (or a new one); in an
+    `atomic_appends_last` block, at the block's end (the row is returned only when written now)."""
+    key = audit_key()  # a missing key refuses the action at once, deferred or not
+    data = dict(data or {})  # as it is now, whatever the caller does with its dict meanwhile
+
+    def write() -> AuditEvent:
+        return _append(
+            key, actor=actor, action=action, subject_type=subject_type, subject_id=subject_id, data=data
+        )
+
+    if append_later(write) is not None:
+        return None
     # No savepoint: a failed audit write must undo the caller's action anyway (two round trips
     # saved per row; issue 11).
     with transaction.atomic(savepoint=False):
-        serialize_writers()
-        record_plain_boundary(_last_plain_id)
-        # The keyed hash covers the row id: take the id with the head's hash, under the lock,
-        # and insert the row whole (issue 11: one statement less than inserting, then hashing).
-        prev, pk = _chain_tail()
-        row = AuditEvent(
-            id=pk,
-            at=timezone.now(),
-            actor=actor,
-            actor_name=actor.get_username() if actor is not None else "system",
-            action=action,
-            subject_type=subject_type,
-            subject_id=str(subject_id),
-            data=data or {},
-            prev_hash=prev,
-            version=ChainVersion.KEYED,
-        )
-        row.hash = row_hash(row, key=key)
-        row.save(force_insert=True)
-        return row
+        return write()
+
+
+def _append(
+    key: bytes,
+    *,
+    actor: User | None,
+    action: str,
+    subject_type: str,
+    subject_id: Any,
+    data: dict[str, Any] | None,
+) -> AuditEvent:
+    serialize_writers()
+    record_plain_boundary(_last_plain_id)
+    # The keyed hash covers the row id: take the id with the head's hash, under the lock,
+    # and insert the row whole (issue 11: one statement less than inserting, then hashing).
+    prev, pk = _chain_tail()
+    row = AuditEvent(
+        id=pk,
+        at=timezone.now(),
+        actor=actor,
+        actor_name=actor.get_username() if actor is not None else "system",
+        action=action,
+        subject_type=subject_type,
+        subject_id=str(subject_id),
+        data=data or {},
+        prev_hash=prev,
+        version=ChainVersion.KEYED,
+    )
+    row.hash = row_hash(row, key=key)
+    row.save(force_insert=True)
+    return row
 
 
 def _chain_tail() -> tuple[str, int]:

@@ -12,7 +12,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from reviewdesk.db import serialize_writers
+from reviewdesk.db import append_later, serialize_writers
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.events.publish import publisher_for
 
@@ -37,17 +37,31 @@ def groups_for(audience: Iterable[int]) -> list[str]:
     return [user_group(user_id) for user_id in audience] + [ADMINS_GROUP]
 
 
-def event_emit(*, type: str, data: dict, run_id=None, audience: Iterable[int] = ()) -> DeskEvent:
-    """Record an event in the current transaction and push it once that commits."""
-    assert transaction.get_connection().in_atomic_block, "event_emit needs a transaction"
-    serialize_writers()
-    event = DeskEvent.objects.create(type=type, data=data, run_id=run_id, audience=list(audience))
-    transaction.on_commit(lambda: event_push(event), robust=True)
-    from reviewdesk.webhooks.services import (
-        webhooks_enqueue_for,  # webhooks (issue 12): rows now, sent on commit
-    )
+def event_emit(*, type: str, data: dict, run_id=None, audience: Iterable[int] = ()) -> DeskEvent | None:
+    """Record an event in the current transaction and push it once that commits. In an
+    `atomic_appends_last` block the row is written at the block's end (and None returned)."""
+    from reviewdesk.webhooks.services import webhook_endpoints_for  # webhooks (issue 12)
 
-    webhooks_enqueue_for(event)
+    assert transaction.get_connection().in_atomic_block, "event_emit needs a transaction"
+    event = DeskEvent(type=type, data=dict(data), run_id=run_id, audience=list(audience))
+    # Looked up now, before the writers' lock; the deliveries are written with the event.
+    subscribed = webhook_endpoints_for(event)
+    if append_later(lambda: _event_write(event, subscribed), after_commit=event_push) is not None:
+        return None
+    _event_write(event, subscribed, push=True)
+    return event
+
+
+def _event_write(event: DeskEvent, subscribed, *, push: bool = False) -> DeskEvent:
+    """Insert the event under the writers' lock, then its webhook deliveries (rows now, sent
+    on commit, after the event's own push when `push`)."""
+    from reviewdesk.webhooks.services import webhooks_enqueue_for
+
+    serialize_writers()
+    event.save(force_insert=True)
+    if push:
+        transaction.on_commit(lambda: event_push(event), robust=True)
+    webhooks_enqueue_for(event, subscribed)
     return event
 
 

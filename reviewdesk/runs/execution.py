@@ -14,7 +14,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from agents.loop import Failed, FailureKind, Finished, Limits, Outcome, Retrying, Waiting, advance
@@ -24,6 +23,7 @@ from reviewdesk import faults
 from reviewdesk.approvals.lifecycle import approvals_cancel_open
 from reviewdesk.approvals.selectors import calls_decided_meanwhile
 from reviewdesk.audit.services import audit_record
+from reviewdesk.db import atomic_appends_last
 from reviewdesk.runs.host import DatabaseHost, LeaseLost
 from reviewdesk.runs.leases import LeaseKeeper
 from reviewdesk.runs.models import Attempt, AttemptStatus, ErrorKind, Run, RunStatus
@@ -47,7 +47,7 @@ def run_claim(*, run_id: Any, worker: str) -> Attempt | None:
     here harmlessly. A run whose workers keep dying is failed, not retried forever.
     """
     now = timezone.now()
-    with transaction.atomic():
+    with atomic_appends_last():
         # With its submitter, whom the approvals this task raises name (the run row locked only).
         run = (
             Run.objects.select_for_update(of=("self",))
@@ -189,7 +189,7 @@ def run_finish(*, attempt: Attempt, outcome: Outcome) -> None:
     """Record the outcome, fenced on the attempt's lease and the cancel epoch it claimed under
     (`attempt.run` is the run as claimed); release the lease."""
     now = timezone.now()
-    with transaction.atomic():
+    with atomic_appends_last():
         run = Run.objects.select_for_update().get(pk=attempt.run_id)
         if (
             run.status != RunStatus.RUNNING

@@ -37,6 +37,7 @@ from reviewdesk.approvals.selectors import (
 )
 from reviewdesk.approvals.services import decision_consume
 from reviewdesk.approvals.signing import FileKeyring
+from reviewdesk.db import atomic_appends_last
 from reviewdesk.runs.models import Attempt, EffectStatus, Message, Run, RunStatus, SideEffect
 from reviewdesk.runs.stores import DatabaseCheckpointStore
 from reviewdesk.tool_world import sandbox_config, tool_world
@@ -133,7 +134,7 @@ class DatabaseHost:
         new_messages: list[dict[str, Any]],
         raise_approvals: list[CallState],
     ) -> None:
-        with transaction.atomic():
+        with atomic_appends_last():
             self.fence()
             start = state.message_count - len(new_messages)
             Message.objects.bulk_create(

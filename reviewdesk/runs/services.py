@@ -23,6 +23,7 @@ from reviewdesk.accounts.roles import REVIEWERS, is_admin, is_submitter
 from reviewdesk.approvals.lifecycle import approvals_cancel_open, approvals_reraise_waiting
 from reviewdesk.approvals.selectors import user_may_decide
 from reviewdesk.audit.services import audit_record
+from reviewdesk.db import atomic_appends_last
 from reviewdesk.errors import Conflict, Forbidden, Invalid, NotFound
 from reviewdesk.runs.models import (
     ENDED,
@@ -101,7 +102,7 @@ def run_submit(
     if errors:
         raise Invalid("the run cannot be submitted as given", errors=errors)
     ttl = approval_ttl_seconds or get_agent(agent).approval_ttl_seconds or settings.DESK_APPROVAL_TTL_SECONDS
-    with transaction.atomic():
+    with atomic_appends_last():
         run = Run(
             agent=agent,
             input=input,

@@ -117,12 +117,26 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The test database must be a file: Celery workers are separate processes.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test_db.sqlite3")}
 # --- Connection reuse (issue 11) ----------------------------------------------
-# Keep a connection for DESK_DB_CONN_MAX_AGE seconds instead of opening one per request and
-# per task (0 restores that): a PostgreSQL connect costs more than a whole cycle's queries.
-# Health checks drop a connection the server closed before reusing it. Celery's Django
-# fixup closes connections in each forked child and after a task once they are obsolete;
-# the lease thread closes its own when it ends.
-DATABASES["default"]["CONN_MAX_AGE"] = env_int("DESK_DB_CONN_MAX_AGE", 60)
+# A PostgreSQL connect costs more than a whole cycle's queries. On PostgreSQL each process
+# keeps a pool of up to DESK_DB_POOL_SIZE connections (Django's "pool" option, psycopg_pool):
+# under ASGI every request runs on a thread of its own, so a connection kept per thread
+# (CONN_MAX_AGE) was opened for each request and never reused (Django's docs: use a pool under
+# ASGI, not persistent connections). DESK_DB_POOL_SIZE=0 turns the pool off; then, as on
+# SQLite, a connection is kept per thread for DESK_DB_CONN_MAX_AGE seconds (0: one per request
+# and per task). Health checks hand out no connection the server closed. Celery's Django
+# fixup closes connections (and an inherited pool) in each forked child, and returns them
+# after a task; the lease thread closes its own when it ends.
+DESK_DB_POOL_SIZE = env_int("DESK_DB_POOL_SIZE", 10)
+DESK_DB_POOL_TIMEOUT = env_int("DESK_DB_POOL_TIMEOUT", 30)  # seconds a thread waits for one
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DESK_DB_POOL_SIZE > 0:
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": DESK_DB_POOL_SIZE,
+        "timeout": DESK_DB_POOL_TIMEOUT,
+    }
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them (Django refuses both)
+else:
+    DATABASES["default"]["CONN_MAX_AGE"] = env_int("DESK_DB_CONN_MAX_AGE", 60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -67,8 +67,9 @@ def atomic_appends_last() -> Iterator[None]:
             yield
         finally:
             connection.desk_appends = None
+        live = _live_hooks()  # once, before the writes: one pass over the hooks, not one per row
         for later in pending:
-            if _hook_live(later.committed):  # else its savepoint rolled back
+            if later.committed in live:  # else its savepoint rolled back
                 later.write()
 
 
@@ -105,10 +106,10 @@ def append_later(
     return later
 
 
-def _hook_live(hook: Callable[[], None]) -> bool:
-    """Whether `hook` is still among the transaction's commit hooks: Django drops a savepoint's
-    hooks when it rolls back."""
-    return any(entry[1] == hook for entry in connection.run_on_commit)
+def _live_hooks() -> set[Callable[[], None]]:
+    """The transaction's commit hooks still registered: Django drops a savepoint's when it
+    rolls back."""
+    return {entry[1] for entry in connection.run_on_commit}
 
 
 class NamesAny(Func):

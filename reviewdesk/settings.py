@@ -131,7 +131,8 @@ DESK_DB_POOL_TIMEOUT = env_int("DESK_DB_POOL_TIMEOUT", 30)  # seconds a thread w
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DESK_DB_POOL_SIZE > 0:
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 1,
-        "max_size": DESK_DB_POOL_SIZE,
+        # A worker process needs two at once: its task's and its lease renewer's.
+        "max_size": max(DESK_DB_POOL_SIZE, 2),
         "timeout": DESK_DB_POOL_TIMEOUT,
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them (Django refuses both)

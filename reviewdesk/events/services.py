@@ -40,28 +40,25 @@ def groups_for(audience: Iterable[int]) -> list[str]:
 def event_emit(*, type: str, data: dict, run_id=None, audience: Iterable[int] = ()) -> DeskEvent | None:
     """Record an event in the current transaction and push it once that commits. In an
     `atomic_appends_last` block the row is written at the block's end (and None returned)."""
-    from reviewdesk.webhooks.services import webhook_endpoints_for  # webhooks (issue 12)
-
     assert transaction.get_connection().in_atomic_block, "event_emit needs a transaction"
     event = DeskEvent(type=type, data=dict(data), run_id=run_id, audience=list(audience))
-    # Looked up now, before the writers' lock; the deliveries are written with the event.
-    subscribed = webhook_endpoints_for(event)
-    if append_later(lambda: _event_write(event, subscribed), after_commit=event_push) is not None:
+    if append_later(lambda: _event_write(event), after_commit=event_push) is not None:
         return None
-    _event_write(event, subscribed, push=True)
+    _event_write(event, push=True)
     return event
 
 
-def _event_write(event: DeskEvent, subscribed, *, push: bool = False) -> DeskEvent:
-    """Insert the event under the writers' lock, then its webhook deliveries (rows now, sent
-    on commit, after the event's own push when `push`)."""
-    from reviewdesk.webhooks.services import webhooks_enqueue_for
+def _event_write(event: DeskEvent, *, push: bool = False) -> DeskEvent:
+    """Insert the event under the writers' lock, then its webhook deliveries (rows now, sent on
+    commit, after the event's own push when `push`). The endpoints are read under the lock:
+    deleting one takes it too (its audit row), so a delivery never names a deleted endpoint."""
+    from reviewdesk.webhooks.services import webhooks_enqueue_for  # webhooks (issue 12)
 
     serialize_writers()
     event.save(force_insert=True)
     if push:
         transaction.on_commit(lambda: event_push(event), robust=True)
-    webhooks_enqueue_for(event, subscribed)
+    webhooks_enqueue_for(event)
     return event
 
 

@@ -174,12 +174,13 @@ def webhook_event_type(event: DeskEvent) -> str | None:
     return None
 
 
-def webhook_endpoints_for(event: DeskEvent) -> tuple[str | None, list[WebhookEndpoint]]:
-    """(the webhook type, the submitter's live endpoints subscribed to it) for an event not yet
-    written: `event_emit` asks before it takes the writers' lock, `webhooks_enqueue_for` after."""
+def webhooks_enqueue_for(event: DeskEvent) -> list[WebhookDelivery]:
+    """Called by `event_emit` inside its transaction, the event written under the writers'
+    lock: one delivery per subscribed endpoint of the run's submitter, each sent by a task
+    enqueued once the transaction commits."""
     webhook_type = webhook_event_type(event)
     if webhook_type is None or event.run_id is None:
-        return None, []
+        return []
     # The run's submitter as a subquery: one statement (issue 11).
     owner_id = Subquery(Run.objects.filter(pk=event.run_id).values("submitted_by_id")[:1])
     endpoints = [
@@ -187,16 +188,6 @@ def webhook_endpoints_for(event: DeskEvent) -> tuple[str | None, list[WebhookEnd
         for endpoint in WebhookEndpoint.objects.filter(owner_id=owner_id, disabled_at__isnull=True)
         if webhook_type in endpoint.events
     ]
-    return webhook_type, endpoints
-
-
-def webhooks_enqueue_for(
-    event: DeskEvent, subscribed: tuple[str | None, list[WebhookEndpoint]] | None = None
-) -> list[WebhookDelivery]:
-    """Called by `event_emit` inside its transaction, the event written: one delivery per
-    subscribed endpoint of the run's submitter (`subscribed`, when already looked up), each
-    sent by a task enqueued once the transaction commits."""
-    webhook_type, endpoints = subscribed if subscribed is not None else webhook_endpoints_for(event)
     deliveries = []
     for endpoint in endpoints:
         delivery = WebhookDelivery(

@@ -141,3 +141,57 @@ def test_a_second_writer_is_not_kept_waiting_while_the_block_works():
     assert actions() == ["quick", "slow"]
     assert kinds() == ["quick", "slow"]
     assert audit_check().intact
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite serialises every writer")
+def test_a_webhook_deleted_while_the_block_works_gets_no_delivery_and_fails_nothing(personas, settings):
+    """Two real connections: the block's run.updated event is webhook-worthy for carol's
+    endpoint; she deletes the endpoint while the block is still at work. The block's commit
+    succeeds and no delivery names the deleted endpoint (read under the writers' lock, which
+    the delete takes too)."""
+    from reviewdesk.runs.models import Run
+    from reviewdesk.webhooks.models import WebhookDelivery, WebhookEndpoint
+    from reviewdesk.webhooks.services import webhook_delete, webhook_register
+
+    run = Run.objects.create(
+        agent="demo", input="x", model={}, submitted_by=personas.carol, approval_ttl_seconds=3600
+    )
+    settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True
+    endpoint, _ = webhook_register(owner=personas.carol, url="http://127.0.0.1:9/", events=["run.succeeded"])
+    appended, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def block() -> None:
+        try:
+            with atomic_appends_last():
+                event_emit(type="run.updated", data={"status": "succeeded"}, run_id=run.pk, audience=[])
+                appended.set()
+                assert release.wait(30), "never released"
+        except BaseException as exc:
+            errors.append(exc)
+            appended.set()
+        finally:
+            connections.close_all()
+
+    def delete(done: threading.Event) -> None:
+        try:
+            webhook_delete(webhook_id=endpoint.id, owner=personas.carol)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            done.set()
+            connections.close_all()
+
+    worker = threading.Thread(target=block, daemon=True)
+    worker.start()
+    assert appended.wait(30) and not errors, errors
+    deleted = threading.Event()
+    threading.Thread(target=delete, args=(deleted,), daemon=True).start()
+    deleted.wait(10)
+    release.set()
+    worker.join(30)
+    assert deleted.wait(30)
+    assert not errors, errors
+    assert not WebhookEndpoint.objects.filter(pk=endpoint.pk).exists()
+    assert kinds() == ["run.updated"]
+    assert not WebhookDelivery.objects.exists()

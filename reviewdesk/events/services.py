@@ -42,7 +42,7 @@ def event_emit(*, type: str, data: dict, run_id=None, audience: Iterable[int] = 
     `atomic_appends_last` block the row is written at the block's end (and None returned)."""
     assert transaction.get_connection().in_atomic_block, "event_emit needs a transaction"
     event = DeskEvent(type=type, data=dict(data), run_id=run_id, audience=list(audience))
-    if append_later(lambda: _event_write(event), after_commit=event_push) is not None:
+    if append_later(lambda: _event_write(event), after_commit=event_push):
         return None
     _event_write(event, push=True)
     return event

@@ -97,45 +97,65 @@ def test_an_events_push_keeps_its_place_among_the_commit_hooks(monkeypatch):
     assert order == [f"push run.updated {event_id}", "send resume"]
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite serialises every writer")
-def test_a_second_writer_is_not_kept_waiting_while_the_block_works():
-    """Two real connections: while a block that has appended is still at work, another
-    transaction appends and commits; the block's rows then follow it in the chain."""
-    appended, release = threading.Event(), threading.Event()
-    errors: list[BaseException] = []
+class HeldBlock(threading.Thread):
+    """An `atomic_appends_last` block on a connection of its own: it runs `append`, then stays
+    open, still at work, until `finish()`."""
 
-    def slow_block() -> None:
+    def __init__(self, append, errors: list[BaseException]) -> None:
+        super().__init__(daemon=True)
+        self.append, self.errors = append, errors
+        self.appended, self.release = threading.Event(), threading.Event()
+
+    def run(self) -> None:
         try:
             with atomic_appends_last():
-                audit("slow")
-                emit("slow")
-                appended.set()
-                assert release.wait(30), "never released"
-        except BaseException as exc:
-            errors.append(exc)
-            appended.set()
+                self.append()
+                self.appended.set()
+                assert self.release.wait(30), "never released"
+        except BaseException as exc:  # reported by the test
+            self.errors.append(exc)
         finally:
+            self.appended.set()
             connections.close_all()
 
-    def other_writer(done: threading.Event) -> None:
+    def finish(self) -> None:
+        self.release.set()
+        self.join(30)
+
+
+def in_thread(work, errors: list[BaseException]) -> threading.Event:
+    """Run `work` on a connection of its own; the event is set once it has ended."""
+    done = threading.Event()
+
+    def run() -> None:
         try:
-            with transaction.atomic():
-                audit("quick")
-                emit("quick")
-        except BaseException as exc:
+            work()
+        except BaseException as exc:  # reported by the test
             errors.append(exc)
         finally:
             done.set()
             connections.close_all()
 
-    slow = threading.Thread(target=slow_block, daemon=True)
+    threading.Thread(target=run, daemon=True).start()
+    return done
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite serialises every writer")
+def test_a_second_writer_is_not_kept_waiting_while_the_block_works():
+    """Two real connections: while a block that has appended is still at work, another
+    transaction appends and commits; the block's rows then follow it in the chain."""
+    errors: list[BaseException] = []
+
+    def quick() -> None:
+        with transaction.atomic():
+            audit("quick")
+            emit("quick")
+
+    slow = HeldBlock(lambda: (audit("slow"), emit("slow")), errors)
     slow.start()
-    assert appended.wait(30) and not errors, errors
-    quick_done = threading.Event()
-    threading.Thread(target=other_writer, args=(quick_done,), daemon=True).start()
-    through = quick_done.wait(10)
-    release.set()
-    slow.join(30)
+    assert slow.appended.wait(30) and not errors, errors
+    through = in_thread(quick, errors).wait(10)
+    slow.finish()
     assert not errors, errors
     assert through, "the second writer waited for the block to end"
     assert actions() == ["quick", "slow"]
@@ -158,38 +178,17 @@ def test_a_webhook_deleted_while_the_block_works_gets_no_delivery_and_fails_noth
     )
     settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True
     endpoint, _ = webhook_register(owner=personas.carol, url="http://127.0.0.1:9/", events=["run.succeeded"])
-    appended, release = threading.Event(), threading.Event()
     errors: list[BaseException] = []
 
-    def block() -> None:
-        try:
-            with atomic_appends_last():
-                event_emit(type="run.updated", data={"status": "succeeded"}, run_id=run.pk, audience=[])
-                appended.set()
-                assert release.wait(30), "never released"
-        except BaseException as exc:
-            errors.append(exc)
-            appended.set()
-        finally:
-            connections.close_all()
+    def succeeded() -> None:
+        event_emit(type="run.updated", data={"status": "succeeded"}, run_id=run.pk, audience=[])
 
-    def delete(done: threading.Event) -> None:
-        try:
-            webhook_delete(webhook_id=endpoint.id, owner=personas.carol)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            done.set()
-            connections.close_all()
-
-    worker = threading.Thread(target=block, daemon=True)
-    worker.start()
-    assert appended.wait(30) and not errors, errors
-    deleted = threading.Event()
-    threading.Thread(target=delete, args=(deleted,), daemon=True).start()
+    block = HeldBlock(succeeded, errors)
+    block.start()
+    assert block.appended.wait(30) and not errors, errors
+    deleted = in_thread(lambda: webhook_delete(webhook_id=endpoint.id, owner=personas.carol), errors)
     deleted.wait(10)
-    release.set()
-    worker.join(30)
+    block.finish()
     assert deleted.wait(30)
     assert not errors, errors
     assert not WebhookEndpoint.objects.filter(pk=endpoint.pk).exists()

@@ -47,6 +47,16 @@ class Receiver:
         return self.requests
 
 
+def wait_for(predicate, timeout=30.0):
+    """`predicate()`'s first truthy answer, asked every 50 ms; fails after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := predicate():
+            return result
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
 @pytest.fixture
 def receiver():
     state = Receiver(url="")

@@ -14,6 +14,7 @@ from reviewdesk.webhooks.models import DeliveryStatus, WebhookDelivery
 from reviewdesk.webhooks.services import webhook_register
 from reviewdesk.webhooks.sweeper import webhooks_sweep
 from tests.conftest import SEND_EMAIL_SCRIPT
+from tests.reviewdesk.webhooks.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,7 +45,10 @@ def test_a_delivery_whose_task_was_lost_is_sent_again_by_the_sweeper(
     (received,) = receiver.wait_for(1)
     assert receiver.verified(received, secret)
     assert received.headers["Desk-Delivery"] == str(delivery.id)
-    delivery.refresh_from_db()
+    # The worker records the outcome once the receiver has answered: wait for it to settle.
+    delivery = wait_for(
+        lambda: WebhookDelivery.objects.exclude(status=DeliveryStatus.PENDING).filter(pk=delivery.pk).first()
+    )
     assert (delivery.status, delivery.attempts) == (DeliveryStatus.DELIVERED, 1)
 
 

@@ -14,6 +14,7 @@ from reviewdesk.accounts.roles import SUBMITTERS
 from reviewdesk.webhooks.models import WebhookDelivery, WebhookEndpoint
 from reviewdesk.webhooks.services import webhook_deliver
 from tests.conftest import SEND_EMAIL_SCRIPT, make_user
+from tests.reviewdesk.webhooks.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -34,15 +35,6 @@ def submit(client) -> str:
 
 def register(client, url, *events):
     return client.post("/api/v1/webhooks", {"url": url, "events": list(events)}, format="json")
-
-
-def wait_for(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if result := predicate():
-            return result
-        time.sleep(0.05)
-    raise AssertionError("timed out")
 
 
 def test_carol_receives_a_signed_delivery_when_her_run_needs_approval(

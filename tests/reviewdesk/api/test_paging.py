@@ -173,3 +173,16 @@ def test_a_bad_after_on_events_is_400(interrupted_run, personas, api_as):
     for after in ("-1", "1e400", "x"):
         response = api_as(personas.carol, "submit").get(f"/api/v1/runs/{run.id}/events?after={after}")
         assert response.status_code == 400 and response.json()["code"] == "bad_parameter"
+
+
+def test_timestamps_keep_their_microseconds_so_they_sort_as_the_times_do():
+    """Python's isoformat drops a zero fraction; a client sorting created_at strings (as the
+    paging test does) then put a row created on the second after later ones of that second."""
+    from datetime import UTC, datetime
+
+    from reviewdesk.events.builders import iso
+
+    on_the_second = datetime(2026, 12, 1, 18, 39, 11, tzinfo=UTC)
+    just_after = on_the_second.replace(microsecond=287206)
+    assert iso(on_the_second) == "2026-12-01T18:39:11.000000Z"
+    assert sorted([iso(just_after), iso(on_the_second)]) == [iso(on_the_second), iso(just_after)]

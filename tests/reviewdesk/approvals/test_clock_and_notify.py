@@ -24,6 +24,7 @@ from reviewdesk.approvals.selectors import reviewer_may_decide_run
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.approvals.tasks import approvals_tick
 from reviewdesk.audit.models import AuditEvent
+from reviewdesk.events.builders import iso
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import RunStatus
@@ -211,7 +212,7 @@ def test_the_desk_shows_the_clock_on_the_card_and_the_page(short_clock, interrup
     _, approval = interrupted_run(reviewers=["alice"])
     alice = Client()
     alice.force_login(personas.alice)
-    respond_by = approval.respond_by.isoformat().replace("+00:00", "Z")
+    respond_by = iso(approval.respond_by)
 
     desk = alice.get("/").content.decode()
     page = alice.get(f"/approvals/{approval.id}/").content.decode()

@@ -1,8 +1,9 @@
 import os
 
-from django.core.asgi import get_asgi_application
-
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reviewdesk.settings")
+
+from reviewdesk.asgi_handler import get_asgi_application  # noqa: E402
+
 django_asgi_app = get_asgi_application()  # before importing consumers: it sets Django up
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402

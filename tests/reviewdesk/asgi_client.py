@@ -1,0 +1,42 @@
+"""Django's own ASGI application called in-process as a server calls it: a fresh event loop,
+no sync thread around it (the in-process ASGI tests share this)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+
+@dataclass
+class AsgiResponse:
+    status: int
+    headers: dict[str, str]
+
+
+async def asgi_get(app, path: str, token: str) -> AsgiResponse:
+    """One GET through the ASGI application with a bearer token."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "headers": [(b"host", b"testserver"), (b"authorization", f"Bearer {token}".encode())],
+        "server": ("testserver", 80),
+        "client": ("127.0.0.1", 40000),
+    }
+    body = [{"type": "http.request", "body": b"", "more_body": False}]
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return body.pop() if body else await asyncio.Future()  # then no disconnect
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    headers = {name.decode().lower(): value.decode() for name, value in sent[0].get("headers", [])}
+    return AsgiResponse(sent[0]["status"], headers)

@@ -16,12 +16,14 @@ FLOOR_GROUP = "bench.floor"
 
 
 class BareConsumer(AsyncWebsocketConsumer):
+    group = FLOOR_GROUP
+
     async def connect(self) -> None:
-        await self.channel_layer.group_add(FLOOR_GROUP, self.channel_name)
+        await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
 
     async def disconnect(self, code) -> None:
-        await self.channel_layer.group_discard(FLOOR_GROUP, self.channel_name)
+        await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def floor_message(self, message) -> None:
         await self.send(text_data=message["text"])

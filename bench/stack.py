@@ -225,8 +225,6 @@ def start_redis_if_embedded(stack: Stack, env: dict[str, str]) -> None:
 
 
 def start_processes(stack: Stack, env: dict[str, str]) -> None:
-    from django.conf import settings
-
     python = sys.executable
     env = {**os.environ, **env}
     desk_port = free_port()
@@ -246,7 +244,7 @@ def start_processes(stack: Stack, env: dict[str, str]) -> None:
     )
     wait_daphne(stack.desk_url, DESK_APP)
     wait_daphne(stack.floor_url, FLOOR_APP)
-    _wait(lambda: _workers_ready(settings.CELERY_BROKER_URL), "celery workers")
+    wait_celery("desk@", "floor@")
 
 
 DESK_APP = "bench.desk_asgi:application"
@@ -276,7 +274,14 @@ def _port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _workers_ready(broker: str) -> bool:
+def wait_celery(*prefixes: str) -> None:
+    """Until a Celery worker whose name starts with each of `prefixes` answers a ping."""
+    from django.conf import settings
+
+    _wait(lambda: _workers_ready(settings.CELERY_BROKER_URL, prefixes), f"celery workers {prefixes}")
+
+
+def _workers_ready(broker: str, prefixes: tuple[str, ...]) -> bool:
     from celery import Celery
 
     app = Celery(broker=broker)
@@ -285,4 +290,4 @@ def _workers_ready(broker: str) -> bool:
     finally:
         app.close()
     names = {name for reply in replies for name in reply}
-    return any(n.startswith("desk@") for n in names) and any(n.startswith("floor@") for n in names)
+    return all(any(n.startswith(prefix) for n in names) for prefix in prefixes)

@@ -8,14 +8,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import sys
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import httpx
 
 from bench import floor
 from bench.common import Row, Socket, counters, read_records, size
 from bench.cycle import script
-from bench.stack import DESK_APP, cpu_breakdown, machine_cpu, start_daphne, wait_daphne
+from bench.stack import (
+    DESK_APP,
+    cpu_breakdown,
+    free_port,
+    machine_cpu,
+    start_daphne,
+    wait_celery,
+    wait_daphne,
+)
 
 
 async def measure(stack, people, redis, budget: float) -> list[Row]:
@@ -30,6 +41,7 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
         two = await cycles_through(stack, people, redis, budget, runs, [stack.desk_url, desk2_url])
     finally:
         stack.stop_one(desk2)
+    skeleton = await skeleton_cycles(stack, people, budget, runs)
 
     noops = size(300, 3000)
     redis.delete("bench:floor:noop", "bench:floor:noop_at")
@@ -64,42 +76,125 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
             target="reported: #6 with the web scaled out",
             extra=two,
         ),
+        Row(
+            "6s",
+            "the skeleton: #6's requests and tasks, no desk work",
+            "/s",
+            skeleton.pop("rate"),
+            floor=floor_text,
+            floor_samples=rate,
+            target="reported: the ceiling of #6 here",
+            extra=skeleton,
+        ),
     ]
 
 
-async def cycles_through(stack, people, redis, budget: float, runs: int, urls: list[str]) -> dict:
-    """Submit `runs` runs and approve each as its approval reaches alice's socket (on the first
-    web process), the requests taking `urls` in turn; the rate of cycles, and where they went."""
-    sock = await Socket().open(urls[0].replace("http", "ws") + "/ws/desk/", cookie=people.alice_cookie)
-    await sock.wait_for(lambda m: m.get("type") == "snapshot", 30)
+@dataclass
+class Flow:
+    """One kind of cycle as a client drives it: where its socket is, how a cycle starts
+    (`submit` → the run's id) and goes on (`decide`, given the socket's message asking), and
+    which socket messages ask (`asked` → the run's id, or None) and end it (`ended`)."""
+
+    socket_path: str
+    submit: Callable[[httpx.AsyncClient], Awaitable[str]]
+    decide: Callable[[httpx.AsyncClient, dict], Awaitable[None]]
+    asked: Callable[[dict], str | None]
+    ended: Callable[[dict], str | None]
+    cookie: str | None = None
+    snapshot: bool = False  # the socket's first message is a snapshot, waited for
+
+
+def desk_flow(people) -> Flow:
+    """carol submits the bench's run; alice approves through the API as its approval arrives."""
+
+    async def submit(client: httpx.AsyncClient) -> str:
+        response = await client.post(
+            "/api/v1/runs",
+            json={"agent": "demo", "input": "Tell Ada.", "model": script()},
+            headers={"Authorization": f"Bearer {people.carol_token}"},
+        )
+        assert response.status_code == 201, response.text
+        return response.json()["id"]
+
+    async def decide(client: httpx.AsyncClient, message: dict) -> None:
+        approval = message["data"]
+        response = await client.post(
+            f"/api/v1/approvals/{approval['id']}/decision",
+            json={"verdict": "approve", "reason": "ok", "checkpoint_id": approval["checkpoint_id"]},
+            headers={"Authorization": f"Bearer {people.alice_token}"},
+        )
+        assert response.status_code == 201, response.text
+
+    def asked(message: dict) -> str | None:
+        return message["data"].get("run") if message.get("type") == "approval.created" else None
+
+    def ended(message: dict) -> str | None:
+        data = message.get("data") or {}
+        done = message.get("type") == "run.updated" and data.get("status") == "succeeded"
+        return data.get("id") if done else None
+
+    return Flow("/ws/desk/", submit, decide, asked, ended, cookie=people.alice_cookie, snapshot=True)
+
+
+def skeleton_flow(people) -> Flow:
+    """The skeleton's cycle (bench/skeleton.py): the same requests, tokens and bodies' shape."""
+
+    async def submit(client: httpx.AsyncClient) -> str:
+        response = await client.post(
+            "/skeleton/submit",
+            json={"agent": "demo", "input": "Tell Ada.", "model": script()},
+            headers={"Authorization": f"Bearer {people.carol_token}"},
+        )
+        assert response.status_code == 201, response.text
+        return response.json()["id"]
+
+    async def decide(client: httpx.AsyncClient, message: dict) -> None:
+        response = await client.post(
+            f"/skeleton/decide/{message['run']}",
+            json={"verdict": "approve", "reason": "ok", "checkpoint_id": message["run"]},
+            headers={"Authorization": f"Bearer {people.alice_token}"},
+        )
+        assert response.status_code == 201, response.text
+
+    def asked(message: dict) -> str | None:
+        return message.get("run") if message.get("type") == "asked" else None
+
+    def ended(message: dict) -> str | None:
+        return message.get("run") if message.get("type") == "done" else None
+
+    return Flow("/ws/skeleton/", submit, decide, asked, ended)
+
+
+async def drive(flow: Flow, stack, budget: float, runs: int, urls: list[str]) -> dict:
+    """Start `runs` cycles and go on with each as the socket (on the first URL) asks, 8 requests
+    in flight like a handful of busy clients, the requests taking `urls` in turn: the run ids,
+    when each ended, the wall time from the first submit, and the CPU spent meanwhile."""
+    sock = await Socket().open(urls[0].replace("http", "ws") + flow.socket_path, cookie=flow.cookie)
+    if flow.snapshot:
+        await sock.wait_for(lambda m: m.get("type") == "snapshot", 30)
     mine: set[str] = set()
     finished: dict[str, float] = {}
     all_done = asyncio.Event()
     pending: list[asyncio.Task] = []
-    limit = asyncio.Semaphore(8)  # requests in flight, like a handful of busy clients
+    limit = asyncio.Semaphore(8)
     clients = [httpx.AsyncClient(base_url=url, timeout=60) for url in urls]
     turn = itertools.cycle(clients)
 
-    async def decide(approval: dict) -> None:
+    async def decide(message: dict) -> None:
         async with limit:
-            response = await next(turn).post(
-                f"/api/v1/approvals/{approval['id']}/decision",
-                json={"verdict": "approve", "reason": "ok", "checkpoint_id": approval["checkpoint_id"]},
-                headers={"Authorization": f"Bearer {people.alice_token}"},
-            )
-            assert response.status_code == 201, response.text
+            await flow.decide(next(turn), message)
 
-    # An approval can reach the socket before its run's submit response: held until then.
+    # A socket can ask before the submit's response has named the run: held until then.
     early: dict[str, dict] = {}
 
     def on_message(at: float, message: dict) -> None:
-        kind, data = message.get("type"), message.get("data") or {}
-        if kind == "approval.created" and data.get("run") in mine:
-            pending.append(asyncio.create_task(decide(data)))
-        elif kind == "approval.created":
-            early[data.get("run")] = data
-        elif kind == "run.updated" and data.get("id") in mine and data.get("status") == "succeeded":
-            finished.setdefault(data["id"], at)
+        if (run_id := flow.asked(message)) is not None:
+            if run_id in mine:
+                pending.append(asyncio.create_task(decide(message)))
+            else:
+                early[run_id] = message
+        elif (run_id := flow.ended(message)) is not None and run_id in mine:
+            finished.setdefault(run_id, at)
             if len(finished) == runs:
                 all_done.set()
 
@@ -107,19 +202,12 @@ async def cycles_through(stack, people, redis, budget: float, runs: int, urls: l
 
     async def submit() -> None:
         async with limit:
-            response = await next(turn).post(
-                "/api/v1/runs",
-                json={"agent": "demo", "input": "Tell Ada.", "model": script()},
-                headers={"Authorization": f"Bearer {people.carol_token}"},
-            )
-            assert response.status_code == 201, response.text
-            run_id = response.json()["id"]
+            run_id = await flow.submit(next(turn))
             mine.add(run_id)
             if run_id in early:
                 pending.append(asyncio.create_task(decide(early.pop(run_id))))
 
     try:
-        locks_before = {role: counters(redis, role) for role in ("web", "worker")}
         cpu_before, machine_before = stack.cpu_snapshot(), machine_cpu()
         start = time.time()
         await asyncio.gather(*(submit() for _ in range(runs)))
@@ -131,8 +219,27 @@ async def cycles_through(stack, people, redis, budget: float, runs: int, urls: l
         for client in clients:
             await client.aclose()
         await sock.close()
-    # Where the time went: the worker processes' busy share of the wall time (2 processes).
     wall = (max(finished.values()) - start) if finished else 0.0
+    return {
+        "mine": mine,
+        "finished": finished,
+        "wall": wall,
+        "rate": [len(finished) / wall] if finished else [],
+        "cpu_ms_per_cycle": cpu_per_cycle(
+            cpu_breakdown(cpu_before, cpu_after),
+            [after - before for before, after in zip(machine_before, machine_after, strict=True)],
+            len(finished),
+        ),
+    }
+
+
+async def cycles_through(stack, people, redis, budget: float, runs: int, urls: list[str]) -> dict:
+    """Submit `runs` runs and approve each as its approval reaches alice's socket (on the first
+    web process), the requests taking `urls` in turn; the rate of cycles, and where they went."""
+    locks_before = {role: counters(redis, role) for role in ("web", "worker")}
+    driven = await drive(desk_flow(people), stack, budget, runs, urls)
+    mine, finished, wall = driven["mine"], driven["finished"], driven["wall"]
+    # Where the time went: the worker processes' busy share of the wall time (2 processes).
     time.sleep(0.2)  # the probes flush every 50 ms
     tasks = [t for t in read_records(redis, "bench:tasks") if t["run"] in mine]
     busy = {
@@ -144,17 +251,75 @@ async def cycles_through(stack, people, redis, budget: float, runs: int, urls: l
         worker["busy_share_of_2_processes"] = round(sum(busy.values()) / (2 * wall), 3)
     locks_after = {role: counters(redis, role) for role in ("web", "worker")}
     return {
-        "rate": [len(finished) / wall] if finished else [],
+        "rate": driven["rate"],
         "web_processes": len(urls),
         "runs": runs,
         "finished": len(finished),
         "worker": worker,
-        "cpu_ms_per_cycle": cpu_per_cycle(
-            cpu_breakdown(cpu_before, cpu_after),
-            [after - before for before, after in zip(machine_before, machine_after, strict=True)],
-            len(finished),
-        ),
+        "cpu_ms_per_cycle": driven["cpu_ms_per_cycle"],
         "writers_lock_ms_per_cycle": lock_per_cycle(locks_before, locks_after, len(finished)),
+    }
+
+
+SKELETON_QUEUE = "bench-skeleton"
+
+
+def start_skeleton(stack) -> tuple[list, str]:
+    """The skeleton's daphne and its 2-process worker (bench/skeleton.py), on a queue of its own;
+    (the processes, its URL)."""
+    env = {
+        **stack.web_env,
+        "DJANGO_SETTINGS_MODULE": "bench.skeleton_settings",
+        "DESK_CELERY_QUEUE": SKELETON_QUEUE,
+    }
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env["DESK_WS_ALLOWED_ORIGINS"] = url
+    daphne = [
+        sys.executable,
+        "-m",
+        "daphne",
+        "-b",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "bench.skeleton_asgi:application",
+    ]
+    worker = [
+        *(
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "bench.skeleton_worker",
+            "worker",
+            "-l",
+            "WARNING",
+            "-c",
+            "2",
+        ),
+        *("--without-gossip", "--without-mingle", "-Q", SKELETON_QUEUE, "-n", "skeleton@%h"),
+    ]
+    return [stack.start("skeleton-web", daphne, env), stack.start("skeleton-worker", worker, env)], url
+
+
+async def skeleton_cycles(stack, people, budget: float, runs: int) -> dict:
+    """#6's cycles with none of the desk's work (bench/skeleton.py), driven as #6 drives the desk's."""
+    procs, url = start_skeleton(stack)
+    try:
+        await asyncio.to_thread(wait_daphne, url, DESK_APP)
+        await asyncio.to_thread(wait_celery, "skeleton@")
+        await drive(skeleton_flow(people), stack, budget, 5, [url])  # a fresh process's first requests are slow
+        driven = await drive(skeleton_flow(people), stack, budget, runs, [url])
+    finally:
+        for proc in procs:
+            stack.stop_one(proc)
+    return {
+        "rate": driven["rate"],
+        "runs": runs,
+        "finished": len(driven["finished"]),
+        "web_processes": 1,
+        "cpu_ms_per_cycle": driven["cpu_ms_per_cycle"],
     }
 
 

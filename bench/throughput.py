@@ -309,7 +309,9 @@ async def skeleton_cycles(stack, people, budget: float, runs: int) -> dict:
     try:
         await asyncio.to_thread(wait_daphne, url, DESK_APP)
         await asyncio.to_thread(wait_celery, "skeleton@")
-        await drive(skeleton_flow(people), stack, budget, 5, [url])  # a fresh process's first requests are slow
+        await drive(
+            skeleton_flow(people), stack, budget, 5, [url]
+        )  # a fresh process's first requests are slow
         driven = await drive(skeleton_flow(people), stack, budget, runs, [url])
     finally:
         for proc in procs:

@@ -2,7 +2,7 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reviewdesk.settings")
 
-from reviewdesk.asgi_handler import get_asgi_application  # noqa: E402
+from reviewdesk.asgi_handler import get_asgi_application
 
 django_asgi_app = get_asgi_application()  # before importing consumers: it sets Django up
 

@@ -110,6 +110,17 @@ def _live_hooks() -> set[Callable[[], None]]:
     return {entry[1] for entry in connection.run_on_commit}
 
 
+def prefetched_as(instance: Any, relation: str, rows: list[Any]) -> None:
+    """Give `instance` its reverse relation `relation` as if prefetched, holding `rows`: for
+    rows the caller already has (issue 11: no query, and no SQL compiled for it)."""
+    queryset = getattr(instance, relation).none()
+    queryset._result_cache, queryset._prefetch_done = list(rows), True
+    cache = getattr(instance, "_prefetched_objects_cache", None)
+    if cache is None:
+        cache = instance._prefetched_objects_cache = {}
+    cache[relation] = queryset
+
+
 class NamesAny(Func):
     """True where the JSON list of strings in `field` holds one of `names`, matched exactly in
     the database (jsonb `?|` on PostgreSQL, json_each on SQLite): a condition on each row, so

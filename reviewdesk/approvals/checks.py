@@ -52,7 +52,8 @@ def approval_check_decide(
     approval = approval_get_for_reviewer(
         approval_id=approval_id, user=reviewer, group_names=group_names, related=False
     )
-    run = Run.objects.select_for_update().get(pk=approval.run_id)
+    # With its submitter, whom the approval's event names (the run row locked only).
+    run = Run.objects.select_for_update(of=("self",)).select_related("submitted_by").get(pk=approval.run_id)
     # With its attempt, which the decision's payload names (the approval row locked only).
     approval = (
         ApprovalRequest.objects.select_for_update(of=("self",)).select_related("attempt").get(pk=approval.pk)

@@ -29,6 +29,7 @@ from reviewdesk.approvals.models import (
 )
 from reviewdesk.approvals.routing import approval_audience, targets_for_call
 from reviewdesk.audit.services import audit_record
+from reviewdesk.db import prefetched_as
 from reviewdesk.events.builders import approval_data
 from reviewdesk.events.services import event_emit
 from reviewdesk.runs.models import ENDED, Attempt, Checkpoint, ErrorKind, Run, RunStatus
@@ -78,9 +79,7 @@ def approval_raise(
     )
     # A request just created has no votes yet: its event's quorum reads none, as if prefetched
     # (issue 11: no query, and no SQL compiled for an empty one).
-    no_votes = Decision.objects.none()
-    no_votes._result_cache, no_votes._prefetch_done = [], True  # type: ignore[attr-defined]
-    approval._prefetched_objects_cache = {"decisions": no_votes}  # type: ignore[attr-defined]
+    prefetched_as(approval, "decisions", [])
     audit_record(
         actor=None,
         action="reconcile.requested" if reconcile else "approval.requested",

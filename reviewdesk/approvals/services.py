@@ -31,7 +31,7 @@ from reviewdesk.approvals.models import (
 from reviewdesk.approvals.payloads import decision_not_after, decision_payload_for
 from reviewdesk.approvals.routing import approval_audience
 from reviewdesk.audit.services import audit_record
-from reviewdesk.db import atomic_appends_last
+from reviewdesk.db import atomic_appends_last, prefetched_as
 from reviewdesk.errors import Invalid
 from reviewdesk.events.builders import approval_data
 from reviewdesk.events.services import event_emit
@@ -117,9 +117,14 @@ def approval_do_decide(
     # Every vote with its reviewer in one read (this one included): the count below and the
     # event's decision and quorum use them; the event reads the run locked above.
     approval.run = run
-    prefetch_related_objects(
-        [approval], Prefetch("decisions", queryset=Decision.objects.select_related("reviewer"))
-    )
+    if approval.required_approvals == 1:
+        # One reviewer's word settles the request, so a pending one has no earlier decision:
+        # its votes are this one (issue 11: no read).
+        prefetched_as(approval, "decisions", [decision])
+    else:
+        prefetch_related_objects(
+            [approval], Prefetch("decisions", queryset=Decision.objects.select_related("reviewer"))
+        )
     votes = len(approval.approving_decisions())
     # Any rejection (and any answer to a reconciliation) settles it; an approval waits for its quorum.
     settled = verdict not in (Verdict.APPROVE, Verdict.EDIT) or votes >= approval.required_approvals

@@ -145,7 +145,9 @@ class Host(GrantSource, Protocol):
         new_messages: list[dict[str, Any]],
         raise_approvals: list[CallState],
     ) -> None:
-        """Atomically: append messages, save the checkpoint, raise approvals for these calls."""
+        """Atomically: append messages, save the checkpoint, raise approvals for these calls.
+        Now, or kept and written with the host's next write: before the next model call and
+        before a tool runs, or with the outcome (the desk's host: reviewdesk/runs/host.py)."""
         ...
 
     def decision_for(self, call: CallState) -> DecisionState: ...

@@ -5,7 +5,7 @@ One sample, on each side, is a fresh conversation of N messages (system, user, t
 turns and their tool results, as bench/storage.py writes them), then:
 
 - pause: the model's turn that asks for `send_email` is stored with the interrupt raised.
-  Desk: DatabaseHost.commit_step with the call awaiting approval, which raises the approval
+  Desk: DatabaseHost.commit_step with the call awaiting approval, then its write (write_unsaved), which raises the approval
   request (its audit record and its `approval.created` event) in the same transaction, as the
   loop does. LangGraph: `graph.invoke({"messages": [turn]})` into a node that calls
   `interrupt()`.
@@ -80,6 +80,7 @@ def desk_conversation(user, messages: int):
     host.commit_step(
         checkpoint_id=str(uuid.uuid4()), state=state, new_messages=conversation(messages), raise_approvals=[]
     )
+    host.write_unsaved()  # written as the loop's next write does (host.py)
     return host, state
 
 
@@ -105,6 +106,7 @@ def desk_pause(host, state) -> None:
     host.commit_step(
         checkpoint_id=checkpoint_id, state=state, new_messages=[ask(call_id)], raise_approvals=[call]
     )
+    host.write_unsaved()  # written as the loop's next write does (host.py)
 
 
 def desk_resume(run, attempt) -> dict[str, float]:
@@ -128,6 +130,7 @@ def desk_resume(run, attempt) -> dict[str, float]:
     host.commit_step(
         checkpoint_id=str(uuid.uuid4()), state=state, new_messages=[answer(call.id)], raise_approvals=[]
     )
+    host.write_unsaved()  # written as the loop's next write does (host.py)
     done = time.perf_counter()
     return {"load": ms(loaded - start), "commit": ms(done - loaded)}
 

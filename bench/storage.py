@@ -63,6 +63,7 @@ def grow(host, messages: int):
     state = AgentState(step=Step.MODEL, message_count=2)
     system = [{"role": "system", "content": "bench"}, {"role": "user", "content": "go"}]
     host.commit_step(checkpoint_id=str(uuid.uuid4()), state=state, new_messages=system, raise_approvals=[])
+    host.write_unsaved()  # written as the loop's next write does (host.py)
     turn = 0
     while state.message_count < messages:
         assistant, result = message_pair(turn)
@@ -81,11 +82,13 @@ def grow(host, messages: int):
         host.commit_step(
             checkpoint_id=str(uuid.uuid4()), state=state, new_messages=[assistant], raise_approvals=[]
         )
+        host.write_unsaved()  # written as the loop's next write does (host.py)
         state.message_count += 1
         state.step, state.batch = Step.MODEL, []
         host.commit_step(
             checkpoint_id=str(uuid.uuid4()), state=state, new_messages=[result], raise_approvals=[]
         )
+        host.write_unsaved()  # written as the loop's next write does (host.py)
         turn += 1
     return state
 

@@ -120,6 +120,7 @@ class _Guarded:
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AssistantTurn:
         self.host.check_lease()
+        self.host.write_unsaved(before_model_call=True)  # it takes time: what came before is written
         turn = self.provider.complete(messages, tools)
         faults.point("after_model_call")
         return turn
@@ -155,11 +156,24 @@ def run_execute(*, run_id: Any, worker: str = "") -> Outcome | None:
         record_stale_write(attempt, str(exc))
         return None
     except Exception as exc:  # a bug must end the run visibly, not leave it running
-        incident = uuid.uuid4().hex[:12]  # the submitter sees only this id; the log has the details
-        logger.exception("run %s failed with an internal error (incident %s): %r", run.id, incident, exc)
-        outcome = Failed(f"internal error (incident {incident})", kind=FailureKind.INTERNAL)
-    run_finish(attempt=attempt, outcome=outcome)
+        outcome = _internal_error(run, exc)
+    kept = host.unsaved_steps
+    try:
+        run_finish(attempt=attempt, outcome=outcome, host=host)
+    except Exception as exc:
+        if not kept:
+            raise
+        # Writing the steps the attempt kept failed, and the finish with them (its transaction
+        # rolled back): end the run without them, as when each step had a transaction of its own.
+        outcome = _internal_error(run, exc)
+        run_finish(attempt=attempt, outcome=outcome)
     return outcome
+
+
+def _internal_error(run: Run, exc: Exception) -> Failed:
+    incident = uuid.uuid4().hex[:12]  # the submitter sees only this id; the log has the details
+    logger.exception("run %s failed with an internal error (incident %s): %r", run.id, incident, exc)
+    return Failed(f"internal error (incident {incident})", kind=FailureKind.INTERNAL)
 
 
 def _limits() -> Limits:
@@ -185,9 +199,11 @@ def _wait_before_retry(host: DatabaseHost, seconds: float) -> None:
     host.check_lease()
 
 
-def run_finish(*, attempt: Attempt, outcome: Outcome) -> None:
+def run_finish(*, attempt: Attempt, outcome: Outcome, host: DatabaseHost | None = None) -> None:
     """Record the outcome, fenced on the attempt's lease and the cancel epoch it claimed under
-    (`attempt.run` is the run as claimed); release the lease."""
+    (`attempt.run` is the run as claimed); release the lease. The steps `host` kept since its
+    last write are written first, in the same transaction (host.py): nothing of them when the
+    attempt lost its lease."""
     now = timezone.now()
     with atomic_appends_last():
         run = Run.objects.select_for_update().get(pk=attempt.run_id)
@@ -198,6 +214,7 @@ def run_finish(*, attempt: Attempt, outcome: Outcome) -> None:
         ):
             record_stale_write(attempt, f"finish as {type(outcome).__name__} after losing the lease")
             return
+        raised_now = host.write_unsaved_fenced() if host is not None else set()
         attempt_status, attempt_error = AttemptStatus.RELEASED, ""
         if isinstance(outcome, Finished):
             run.status, run.output = RunStatus.SUCCEEDED, outcome.output
@@ -223,7 +240,10 @@ def run_finish(*, attempt: Attempt, outcome: Outcome) -> None:
             task_id_assign(run)  # saved below with the rest
             send_on_commit(RESUME_TASK, run, countdown=outcome.delay)
         elif isinstance(outcome, Waiting):
-            decided_meanwhile = calls_decided_meanwhile(run=run, call_ids=outcome.call_ids)
+            # A request raised just now, in this transaction, cannot have been answered yet.
+            decided_meanwhile = not set(outcome.call_ids) <= raised_now and calls_decided_meanwhile(
+                run=run, call_ids=outcome.call_ids
+            )
             if decided_meanwhile:  # a decision landed while we held the lease
                 run.status = RunStatus.QUEUED
                 task_id_assign(run)  # saved below with the rest

@@ -4,6 +4,18 @@ Every write is fenced: it happens in a transaction that first locks the run
 row and checks that this attempt's lease epoch and the run's cancel epoch are
 still current. A worker that lost its lease (it stalled, or the run was
 cancelled) gets `LeaseLost` instead of writing.
+
+A step the loop commits is kept until the host's next write, and written then, whole, in one
+fenced transaction with any other step kept meanwhile (`write_unsaved`): before the next model
+call, before a tool runs (so before a retry's wait too), and otherwise by `run_finish` with the
+outcome, in the transaction that ends the attempt (issue 11: a run's last step and its end were
+two fenced transactions, and two takes of the writers' lock when the step raised approvals).
+So whatever acts on the world or takes time finds every earlier step written, and a worker that
+dies with a step kept loses only work it can do again from the last written one: the model's
+last answer (asked again) or a settled batch (an effect's result is in the ledger, a
+decision in its row, and a read runs again). One step waits through a model call: a run's opening (the system prompt and the
+task, which the loop makes again from the run when nothing is written), written with the
+model's first answer.
 """
 
 from __future__ import annotations
@@ -13,6 +25,7 @@ import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -61,6 +74,8 @@ class DatabaseHost:
         self.ledger = DatabaseLedger(host=self)
         self.lease_lost: threading.Event = threading.Event()  # set by the LeaseKeeper
         self._log: list[dict[str, Any]] | None = None  # the live messages, once read (see messages)
+        self._unsaved: list[_Step] = []  # committed by the loop, not written yet (write_unsaved)
+        self._fresh = False  # nothing of the run was written when this attempt loaded it
         self._deciders: RequestDeciders | None = None  # read with the last call's decision
         self.gate = ApprovalGate(
             keyring=FileKeyring(),
@@ -112,6 +127,7 @@ class DatabaseHost:
         latest = self.checkpoints.latest_with_messages(self.run_id)
         if latest is None:
             self._log = []  # messages are only ever written with a checkpoint, in one transaction
+            self._fresh = True
             return None
         checkpoint, self._log = latest
         return AgentState.from_snapshot(checkpoint.snapshot)
@@ -120,6 +136,7 @@ class DatabaseHost:
         # Read once per attempt, then kept up to date by commit_step: only the lease holder
         # writes a running run's messages, so re-reading would return what we just wrote.
         if self._log is None or len(self._log) < count:
+            self.write_unsaved()  # what is read must include what was kept
             rows = Message.objects.filter(
                 run_id=self.run.pk, position__lt=count, superseded_at__isnull=True
             ).order_by("position")
@@ -134,29 +151,67 @@ class DatabaseHost:
         new_messages: list[dict[str, Any]],
         raise_approvals: list[CallState],
     ) -> None:
-        with atomic_appends_last():
-            self.fence()
-            start = state.message_count - len(new_messages)
-            Message.objects.bulk_create(
-                Message(run_id=self.run.pk, position=start + i, role=m["role"], body=m)
-                for i, m in enumerate(new_messages)
+        """Keep the step, as it is now, for the next write (see the module's docstring)."""
+        start = state.message_count - len(new_messages)
+        self._unsaved.append(
+            _Step(
+                checkpoint_id=checkpoint_id,
+                snapshot=state.to_snapshot(),
+                start=start,
+                new_messages=copy.deepcopy(new_messages),
+                raise_approvals=copy.deepcopy(raise_approvals),
+                opening=self._fresh and start == 0 and not raise_approvals,
             )
-            transaction.on_commit(lambda: self._remember(start, new_messages))
-            checkpoint = self.checkpoints.put(self.run_id, state.to_snapshot(), checkpoint_id=checkpoint_id)
-            faults.point("during_checkpoint_save")
-            # The run as the task claimed it: a request reads what was fixed at submission
-            # (agent, reviewers, TTL, input, submitter), and the fence above holds the row lock
-            # that approval_raise expects (issue 11: no second read of the whole row).
-            for call in raise_approvals:
-                approval_raise(run=self.run, attempt=self.attempt, checkpoint_id=checkpoint.id, call=call)
-
-    def _remember(self, start: int, new_messages: list[dict[str, Any]]) -> None:
-        if self._log is not None and len(self._log) == start:
+        )
+        # The live log is ours to keep: only the lease holder writes a running run's messages,
+        # and a write that is refused ends the attempt.
+        if self._log is not None and len(self._log) == self._unsaved[-1].start:
             self._log.extend(copy.deepcopy(new_messages))
         else:
-            self._log = None  # out of step: read again next time
+            self._log = None  # out of step: read again next time (after writing what is kept)
+
+    @property
+    def unsaved_steps(self) -> int:
+        """How many steps are kept, not written yet."""
+        return len(self._unsaved)
+
+    def write_unsaved(self, *, before_model_call: bool = False) -> None:
+        """Write the steps kept since the last write, in one fenced transaction; before a model
+        call, not when all there is is the run's opening (see the module's docstring)."""
+        if before_model_call and all(step.opening for step in self._unsaved):
+            return
+        if self._unsaved:
+            with atomic_appends_last():
+                self.fence()
+                self.write_unsaved_fenced()
+
+    def write_unsaved_fenced(self) -> set[str]:
+        """Write the steps kept, in the order taken; the ids of the calls whose requests they
+        raised. Lock precondition: in the caller's transaction, the run row is locked and this
+        attempt's lease and cancel epochs were checked (`fence`, or `run_finish`'s own check)."""
+        steps, self._unsaved = self._unsaved, []
+        Message.objects.bulk_create(
+            Message(run_id=self.run.pk, position=step.start + i, role=m["role"], body=m)
+            for step in steps
+            for i, m in enumerate(step.new_messages)
+        )
+        checkpoints = self.checkpoints.put_many(
+            self.run_id, [(step.snapshot, step.checkpoint_id) for step in steps]
+        )
+        faults.point("during_checkpoint_save")
+        raised: set[str] = set()
+        for step, checkpoint in zip(steps, checkpoints, strict=True):
+            # The run as the task claimed it: a request reads what was fixed at submission
+            # (agent, reviewers, TTL, input, submitter), and the caller holds the row lock that
+            # approval_raise expects (issue 11: no second read of the whole row).
+            for call in step.raise_approvals:
+                approval_raise(run=self.run, attempt=self.attempt, checkpoint_id=checkpoint.id, call=call)
+                raised.add(call.id)
+        return raised
 
     def decision_for(self, call: CallState) -> DecisionState:
+        if any(c.id == call.id for step in self._unsaved for c in step.raise_approvals):
+            return None  # its request is not even written yet: nobody can have decided it
         state, self._deciders = call_decision_read(run=self.run, call=call)
         return state
 
@@ -176,6 +231,9 @@ class DatabaseHost:
         return signed_grant(grant_id)
 
     def tool_context(self, call: CallState) -> ToolContext:
+        """The context the call runs with; the loop asks for it just before the call runs, so
+        the steps kept are written first: a tool acts on the world (see the module's docstring)."""
+        self.write_unsaved()
         return ToolContext(
             run_id=self.run_id,
             tool_call_id=call.id,
@@ -185,6 +243,18 @@ class DatabaseHost:
             timeout_seconds=settings.DESK_EXECUTE_TIMEOUT_SECONDS,
             sandbox=sandbox_config(),
         )
+
+
+@dataclass(frozen=True)
+class _Step:
+    """A step the loop committed, kept for the host's next write: its state as it was then."""
+
+    checkpoint_id: str
+    snapshot: dict[str, Any]
+    start: int  # the log position of its first new message
+    new_messages: list[dict[str, Any]]
+    raise_approvals: list[CallState]
+    opening: bool  # the run's first step, made again from the run when nothing is written
 
 
 class DatabaseLedger:

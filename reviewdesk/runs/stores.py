@@ -55,22 +55,46 @@ class DatabaseCheckpointStore:
     ) -> StoredCheckpoint:
         # No savepoint: the caller's fenced transaction rolls back as a whole (issue 11).
         with transaction.atomic(savepoint=False):
-            last = self._last_number.get(run_id)
-            if last is None:
-                last = Checkpoint.objects.filter(run_id=run_id).aggregate(n=Max("number"))["n"] or 0
-            fields = {"id": checkpoint_id} if checkpoint_id else {}
-            row = Checkpoint.objects.create(
-                run_id=run_id,
-                attempt_id=self.attempt_id,
-                branch=self.branch,
-                number=last + 1,
-                schema_version=snapshot.get("schema_version", SCHEMA_VERSION),
-                message_count=snapshot["message_count"],
-                snapshot=snapshot_column(snapshot),
-                **fields,
-            )
+            last = self._last(run_id)
+            row = self._row(run_id, last + 1, snapshot, checkpoint_id)
+            row.save(force_insert=True)
             self._last_number[run_id] = row.number
         return _stored(row)
+
+    def _row(
+        self, run_id: str, number: int, snapshot: dict[str, Any], checkpoint_id: str | None
+    ) -> Checkpoint:
+        fields = {"id": checkpoint_id} if checkpoint_id else {}
+        return Checkpoint(
+            run_id=run_id,
+            attempt_id=self.attempt_id,
+            branch=self.branch,
+            number=number,
+            schema_version=snapshot.get("schema_version", SCHEMA_VERSION),
+            message_count=snapshot["message_count"],
+            snapshot=snapshot_column(snapshot),
+            **fields,
+        )
+
+    def _last(self, run_id: str) -> int:
+        """The run's highest checkpoint number: the one this store last read or wrote."""
+        last = self._last_number.get(run_id)
+        if last is None:
+            last = Checkpoint.objects.filter(run_id=run_id).aggregate(n=Max("number"))["n"] or 0
+        return last
+
+    def put_many(self, run_id: str, snapshots: list[tuple[dict[str, Any], str]]) -> list[StoredCheckpoint]:
+        """`put` for several (snapshot, checkpoint id) pairs, numbered in order, in one statement."""
+        if len(snapshots) == 1:
+            return [self.put(run_id, snapshots[0][0], checkpoint_id=snapshots[0][1])]
+        with transaction.atomic(savepoint=False):
+            last = self._last(run_id)
+            rows = Checkpoint.objects.bulk_create(
+                self._row(run_id, last + 1 + i, snapshot, checkpoint_id)
+                for i, (snapshot, checkpoint_id) in enumerate(snapshots)
+            )
+            self._last_number[run_id] = last + len(rows)
+        return [_stored(row) for row in rows]
 
     def latest(self, run_id: str) -> StoredCheckpoint | None:
         row = Checkpoint.objects.filter(run_id=run_id).order_by("-number").first()

@@ -3,7 +3,7 @@
 A fence test that only shows a stale write refused cannot tell a fence from a
 broken write path. So each fence is tested twice over the same write: the
 stale attempt is refused, and the attempt that owns the run is accepted. The
-fences: the step commit (`DatabaseHost.commit_step` through `fence`), the
+fences: the step's write (`DatabaseHost.write_unsaved` through `fence`), the
 run's finish (`run_finish`), the ledger's confirm (a compare-and-set on the
 pending row of this attempt), the lease renewal (`LeaseKeeper.renew`), and the
 cancel epoch (in `fence` and in the renewal).
@@ -65,12 +65,14 @@ def host(attempt: Attempt) -> DatabaseHost:
 
 
 def commit_one_step(host: DatabaseHost) -> None:
+    """A step committed, then written (the host keeps it until its next write: host.py)."""
     host.commit_step(
         checkpoint_id=str(uuid.uuid4()),
         state=AgentState(message_count=1),
         new_messages=[{"role": "system", "content": f"written by attempt {host.attempt.number}"}],
         raise_approvals=[],
     )
+    host.write_unsaved()
 
 
 # --- step commit ------------------------------------------------------------------------

@@ -4,8 +4,10 @@
 model, runs the calls that need no approval, raises approvals for the rest and
 returns `Waiting`; called again after decisions land, it runs the approved
 calls (through the gate), feeds rejections back to the model and carries on.
-Every step is committed through the host before the next one starts, so a
-crash resumes from the last committed step.
+Every step is committed through the host before the next one starts; the host
+writes it then or keeps it until before the next model call or tool, or until the
+outcome (`Host.commit_step`), so a crash resumes from the last written step and
+nothing that acted on the world is done again.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Django's ASGI handler with its middleware chain and views run in sync mode (issue 11).
 
-Django's own `ASGIHandler` loads the middleware chain in async mode. Every middleware the desk
-uses is an async-capable `MiddlewareMixin`, whose async mode calls each `process_request` and
+Django's own `ASGIHandler` loads the middleware chain in async mode. The stock middlewares the
+desk uses are async-capable `MiddlewareMixin`s, whose async mode calls each `process_request` and
 `process_response` through `sync_to_async`: a hop to the request's sync thread and back per
 method; and the view, its `process_view` hooks and the template response's render each take
 one more. An API request paid 16 hops, 25-30% of the web process's CPU for the bench's bare

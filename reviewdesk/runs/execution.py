@@ -24,7 +24,7 @@ from reviewdesk.approvals.lifecycle import approvals_cancel_open
 from reviewdesk.approvals.selectors import calls_decided_meanwhile
 from reviewdesk.audit.services import audit_record
 from reviewdesk.db import atomic_appends_last
-from reviewdesk.runs.host import DatabaseHost, LeaseLost
+from reviewdesk.runs.host import DatabaseHost, LeaseLost, StepWriteFailed
 from reviewdesk.runs.leases import LeaseKeeper
 from reviewdesk.runs.models import Attempt, AttemptStatus, ErrorKind, Run, RunStatus
 from reviewdesk.runs.transitions import (
@@ -157,20 +157,18 @@ def run_execute(*, run_id: Any, worker: str = "") -> Outcome | None:
         return None
     except Exception as exc:  # a bug must end the run visibly, not leave it running
         outcome = _internal_error(run, exc)
-    kept = host.unsaved_steps
     try:
         run_finish(attempt=attempt, outcome=outcome, host=host)
-    except Exception as exc:
-        if not kept:
-            raise
+    except StepWriteFailed as failed:
         # Writing the steps the attempt kept failed, and the finish with them (its transaction
-        # rolled back): end the run without them, as when each step had a transaction of its own.
-        outcome = _internal_error(run, exc)
+        # rolled back): end the run without them, as a step's own write failing did. Any other
+        # error of the finish propagates: the run keeps its lease and the sweeper takes it again.
+        outcome = _internal_error(run, failed.__cause__ or failed)
         run_finish(attempt=attempt, outcome=outcome)
     return outcome
 
 
-def _internal_error(run: Run, exc: Exception) -> Failed:
+def _internal_error(run: Run, exc: BaseException) -> Failed:
     incident = uuid.uuid4().hex[:12]  # the submitter sees only this id; the log has the details
     logger.exception("run %s failed with an internal error (incident %s): %r", run.id, incident, exc)
     return Failed(f"internal error (incident {incident})", kind=FailureKind.INTERNAL)
@@ -214,7 +212,7 @@ def run_finish(*, attempt: Attempt, outcome: Outcome, host: DatabaseHost | None 
         ):
             record_stale_write(attempt, f"finish as {type(outcome).__name__} after losing the lease")
             return
-        raised_now = host.write_unsaved_fenced() if host is not None else set()
+        raised_now = _write_kept(host) if host is not None else set()
         attempt_status, attempt_error = AttemptStatus.RELEASED, ""
         if isinstance(outcome, Finished):
             run.status, run.output = RunStatus.SUCCEEDED, outcome.output
@@ -268,6 +266,14 @@ def run_finish(*, attempt: Attempt, outcome: Outcome, host: DatabaseHost | None 
         )
         Attempt.objects.filter(pk=attempt.pk).update(status=attempt_status, ended_at=now, error=attempt_error)
         run_emit_updated(run)
+
+
+def _write_kept(host: DatabaseHost) -> set[str]:
+    """The host's kept steps written in the finish's transaction (its lock held, its check done)."""
+    try:
+        return host.write_unsaved_fenced()
+    except Exception as exc:
+        raise StepWriteFailed(str(exc)) from exc
 
 
 def _retry_automatically(run: Run, attempt: Attempt, outcome: Failed, now: datetime) -> bool:

@@ -62,6 +62,10 @@ class LeaseLost(Exception):
     """This attempt no longer owns the run; its write was rejected."""
 
 
+class StepWriteFailed(Exception):
+    """Writing the steps kept failed (`write_unsaved_fenced`); the cause is chained."""
+
+
 class DatabaseHost:
     def __init__(self, *, run: Run, attempt: Attempt) -> None:
         self.run = run
@@ -106,6 +110,14 @@ class DatabaseHost:
         self.check_lease()
         fields = ("status", "lease_epoch", "cancel_epoch")
         self._checked(Run.objects.select_for_update().only(*fields).get(pk=self.run.pk))
+
+    def check_owned(self) -> None:
+        """`fence` without the lock, outside a transaction: one read that says whether this
+        attempt still owns the run (a cancel or a lost lease raises LeaseLost), for a check
+        before a step that writes nothing."""
+        self.check_lease()
+        fields = ("status", "lease_epoch", "cancel_epoch")
+        self._checked(Run.objects.only(*fields).get(pk=self.run.pk))
 
     def _checked(self, run: Run) -> Run:
         if faults.fencing_disabled():
@@ -170,15 +182,13 @@ class DatabaseHost:
         else:
             self._log = None  # out of step: read again next time (after writing what is kept)
 
-    @property
-    def unsaved_steps(self) -> int:
-        """How many steps are kept, not written yet."""
-        return len(self._unsaved)
-
     def write_unsaved(self, *, before_model_call: bool = False) -> None:
         """Write the steps kept since the last write, in one fenced transaction; before a model
         call, not when all there is is the run's opening (see the module's docstring)."""
         if before_model_call and all(step.opening for step in self._unsaved):
+            # Nothing worth a transaction, but the model is not called for a run that was
+            # cancelled or taken over since the claim (the heartbeat says so only later).
+            self.check_owned()
             return
         if self._unsaved:
             with atomic_appends_last():
@@ -190,6 +200,8 @@ class DatabaseHost:
         raised. Lock precondition: in the caller's transaction, the run row is locked and this
         attempt's lease and cancel epochs were checked (`fence`, or `run_finish`'s own check)."""
         steps, self._unsaved = self._unsaved, []
+        if not steps:
+            return set()
         Message.objects.bulk_create(
             Message(run_id=self.run.pk, position=step.start + i, role=m["role"], body=m)
             for step in steps

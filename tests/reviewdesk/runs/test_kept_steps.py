@@ -189,3 +189,53 @@ def test_a_kept_step_that_fails_to_be_written_fails_the_run_visibly_and_writes_n
     assert run.lease_expires_at is None  # released: nothing waits for the lease to expire
     assert not Message.objects.filter(run=run).exists()  # the steps went with the failed write
     assert not ApprovalRequest.objects.filter(run=run).exists()
+
+
+def test_an_error_of_the_finish_itself_leaves_the_run_to_the_sweeper_which_finishes_it(personas, monkeypatch):
+    """Not a kept step's write: the finish's own work failing once (a connection dropped)."""
+    from django.db import OperationalError
+
+    run = submitted(personas, [{"content": "the answer"}])
+    emitted = execution.run_emit_updated
+    calls = {"n": 0}
+
+    def once_broken(r):
+        calls["n"] += 1
+        if calls["n"] == 2:  # 1 is the claim's event; 2 the finish's
+            raise OperationalError("server closed the connection unexpectedly")
+        return emitted(r)
+
+    monkeypatch.setattr(execution, "run_emit_updated", once_broken)
+    with pytest.raises(OperationalError):
+        run_execute(run_id=run.id, worker="w")
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING  # the task failed; the run keeps its lease until it expires
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    run_execute(run_id=run.id, worker="the sweeper's")
+    run.refresh_from_db()
+    assert (run.status, run.output) == (RunStatus.SUCCEEDED, "the answer")
+
+
+def test_a_run_cancelled_before_its_first_model_call_never_calls_the_model(personas, monkeypatch):
+    from reviewdesk.runs.services import run_cancel
+
+    run = submitted(personas, [{"content": "done"}])
+    calls: list[int] = []
+
+    class Watching:
+        def __init__(self, spec):
+            self.scripted = provider_for(spec)
+
+        def complete(self, messages, tools):
+            calls.append(len(messages))
+            return self.scripted.complete(messages, tools)
+
+    def cancelled_meanwhile(spec, **_):
+        run_cancel(run_id=run.id, user=personas.carol)  # between the claim and the model call
+        return Watching(spec)
+
+    monkeypatch.setattr(execution, "provider_for", cancelled_meanwhile)
+    assert run_execute(run_id=run.id, worker="w") is None
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED
+    assert calls == []

@@ -40,9 +40,11 @@ SCRIPT = [{"tool_calls": [{"name": "send_email", "arguments": EMAIL}]}, {"conten
 # it is pending (the run task asks just after raising it): run 23 / 7. Then a step is kept and
 # written at the host's next write (runs/host.py): the run's opening with the model's first
 # answer, and an attempt's last step with its end; the kept request not read back, nor asked
-# whether it was decided meanwhile: run 17 / 4, resume 27 / 11. From here the bounds are the
-# counts themselves (the same on both databases), so one statement back is caught.
-RUN_BUDGET = (17, 4)
+# whether it was decided meanwhile: run 17 / 4, resume 27 / 11; then one read before the first
+# model call, that the attempt still owns the run (its opening is not written then): run 18 / 5.
+# From here the bounds are the counts themselves (the same on both databases), so one
+# statement back is caught.
+RUN_BUDGET = (18, 5)
 RESUME_BUDGET = (27, 11)
 # The two API requests of the cycle, as the web process serves them (a bearer token, an
 # Idempotency-Key), one above what was measured on the embedded default when set: submit 15,

@@ -357,5 +357,6 @@ CACHES = globals().get("CACHES") or {"default": {"BACKEND": "django.core.cache.b
 CACHES["throttle"] = {
     "BACKEND": "django.core.cache.backends.redis.RedisCache",
     "LOCATION": REDIS_URL or f"unix://{EMBEDDED_REDIS_SOCKET}",
-    "KEY_PREFIX": "desk-throttle",
+    # Two desks (or two test runs) on one Redis keep apart counts: token ids repeat across databases.
+    "KEY_PREFIX": env_str("DESK_THROTTLE_KEY_PREFIX", "desk-throttle"),
 }

@@ -24,6 +24,8 @@ if "DESK_VAR_DIR" not in os.environ:
 _tag = f"t{os.getpid()}"
 os.environ.setdefault("DESK_CELERY_QUEUE", f"reviewdesk-{_tag}")
 os.environ.setdefault("DESK_CHANNEL_PREFIX", f"rd{_tag}")
+# A run's rate-limit counts are its own: token ids start again in each run's fresh database.
+os.environ.setdefault("DESK_THROTTLE_KEY_PREFIX", f"desk-throttle-{_tag}")
 os.environ.setdefault("DESK_WS_HEARTBEAT_SECONDS", "2")
 os.environ.setdefault("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
 # The suite drives runs with scripts, on SQLite and on PostgreSQL alike (issue 8: off in production).

@@ -7,12 +7,14 @@ import contextvars
 
 import pytest
 from asgiref.sync import async_to_sync
+from django.conf import settings
 from django.test import AsyncClient
 
 from reviewdesk.accounts.services import token_create
 from reviewdesk.api.throttling import DecideThrottle, throttle_cache
 
 pytestmark = pytest.mark.django_db
+PREFIX = settings.CACHES["throttle"]["KEY_PREFIX"]  # this run's own (tests/pytest_env.py)
 
 
 @pytest.fixture(autouse=True)
@@ -20,7 +22,7 @@ def fresh_counts(redis_client):
     """Token ids repeat across tests (rolled-back rows): forget the counts of earlier tests."""
 
     def forget():
-        for key in redis_client.scan_iter("desk-throttle:*"):
+        for key in redis_client.scan_iter(f"{PREFIX}:*"):
             redis_client.delete(key)
 
     forget()
@@ -50,7 +52,7 @@ def test_carols_third_submit_in_a_minute_is_429_with_retry_after_and_her_other_t
     assert 0 < int(refused["Retry-After"]) <= 60
     assert carol.get("/api/v1/runs").status_code == 200  # reading is not counted
     assert submit(api_as(personas.carol, "submit")).status_code == 201  # another token, its own budget
-    assert any(redis_client.scan_iter("desk-throttle:*submit:token:*"))  # counted in Redis
+    assert any(redis_client.scan_iter(f"{PREFIX}:*submit:token:*"))  # counted in Redis
 
 
 def test_decisions_are_limited_per_token(interrupted_run, personas, api_as, settings):
@@ -96,7 +98,7 @@ def test_the_limit_is_counted_on_one_redis_connection_however_many_asgi_requests
     before = connections_opened()
     statuses = [post().status_code for _ in range(10)]
     assert statuses == [422] * 10  # each refused for its empty body, after the limit counted it
-    keys = list(redis_client.scan_iter("desk-throttle:*submit:token:*"))
+    keys = list(redis_client.scan_iter(f"{PREFIX}:*submit:token:*"))
     assert len(keys) == 1
     assert len(throttle_cache().get(keys[0].decode().split(":", 2)[2])) == 11  # all counted, in one list
     assert connections_opened() - before <= 1

@@ -10,7 +10,7 @@ import contextlib
 import itertools
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
@@ -91,39 +91,22 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
 
 @dataclass
 class Flow:
-    """One kind of cycle as a client drives it: where its socket is, how a cycle starts
-    (`submit` → the run's id) and goes on (`decide`, given the socket's message asking), and
-    which socket messages ask (`asked` → the run's id, or None) and end it (`ended`)."""
+    """One kind of cycle as a client drives it: where its socket is, where a cycle starts (carol
+    POSTs the bench's run there, the response names it), which socket message asks for the
+    decision (`asked` -> the run's id, or None) and which ends the cycle (`ended`), and the
+    decision alice POSTs for an asking message (`decision` -> its path and body)."""
 
     socket_path: str
-    submit: Callable[[httpx.AsyncClient], Awaitable[str]]
-    decide: Callable[[httpx.AsyncClient, dict], Awaitable[None]]
+    submit_path: str
     asked: Callable[[dict], str | None]
     ended: Callable[[dict], str | None]
+    decision: Callable[[dict], tuple[str, dict]]
     cookie: str | None = None
     snapshot: bool = False  # the socket's first message is a snapshot, waited for
 
 
 def desk_flow(people) -> Flow:
-    """carol submits the bench's run; alice approves through the API as its approval arrives."""
-
-    async def submit(client: httpx.AsyncClient) -> str:
-        response = await client.post(
-            "/api/v1/runs",
-            json={"agent": "demo", "input": "Tell Ada.", "model": script()},
-            headers={"Authorization": f"Bearer {people.carol_token}"},
-        )
-        assert response.status_code == 201, response.text
-        return response.json()["id"]
-
-    async def decide(client: httpx.AsyncClient, message: dict) -> None:
-        approval = message["data"]
-        response = await client.post(
-            f"/api/v1/approvals/{approval['id']}/decision",
-            json={"verdict": "approve", "reason": "ok", "checkpoint_id": approval["checkpoint_id"]},
-            headers={"Authorization": f"Bearer {people.alice_token}"},
-        )
-        assert response.status_code == 201, response.text
+    """carol submits through the API; alice approves through the API as its approval arrives."""
 
     def asked(message: dict) -> str | None:
         return message["data"].get("run") if message.get("type") == "approval.created" else None
@@ -133,28 +116,18 @@ def desk_flow(people) -> Flow:
         done = message.get("type") == "run.updated" and data.get("status") == "succeeded"
         return data.get("id") if done else None
 
-    return Flow("/ws/desk/", submit, decide, asked, ended, cookie=people.alice_cookie, snapshot=True)
+    def decision(message: dict) -> tuple[str, dict]:
+        approval = message["data"]
+        body = {"verdict": "approve", "reason": "ok", "checkpoint_id": approval["checkpoint_id"]}
+        return f"/api/v1/approvals/{approval['id']}/decision", body
+
+    return Flow(
+        "/ws/desk/", "/api/v1/runs", asked, ended, decision, cookie=people.alice_cookie, snapshot=True
+    )
 
 
-def skeleton_flow(people) -> Flow:
+def skeleton_flow() -> Flow:
     """The skeleton's cycle (bench/skeleton.py): the same requests, tokens and bodies' shape."""
-
-    async def submit(client: httpx.AsyncClient) -> str:
-        response = await client.post(
-            "/skeleton/submit",
-            json={"agent": "demo", "input": "Tell Ada.", "model": script()},
-            headers={"Authorization": f"Bearer {people.carol_token}"},
-        )
-        assert response.status_code == 201, response.text
-        return response.json()["id"]
-
-    async def decide(client: httpx.AsyncClient, message: dict) -> None:
-        response = await client.post(
-            f"/skeleton/decide/{message['run']}",
-            json={"verdict": "approve", "reason": "ok", "checkpoint_id": message["run"]},
-            headers={"Authorization": f"Bearer {people.alice_token}"},
-        )
-        assert response.status_code == 201, response.text
 
     def asked(message: dict) -> str | None:
         return message.get("run") if message.get("type") == "asked" else None
@@ -162,10 +135,21 @@ def skeleton_flow(people) -> Flow:
     def ended(message: dict) -> str | None:
         return message.get("run") if message.get("type") == "done" else None
 
-    return Flow("/ws/skeleton/", submit, decide, asked, ended)
+    def decision(message: dict) -> tuple[str, dict]:
+        body = {"verdict": "approve", "reason": "ok", "checkpoint_id": message["run"]}
+        return f"/skeleton/decide/{message['run']}", body
+
+    return Flow("/ws/skeleton/", "/skeleton/submit", asked, ended, decision)
 
 
-async def drive(flow: Flow, stack, budget: float, runs: int, urls: list[str]) -> dict:
+async def created(client: httpx.AsyncClient, path: str, body: dict, token: str) -> dict:
+    """POST `body` with a bearer token; the 201's JSON."""
+    response = await client.post(path, json=body, headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+async def drive(flow: Flow, stack, people, budget: float, runs: int, urls: list[str]) -> dict:
     """Start `runs` cycles and go on with each as the socket (on the first URL) asks, 8 requests
     in flight like a handful of busy clients, the requests taking `urls` in turn: the run ids,
     when each ended, the wall time from the first submit, and the CPU spent meanwhile."""
@@ -181,8 +165,9 @@ async def drive(flow: Flow, stack, budget: float, runs: int, urls: list[str]) ->
     turn = itertools.cycle(clients)
 
     async def decide(message: dict) -> None:
+        path, body = flow.decision(message)
         async with limit:
-            await flow.decide(next(turn), message)
+            await created(next(turn), path, body, people.alice_token)
 
     # A socket can ask before the submit's response has named the run: held until then.
     early: dict[str, dict] = {}
@@ -200,9 +185,11 @@ async def drive(flow: Flow, stack, budget: float, runs: int, urls: list[str]) ->
 
     sock.on_message = on_message
 
+    submission = {"agent": "demo", "input": "Tell Ada.", "model": script()}
+
     async def submit() -> None:
         async with limit:
-            run_id = await flow.submit(next(turn))
+            run_id = (await created(next(turn), flow.submit_path, submission, people.carol_token))["id"]
             mine.add(run_id)
             if run_id in early:
                 pending.append(asyncio.create_task(decide(early.pop(run_id))))
@@ -237,7 +224,7 @@ async def cycles_through(stack, people, redis, budget: float, runs: int, urls: l
     """Submit `runs` runs and approve each as its approval reaches alice's socket (on the first
     web process), the requests taking `urls` in turn; the rate of cycles, and where they went."""
     locks_before = {role: counters(redis, role) for role in ("web", "worker")}
-    driven = await drive(desk_flow(people), stack, budget, runs, urls)
+    driven = await drive(desk_flow(people), stack, people, budget, runs, urls)
     mine, finished, wall = driven["mine"], driven["finished"], driven["wall"]
     # Where the time went: the worker processes' busy share of the wall time (2 processes).
     time.sleep(0.2)  # the probes flush every 50 ms
@@ -309,10 +296,9 @@ async def skeleton_cycles(stack, people, budget: float, runs: int) -> dict:
     try:
         await asyncio.to_thread(wait_daphne, url, DESK_APP)
         await asyncio.to_thread(wait_celery, "skeleton@")
-        await drive(
-            skeleton_flow(people), stack, budget, 5, [url]
-        )  # a fresh process's first requests are slow
-        driven = await drive(skeleton_flow(people), stack, budget, runs, [url])
+        # A fresh process's first requests are slow: a few cycles first, not counted.
+        await drive(skeleton_flow(), stack, people, budget, 5, [url])
+        driven = await drive(skeleton_flow(), stack, people, budget, runs, [url])
     finally:
         for proc in procs:
             stack.stop_one(proc)

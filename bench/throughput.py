@@ -66,25 +66,26 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
             target="≥ 1/10 of floor",
             extra={**one, "noops": noops, "noops_done": done},
         ),
-        Row(
-            "6w",
-            "throughput as #6, 2 web processes",
-            "/s",
-            two.pop("rate"),
-            floor=floor_text,
-            floor_samples=rate,
-            target="reported: #6 with the web scaled out",
-            extra=two,
-        ),
-        Row(
-            "6s",
-            "the skeleton: #6's requests and tasks, no desk work",
-            "/s",
-            skeleton.pop("rate"),
-            floor=floor_text,
-            floor_samples=rate,
-            target="reported: the ceiling of #6 here",
-            extra=skeleton,
+        *(
+            Row(
+                row_id,
+                figure,
+                "/s",
+                result.pop("rate"),
+                floor=floor_text,
+                floor_samples=rate,
+                target=target,
+                extra=result,
+            )
+            for row_id, figure, result, target in (
+                ("6w", "throughput as #6, 2 web processes", two, "reported: #6 with the web scaled out"),
+                (
+                    "6s",
+                    "the skeleton: #6's requests and tasks, no desk work",
+                    skeleton,
+                    "reported: the ceiling of #6 here",
+                ),
+            )
         ),
     ]
 

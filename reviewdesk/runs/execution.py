@@ -119,8 +119,8 @@ class _Guarded:
         self.provider, self.host = provider, host
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AssistantTurn:
-        self.host.check_lease()
-        self.host.write_unsaved(before_model_call=True)  # it takes time: what came before is written
+        # It takes time: what came before is written first, or the lease checked (write_unsaved).
+        self.host.write_unsaved(before_model_call=True)
         turn = self.provider.complete(messages, tools)
         faults.point("after_model_call")
         return turn

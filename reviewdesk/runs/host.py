@@ -13,9 +13,9 @@ two fenced transactions, and two takes of the writers' lock when the step raised
 So whatever acts on the world or takes time finds every earlier step written, and a worker that
 dies with a step kept loses only work it can do again from the last written one: the model's
 last answer (asked again) or a settled batch (an effect's result is in the ledger, a
-decision in its row, and a read runs again). One step waits through a model call: a run's opening (the system prompt and the
-task, which the loop makes again from the run when nothing is written), written with the
-model's first answer.
+decision in its row, and a read runs again). One step waits through a model call: a run's
+opening (the system prompt and the task, which the loop makes again from the run when nothing
+is written), written with the model's first answer.
 """
 
 from __future__ import annotations
@@ -56,6 +56,10 @@ from reviewdesk.runs.stores import DatabaseCheckpointStore
 from reviewdesk.tool_world import sandbox_config, tool_world
 
 logger = logging.getLogger(__name__)
+
+
+# What says whether an attempt still owns its run (`_checked`).
+OWNER_FIELDS = ("status", "lease_epoch", "cancel_epoch")
 
 
 class LeaseLost(Exception):
@@ -108,16 +112,14 @@ class DatabaseHost:
         Reads the three columns the check needs, not the whole row (its JSON fields decoded
         for nothing)."""
         self.check_lease()
-        fields = ("status", "lease_epoch", "cancel_epoch")
-        self._checked(Run.objects.select_for_update().only(*fields).get(pk=self.run.pk))
+        self._checked(Run.objects.select_for_update().only(*OWNER_FIELDS).get(pk=self.run.pk))
 
     def check_owned(self) -> None:
         """`fence` without the lock, outside a transaction: one read that says whether this
         attempt still owns the run (a cancel or a lost lease raises LeaseLost), for a check
         before a step that writes nothing."""
         self.check_lease()
-        fields = ("status", "lease_epoch", "cancel_epoch")
-        self._checked(Run.objects.only(*fields).get(pk=self.run.pk))
+        self._checked(Run.objects.only(*OWNER_FIELDS).get(pk=self.run.pk))
 
     def _checked(self, run: Run) -> Run:
         if faults.fencing_disabled():
@@ -177,7 +179,7 @@ class DatabaseHost:
         )
         # The live log is ours to keep: only the lease holder writes a running run's messages,
         # and a write that is refused ends the attempt.
-        if self._log is not None and len(self._log) == self._unsaved[-1].start:
+        if self._log is not None and len(self._log) == start:
             self._log.extend(copy.deepcopy(new_messages))
         else:
             self._log = None  # out of step: read again next time (after writing what is kept)

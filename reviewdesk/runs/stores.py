@@ -53,13 +53,7 @@ class DatabaseCheckpointStore:
     def put(
         self, run_id: str, snapshot: dict[str, Any], *, checkpoint_id: str | None = None
     ) -> StoredCheckpoint:
-        # No savepoint: the caller's fenced transaction rolls back as a whole (issue 11).
-        with transaction.atomic(savepoint=False):
-            last = self._last(run_id)
-            row = self._row(run_id, last + 1, snapshot, checkpoint_id)
-            row.save(force_insert=True)
-            self._last_number[run_id] = row.number
-        return _stored(row)
+        return self.put_many(run_id, [(snapshot, checkpoint_id)])[0]
 
     def _row(
         self, run_id: str, number: int, snapshot: dict[str, Any], checkpoint_id: str | None
@@ -83,10 +77,11 @@ class DatabaseCheckpointStore:
             last = Checkpoint.objects.filter(run_id=run_id).aggregate(n=Max("number"))["n"] or 0
         return last
 
-    def put_many(self, run_id: str, snapshots: list[tuple[dict[str, Any], str]]) -> list[StoredCheckpoint]:
+    def put_many(
+        self, run_id: str, snapshots: list[tuple[dict[str, Any], str | None]]
+    ) -> list[StoredCheckpoint]:
         """`put` for several (snapshot, checkpoint id) pairs, numbered in order, in one statement."""
-        if len(snapshots) == 1:
-            return [self.put(run_id, snapshots[0][0], checkpoint_id=snapshots[0][1])]
+        # No savepoint: the caller's fenced transaction rolls back as a whole (issue 11).
         with transaction.atomic(savepoint=False):
             last = self._last(run_id)
             rows = Checkpoint.objects.bulk_create(

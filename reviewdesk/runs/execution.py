@@ -127,7 +127,9 @@ class _Guarded:
 
 
 def run_execute(*, run_id: Any, worker: str = "") -> Outcome | None:
-    """The body of the `run` and `resume` tasks: advance the run as far as it goes."""
+    """The body of the `run` and `resume` tasks: advance the run as far as it goes. Returns
+    the outcome recorded, or None when none was: the run was not claimed, or this attempt
+    lost it (a cancel, an expired lease) before its end was written."""
     attempt = run_claim(run_id=run_id, worker=worker)
     if attempt is None:
         return None
@@ -158,14 +160,14 @@ def run_execute(*, run_id: Any, worker: str = "") -> Outcome | None:
     except Exception as exc:  # a bug must end the run visibly, not leave it running
         outcome = _internal_error(run, exc)
     try:
-        run_finish(attempt=attempt, outcome=outcome, host=host)
+        recorded = run_finish(attempt=attempt, outcome=outcome, host=host)
     except StepWriteFailed as failed:
         # Writing the steps the attempt kept failed, and the finish with them (its transaction
         # rolled back): end the run without them, as a step's own write failing did. Any other
         # error of the finish propagates: the run keeps its lease and the sweeper takes it again.
         outcome = _internal_error(run, failed.__cause__ or failed)
-        run_finish(attempt=attempt, outcome=outcome)
-    return outcome
+        recorded = run_finish(attempt=attempt, outcome=outcome)
+    return outcome if recorded else None
 
 
 def _internal_error(run: Run, exc: BaseException) -> Failed:
@@ -197,11 +199,11 @@ def _wait_before_retry(host: DatabaseHost, seconds: float) -> None:
     host.check_lease()
 
 
-def run_finish(*, attempt: Attempt, outcome: Outcome, host: DatabaseHost | None = None) -> None:
+def run_finish(*, attempt: Attempt, outcome: Outcome, host: DatabaseHost | None = None) -> bool:
     """Record the outcome, fenced on the attempt's lease and the cancel epoch it claimed under
     (`attempt.run` is the run as claimed); release the lease. The steps `host` kept since its
     last write are written first, in the same transaction (host.py): nothing of them when the
-    attempt lost its lease."""
+    attempt lost its lease. False when it lost it: nothing recorded, a stale write audited."""
     now = timezone.now()
     with atomic_appends_last():
         run = Run.objects.select_for_update().get(pk=attempt.run_id)
@@ -211,7 +213,7 @@ def run_finish(*, attempt: Attempt, outcome: Outcome, host: DatabaseHost | None 
             or run.cancel_epoch != attempt.run.cancel_epoch
         ):
             record_stale_write(attempt, f"finish as {type(outcome).__name__} after losing the lease")
-            return
+            return False
         raised_now = _write_kept(host) if host is not None else set()
         attempt_status, attempt_error = AttemptStatus.RELEASED, ""
         if isinstance(outcome, Finished):
@@ -266,6 +268,7 @@ def run_finish(*, attempt: Attempt, outcome: Outcome, host: DatabaseHost | None 
         )
         Attempt.objects.filter(pk=attempt.pk).update(status=attempt_status, ended_at=now, error=attempt_error)
         run_emit_updated(run)
+    return True
 
 
 def _write_kept(host: DatabaseHost) -> set[str]:

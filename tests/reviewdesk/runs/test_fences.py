@@ -101,7 +101,7 @@ def test_control_the_same_step_commit_from_the_attempt_holding_the_lease_is_writ
 
 def test_a_finish_from_an_attempt_that_lost_its_lease_is_refused_and_audited(attempts):
     run, stale, _ = attempts
-    run_finish(attempt=stale, outcome=Finished("late"))
+    assert run_finish(attempt=stale, outcome=Finished("late")) is False
     run.refresh_from_db()
     assert (run.status, run.output) == (RunStatus.RUNNING, None)
     rejected = AuditEvent.objects.get(action="attempt.stale_write_rejected", subject_id=str(run.id))
@@ -110,7 +110,7 @@ def test_a_finish_from_an_attempt_that_lost_its_lease_is_refused_and_audited(att
 
 def test_control_the_same_finish_from_the_attempt_holding_the_lease_ends_the_run(attempts):
     run, _, current = attempts
-    run_finish(attempt=current, outcome=Finished("done"))
+    assert run_finish(attempt=current, outcome=Finished("done")) is True
     run.refresh_from_db()
     assert (run.status, run.output) == (RunStatus.SUCCEEDED, "done")
     assert Attempt.objects.get(pk=current.pk).status == Attempt.Status.RELEASED

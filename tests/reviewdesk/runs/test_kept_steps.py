@@ -239,3 +239,26 @@ def test_a_run_cancelled_before_its_first_model_call_never_calls_the_model(perso
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED
     assert calls == []
+
+
+def test_a_run_cancelled_while_the_model_answers_records_no_outcome(personas, monkeypatch):
+    """The model's final answer comes back after a cancel: the finish is refused as a stale
+    write, run_execute returns None (no outcome was recorded), and the answer is not kept."""
+    from reviewdesk.runs.services import run_cancel
+
+    run = submitted(personas, [{"content": "too late"}])
+
+    class CancelledMeanwhile:
+        def __init__(self, spec):
+            self.scripted = provider_for(spec)
+
+        def complete(self, messages, tools):
+            run_cancel(run_id=run.id, user=personas.carol)
+            return self.scripted.complete(messages, tools)
+
+    monkeypatch.setattr(execution, "provider_for", lambda spec, **_: CancelledMeanwhile(spec))
+    assert run_execute(run_id=run.id, worker="w") is None
+    run.refresh_from_db()
+    assert (run.status, run.output) == (RunStatus.CANCELLED, None)
+    assert "too late" not in [m.body.get("content") for m in run.messages.all()]
+    assert AuditEvent.objects.filter(action="attempt.stale_write_rejected", subject_id=str(run.id)).exists()

@@ -11,38 +11,97 @@ sync thread once and runs middleware, view and render there as plain calls. What
 thread is unchanged: Django already ran every sync middleware method and view on the request's
 one thread-sensitive thread.
 
-And API requests share one sync thread per process, the one Channels' consumers already use,
-where Django gives every request a thread of its own (`ThreadSensitiveContext`). API requests
-are short, and most write audit rows and desk events under the writers' lock (reviewdesk/db.py).
-Several at once in one process only interleave under the GIL: each stretched the others' lock
-holds, and the switching cost CPU besides (bench #6, one web process: the web's lock holds 38 ->
-11 ms a cycle, its CPU 55 -> 38 ms a cycle, 11 -> 15 cycles/s in one run). Pages keep a thread
-each (DESK_API_SHARED_THREAD=0 gives the API one too): a login's password hash, a page of
-10,000 rows or an audit export must not hold the API up. More web processes serve more at once.
+And API requests take turns on one sync thread per process (`ApiLane`), where Django gives
+every request a thread of its own (`ThreadSensitiveContext`). API requests are short, and most
+write audit rows and desk events under the writers' lock (reviewdesk/db.py). Several at once in
+one process only interleave under the GIL: each stretched the others' lock holds, and the
+switching cost CPU besides (bench #6, one web process: the web's lock holds 38 -> 11 ms a
+cycle, its CPU 55 -> 38 ms a cycle, 11 -> 15 cycles/s in one run). But a request may also wait
+with the GIL released (a webhook URL's DNS lookup, the writers' lock held by a worker, a pooled
+connection): the next one waits for the lane at most DESK_API_LANE_WAIT_MS, then runs on a
+thread of its own, as Django would run it, so nobody's slow request holds up the rest for
+longer than that. The lane is not the thread Channels' consumers share: a slow API request
+never holds up the desk's sockets. Pages keep a thread each (a login's password hash, a page
+of 10,000 rows or an audit export); DESK_API_LANE_WAIT_MS=0 gives every API request one too.
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import django
+from asgiref.sync import ThreadSensitiveContext
 from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
 
 API_PREFIX = "/api/"
 
 
+class ApiLane:
+    """One sync thread that API requests take in turn, each waiting a bounded time for it.
+
+    `take(wait)` is True once the caller holds the lane (then `give_back()`), False when it
+    was not free within `wait` seconds. Its waiters are futures of the event loop that holds
+    it; a caller on another loop (only tests run several) does not wait for it at all."""
+
+    def __init__(self) -> None:
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="api-lane")
+        self._lock = threading.Lock()  # the state, for callers on several loops' threads
+        self._held_on: asyncio.AbstractEventLoop | None = None
+        self._waiters: deque[asyncio.Future[bool]] = deque()
+
+    async def take(self, wait: float) -> bool:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._held_on is None:
+                self._held_on = loop
+                return True
+            if self._held_on is not loop or wait <= 0:
+                return False
+            waiter: asyncio.Future[bool] = loop.create_future()
+            self._waiters.append(waiter)
+        timer = loop.call_later(wait, lambda: waiter.done() or waiter.set_result(False))
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            # Cancelled (the client went away) just as the lane was handed over: hand it on.
+            if waiter.done() and not waiter.cancelled() and waiter.result():
+                self.give_back()
+            raise
+        finally:
+            timer.cancel()
+
+    def give_back(self) -> None:
+        """Hand the lane to the longest waiter still waiting, or free it."""
+        with self._lock:
+            while self._waiters:
+                waiter = self._waiters.popleft()
+                if not waiter.done():  # else it timed out or was cancelled
+                    waiter.set_result(True)
+                    return
+            self._held_on = None
+
+
+_api_lane = ApiLane()
+
+
 class SyncChainASGIHandler(ASGIHandler):
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if (
-            scope["type"] == "http"
-            and settings.DESK_API_SHARED_THREAD
-            and scope["path"].startswith(API_PREFIX)
-        ):
-            # No ThreadSensitiveContext: thread-sensitive calls go to the process's one sync thread.
-            await self.handle(scope, receive, send)
-        else:
-            await super().__call__(scope, receive, send)
+        wait = settings.DESK_API_LANE_WAIT_MS / 1000
+        api = scope["type"] == "http" and wait > 0 and scope["path"].startswith(API_PREFIX)
+        if api and await _api_lane.take(wait):
+            try:
+                # Thread-sensitive calls of this request go to the lane's thread.
+                async with ThreadSensitiveContext(executor=_api_lane.executor):
+                    await self.handle(scope, receive, send)
+            finally:
+                _api_lane.give_back()
+            return
+        await super().__call__(scope, receive, send)  # a thread of its own
 
     def load_middleware(self, is_async: bool = False) -> None:
         super().load_middleware(is_async=False)

@@ -152,9 +152,10 @@ DESK_RETRY_BACKOFF_SECONDS = env_int("DESK_RETRY_BACKOFF_SECONDS", 10)  # double
 DESK_REQUEUE_AFTER_SECONDS = env_int("DESK_REQUEUE_AFTER_SECONDS", 120)
 # An Idempotency-Key whose first request has not finished after this long counts as abandoned.
 DESK_IDEMPOTENCY_INFLIGHT_SECONDS = env_int("DESK_IDEMPOTENCY_INFLIGHT_SECONDS", 120)
-# API requests run one at a time per web process, on its one sync thread, instead of a thread
-# each: at once they only stretch each other's holds of the writers' lock (reviewdesk/asgi_handler.py).
-DESK_API_SHARED_THREAD = env_bool("DESK_API_SHARED_THREAD", True)
+# API requests take turns on one sync thread per web process instead of a thread each (at once
+# they only stretch each other's holds of the writers' lock), each waiting this long at most for
+# it before it runs on a thread of its own; 0: a thread each (reviewdesk/asgi_handler.py).
+DESK_API_LANE_WAIT_MS = env_int("DESK_API_LANE_WAIT_MS", 50)
 # --- Client API limits (issue 12): each answered with a precise problem+json -----------
 # A body over this is 413 (API and pages), before Django's own, larger limit answers 400.
 DESK_MAX_BODY_BYTES = env_int("DESK_MAX_BODY_BYTES", 1024 * 1024)

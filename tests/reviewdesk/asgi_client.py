@@ -15,20 +15,28 @@ class AsgiResponse:
 
 async def asgi_get(app, path: str, token: str) -> AsgiResponse:
     """One GET through the ASGI application with a bearer token."""
+    return await asgi_request(app, "GET", path, token)
+
+
+async def asgi_request(app, method: str, path: str, token: str, json_body: bytes = b"") -> AsgiResponse:
+    """One request through the ASGI application with a bearer token (and a JSON body)."""
+    headers = [(b"host", b"testserver"), (b"authorization", f"Bearer {token}".encode())]
+    if json_body:
+        headers += [(b"content-type", b"application/json"), (b"content-length", str(len(json_body)).encode())]
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
-        "method": "GET",
+        "method": method,
         "scheme": "http",
         "path": path,
         "raw_path": path.encode(),
         "query_string": b"",
-        "headers": [(b"host", b"testserver"), (b"authorization", f"Bearer {token}".encode())],
+        "headers": headers,
         "server": ("testserver", 80),
         "client": ("127.0.0.1", 40000),
     }
-    body = [{"type": "http.request", "body": b"", "more_body": False}]
+    body = [{"type": "http.request", "body": json_body, "more_body": False}]
     sent: list[dict] = []
 
     async def receive() -> dict:

@@ -11,7 +11,6 @@ and back per method), and the view, `process_view` and the render one hop each m
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
 from asgiref.sync import SyncToAsync
@@ -52,39 +51,3 @@ def test_an_api_request_under_asgi_hops_threads_three_times_not_once_per_middlew
     # The same request through Django's own handler, for comparison: a hop per middleware method.
     stock, _ = hops_of_one_request(django_asgi_application(), raw, monkeypatch)
     assert len(stock) > 10, stock
-
-
-def threads_of(paths: list[str], token: str, monkeypatch) -> list[threading.Thread]:
-    """The thread each request's middleware ran on, for GETs of `paths` one after the other
-    (the Thread objects, held: an ended thread's ident can be another's later)."""
-    from reviewdesk.desk.middleware import BodyLimitMiddleware
-
-    seen: list[threading.Thread] = []
-    real = BodyLimitMiddleware.__call__
-
-    def noted(self, request):
-        seen.append(threading.current_thread())
-        return real(self, request)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(BodyLimitMiddleware, "__call__", noted)
-        for path in paths:
-            asyncio.run(asgi_get(application, path, token))
-    return seen
-
-
-def test_api_requests_share_the_processs_one_sync_thread_and_pages_get_one_each(personas, monkeypatch):
-    _, raw = token_create(user=personas.carol, scopes=["submit"])
-    api = threads_of(["/api/v1/runs", "/api/v1/runs", "/api/v1/runs"], raw, monkeypatch)
-    assert api[0] is api[1] is api[2], api
-    pages = threads_of(["/accounts/login/", "/accounts/login/"], raw, monkeypatch)
-    assert pages[0] is not pages[1] and api[0] not in pages, pages
-
-
-def test_with_the_shared_thread_off_each_api_request_gets_a_thread_of_its_own(
-    personas, monkeypatch, settings
-):
-    settings.DESK_API_SHARED_THREAD = False
-    _, raw = token_create(user=personas.carol, scopes=["submit"])
-    api = threads_of(["/api/v1/runs", "/api/v1/runs"], raw, monkeypatch)
-    assert api[0] is not api[1], api

@@ -5,9 +5,9 @@ model, runs the calls that need no approval, raises approvals for the rest and
 returns `Waiting`; called again after decisions land, it runs the approved
 calls (through the gate), feeds rejections back to the model and carries on.
 Every step is committed through the host before the next one starts; the host
-writes it then or keeps it until before the next model call or tool, or until the
-outcome (`Host.commit_step`), so a crash resumes from the last written step and
-nothing that acted on the world is done again.
+writes it then or keeps it until before the next tool or model call (a run's opening
+may wait through the first), or until the outcome (`Host.commit_step`), so a crash resumes
+from the last written step and nothing that acted on the world is done again.
 """
 
 from __future__ import annotations
@@ -148,8 +148,9 @@ class Host(GrantSource, Protocol):
         raise_approvals: list[CallState],
     ) -> None:
         """Atomically: append messages, save the checkpoint, raise approvals for these calls.
-        Now, or kept and written with the host's next write: before the next model call and
-        before a tool runs, or with the outcome (the desk's host: reviewdesk/runs/host.py)."""
+        Now, or kept and written with the host's next write: before a tool runs and before the
+        next model call (a run's opening may wait through the first), or with the outcome (the
+        desk's host: reviewdesk/runs/host.py)."""
         ...
 
     def decision_for(self, call: CallState) -> DecisionState: ...

@@ -159,14 +159,21 @@ def run_execute(*, run_id: Any, worker: str = "") -> Outcome | None:
         return None
     except Exception as exc:  # a bug must end the run visibly, not leave it running
         outcome = _internal_error(run, exc)
+    kept = host.kept()
     try:
         recorded = run_finish(attempt=attempt, outcome=outcome, host=host)
     except StepWriteFailed as failed:
         # Writing the steps the attempt kept failed, and the finish with them (its transaction
-        # rolled back): end the run without them, as a step's own write failing did. Any other
-        # error of the finish propagates: the run keeps its lease and the sweeper takes it again.
+        # rolled back): end the run without them, as a step's own write failing did.
         outcome = _internal_error(run, failed.__cause__ or failed)
         recorded = run_finish(attempt=attempt, outcome=outcome)
+    except Exception:
+        # Any other error of the finish propagates: the run keeps its lease and the sweeper
+        # takes it again. Its transaction took the kept steps with it: written on their own
+        # first, the sweeper's attempt resumes from them (the model's last answer, say) rather
+        # than asking the model again, which may answer otherwise.
+        _write_kept_alone(host, kept)
+        raise
     return outcome if recorded else None
 
 
@@ -269,6 +276,19 @@ def run_finish(*, attempt: Attempt, outcome: Outcome, host: DatabaseHost | None 
         Attempt.objects.filter(pk=attempt.pk).update(status=attempt_status, ended_at=now, error=attempt_error)
         run_emit_updated(run)
     return True
+
+
+def _write_kept_alone(host: DatabaseHost, kept: list) -> None:
+    """After a failed finish: the steps it rolled back, in a fenced transaction of their own.
+    Best effort: the task is failing anyway, and with the database gone the sweeper's attempt
+    does the work again from the last step written."""
+    if not kept:
+        return
+    host.keep_again(kept)
+    try:
+        host.write_unsaved()
+    except Exception:
+        logger.exception("run %s: the steps kept before its failed finish were not written", host.run_id)
 
 
 def _write_kept(host: DatabaseHost) -> set[str]:

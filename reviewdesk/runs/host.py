@@ -5,17 +5,21 @@ row and checks that this attempt's lease epoch and the run's cancel epoch are
 still current. A worker that lost its lease (it stalled, or the run was
 cancelled) gets `LeaseLost` instead of writing.
 
-A step the loop commits is kept until the host's next write, and written then, whole, in one
-fenced transaction with any other step kept meanwhile (`write_unsaved`): before the next model
-call, before a tool runs (so before a retry's wait too), and otherwise by `run_finish` with the
-outcome, in the transaction that ends the attempt (issue 11: a run's last step and its end were
-two fenced transactions, and two takes of the writers' lock when the step raised approvals).
+A step the loop commits is kept, and written later, whole, in one fenced transaction with any
+other step kept meanwhile (`write_unsaved`): before the next model call, before a tool runs
+(`tool_context`, so before the ledger's writes and a retry's wait too), before the log is read,
+and otherwise by `run_finish` with the outcome, in the transaction that ends the attempt
+(issue 11: a run's last step and its end were two fenced transactions, and two takes of the
+writers' lock when the step raised approvals).
 So whatever acts on the world or takes time finds every earlier step written, and a worker that
 dies with a step kept loses only work it can do again from the last written one: the model's
 last answer (asked again) or a settled batch (an effect's result is in the ledger, a
 decision in its row, and a read runs again). One step waits through a model call: a run's
 opening (the system prompt and the task, which the loop makes again from the run when nothing
-is written), written with the model's first answer.
+is written), written with the model's first answer. When the finish fails (its transaction
+rolled back, the kept steps with it), `run_execute` writes them on their own before the task
+fails: the sweeper's attempt resumes from them instead of asking the model again for an answer
+it gave already (which it may give otherwise).
 """
 
 from __future__ import annotations
@@ -196,6 +200,16 @@ class DatabaseHost:
             with atomic_appends_last():
                 self.fence()
                 self.write_unsaved_fenced()
+
+    def kept(self) -> list[_Step]:
+        """The steps kept now (to `keep_again` should the transaction writing them roll back)."""
+        return list(self._unsaved)
+
+    def keep_again(self, steps: list[_Step]) -> None:
+        """Keep `steps` again, ahead of any kept since, when a rolled-back transaction had
+        taken them (those still kept are kept once)."""
+        taken = [step for step in steps if all(step is not kept for kept in self._unsaved)]
+        self._unsaved = [*taken, *self._unsaved]
 
     def write_unsaved_fenced(self) -> set[str]:
         """Write the steps kept, in the order taken; the ids of the calls whose requests they

@@ -191,11 +191,42 @@ def test_a_kept_step_that_fails_to_be_written_fails_the_run_visibly_and_writes_n
     assert not ApprovalRequest.objects.filter(run=run).exists()
 
 
+class Fickle:
+    """A model that answers otherwise when asked again, as a real one may: "the answer" first,
+    then a refund nobody asked it for."""
+
+    calls = 0
+
+    def __init__(self, spec, **_):
+        pass
+
+    def complete(self, messages, tools):
+        from agents.providers import AssistantTurn
+        from agents.providers.base import ToolCall
+
+        Fickle.calls += 1
+        if Fickle.calls == 1:
+            return AssistantTurn(content="the answer")
+        if not any(m.get("role") == "tool" for m in messages):
+            refund = ToolCall(
+                id="call_x", name="refund_payment", arguments='{"order_id": "A-1002", "amount": 10}'
+            )
+            return AssistantTurn(content=None, tool_calls=(refund,))
+        return AssistantTurn(content="Refunded.")
+
+
 def test_an_error_of_the_finish_itself_leaves_the_run_to_the_sweeper_which_finishes_it(personas, monkeypatch):
-    """Not a kept step's write: the finish's own work failing once (a connection dropped)."""
+    """Not a kept step's write: the finish's own work failing once (a connection dropped). The
+    model's answer, kept for the finish, is written on its own before the task fails, so the
+    sweeper's attempt ends the run with it and never asks the model again (a helper's review:
+    it asked again, and acted on a different answer)."""
     from django.db import OperationalError
 
-    run = submitted(personas, [{"content": "the answer"}])
+    from reviewdesk.runs.models import SideEffect
+
+    Fickle.calls = 0
+    monkeypatch.setattr(execution, "provider_for", Fickle)
+    run = submitted(personas, [{"content": "unused"}])
     emitted = execution.run_emit_updated
     calls = {"n": 0}
 
@@ -210,10 +241,43 @@ def test_an_error_of_the_finish_itself_leaves_the_run_to_the_sweeper_which_finis
         run_execute(run_id=run.id, worker="w")
     run.refresh_from_db()
     assert run.status == RunStatus.RUNNING  # the task failed; the run keeps its lease until it expires
+    assert roles_written(run.id)[-1] == "assistant"  # the answer is written all the same
     Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     run_execute(run_id=run.id, worker="the sweeper's")
     run.refresh_from_db()
     assert (run.status, run.output) == (RunStatus.SUCCEEDED, "the answer")
+    assert Fickle.calls == 1 and not SideEffect.objects.filter(run=run).exists()
+
+
+def test_a_finish_that_fails_before_taking_the_kept_steps_writes_them_once(personas, monkeypatch):
+    """The finish's transaction fails to begin (the database went away and came back): the
+    steps it never took are written on their own, once, and the sweeper ends the run with them."""
+    from contextlib import contextmanager
+
+    from django.db import OperationalError
+
+    Fickle.calls = 0
+    monkeypatch.setattr(execution, "provider_for", Fickle)
+    run = submitted(personas, [{"content": "unused"}])
+    real = execution.atomic_appends_last
+    opened = {"n": 0}
+
+    @contextmanager
+    def once_refused():
+        opened["n"] += 1
+        if opened["n"] == 2:  # 1 is the claim's; 2 the finish's
+            raise OperationalError("the database system is starting up")
+        with real():
+            yield
+
+    monkeypatch.setattr(execution, "atomic_appends_last", once_refused)
+    with pytest.raises(OperationalError):
+        run_execute(run_id=run.id, worker="w")
+    assert roles_written(run.id) == ["system", "user", "assistant"]
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    run_execute(run_id=run.id, worker="the sweeper's")
+    run.refresh_from_db()
+    assert (run.status, run.output, Fickle.calls) == (RunStatus.SUCCEEDED, "the answer", 1)
 
 
 def test_a_run_cancelled_before_its_first_model_call_never_calls_the_model(personas, monkeypatch):

@@ -18,17 +18,21 @@ one process only interleave under the GIL: each stretched the others' lock holds
 switching cost CPU besides (bench #6, one web process: the web's lock holds 38 -> 11 ms a
 cycle, its CPU 55 -> 38 ms a cycle, 11 -> 15 cycles/s in one run). But a request may also wait
 with the GIL released (a webhook URL's DNS lookup, the writers' lock held by a worker, a pooled
-connection): the next one waits for the lane at most DESK_API_LANE_WAIT_MS, then runs on a
-thread of its own, as Django would run it, so nobody's slow request holds up the rest for
-longer than that. The lane is not the thread Channels' consumers share: a slow API request
+connection): a request that holds the lane for DESK_API_LANE_STALL_MS counts as stalled, and
+those waiting behind it, or arriving meanwhile, run on threads of their own, as Django would
+run them, so nobody's slow request holds up the rest for longer than that. The lane is not the thread Channels' consumers share: a slow API request
 never holds up the desk's sockets. Pages keep a thread each (a login's password hash, a page
-of 10,000 rows or an audit export); DESK_API_LANE_WAIT_MS=0 gives every API request one too.
+of 10,000 rows or an audit export); DESK_API_LANE_STALL_MS=0 gives every API request one too.
+A first version let each request wait 50 ms for the lane, however it moved: under the bench's
+load the queue was longer than that, requests spilled onto threads of their own, and the web's
+lock waits went from 4 to 62 ms a cycle.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -42,29 +46,54 @@ API_PREFIX = "/api/"
 
 
 class ApiLane:
-    """One sync thread that API requests take in turn, each waiting a bounded time for it.
+    """One sync thread that API requests take in turn, FIFO, while it makes progress.
 
-    `take(wait)` is True once the caller holds the lane (then `give_back()`), False when it
-    was not free within `wait` seconds. Its waiters are futures of the event loop that holds
-    it; a caller on another loop (only tests run several) does not wait for it at all."""
+    `take(stall)` is True once the caller holds the lane (then `give_back()`), False when the
+    request holding it has held it `stall` seconds without giving it back: the caller then
+    runs on a thread of its own. A waiter waits as long as the lane keeps changing hands (a
+    queue of short requests), and no longer than `stall` behind any one holder; a request that
+    arrives while the holder is past `stall` gives up at once. Waiters are futures of the
+    event loop that holds the lane; a caller on another loop (only tests run several) does not
+    wait for it."""
 
     def __init__(self) -> None:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="api-lane")
         self._lock = threading.Lock()  # the state, for callers on several loops' threads
         self._held_on: asyncio.AbstractEventLoop | None = None
+        self._taken_at = 0.0  # when the current holder took it (monotonic)
+        self._turns = 0  # how many times it has changed hands
         self._waiters: deque[asyncio.Future[bool]] = deque()
 
-    async def take(self, wait: float) -> bool:
+    def _hand_to(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._held_on, self._taken_at, self._turns = loop, time.monotonic(), self._turns + 1
+
+    def _held_for(self) -> float:
+        return time.monotonic() - self._taken_at
+
+    async def take(self, stall: float) -> bool:
         loop = asyncio.get_running_loop()
         with self._lock:
             if self._held_on is None:
-                self._held_on = loop
+                self._hand_to(loop)
                 return True
-            if self._held_on is not loop or wait <= 0:
+            if self._held_on is not loop or stall <= 0:
                 return False
             waiter: asyncio.Future[bool] = loop.create_future()
             self._waiters.append(waiter)
-        timer = loop.call_later(wait, lambda: waiter.done() or waiter.set_result(False))
+            turn = self._turns
+
+        def check() -> None:
+            nonlocal timer, turn
+            if waiter.done():
+                return
+            with self._lock:
+                if self._turns != turn:  # it changed hands meanwhile: wait on behind the new holder
+                    turn = self._turns
+                    timer = loop.call_later(max(stall - self._held_for(), 0.001), check)
+                    return
+            waiter.set_result(False)  # its holder has held it `stall` without giving it back
+
+        timer = loop.call_later(max(stall - self._held_for(), 0.001), check)
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -80,7 +109,8 @@ class ApiLane:
         with self._lock:
             while self._waiters:
                 waiter = self._waiters.popleft()
-                if not waiter.done():  # else it timed out or was cancelled
+                if not waiter.done():  # else it gave up or was cancelled
+                    self._hand_to(waiter.get_loop())
                     waiter.set_result(True)
                     return
             self._held_on = None
@@ -91,9 +121,9 @@ _api_lane = ApiLane()
 
 class SyncChainASGIHandler(ASGIHandler):
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        wait = settings.DESK_API_LANE_WAIT_MS / 1000
-        api = scope["type"] == "http" and wait > 0 and scope["path"].startswith(API_PREFIX)
-        if api and await _api_lane.take(wait):
+        stall = settings.DESK_API_LANE_STALL_MS / 1000
+        api = scope["type"] == "http" and stall > 0 and scope["path"].startswith(API_PREFIX)
+        if api and await _api_lane.take(stall):
             try:
                 # Thread-sensitive calls of this request go to the lane's thread.
                 async with ThreadSensitiveContext(executor=_api_lane.executor):

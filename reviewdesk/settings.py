@@ -153,9 +153,10 @@ DESK_REQUEUE_AFTER_SECONDS = env_int("DESK_REQUEUE_AFTER_SECONDS", 120)
 # An Idempotency-Key whose first request has not finished after this long counts as abandoned.
 DESK_IDEMPOTENCY_INFLIGHT_SECONDS = env_int("DESK_IDEMPOTENCY_INFLIGHT_SECONDS", 120)
 # API requests take turns on one sync thread per web process instead of a thread each (at once
-# they only stretch each other's holds of the writers' lock), each waiting this long at most for
-# it before it runs on a thread of its own; 0: a thread each (reviewdesk/asgi_handler.py).
-DESK_API_LANE_WAIT_MS = env_int("DESK_API_LANE_WAIT_MS", 50)
+# they only stretch each other's holds of the writers' lock); one that holds it this long has
+# stalled, and the others run on threads of their own meanwhile; 0: a thread each
+# (reviewdesk/asgi_handler.py).
+DESK_API_LANE_STALL_MS = env_int("DESK_API_LANE_STALL_MS", 200)
 # --- Client API limits (issue 12): each answered with a precise problem+json -----------
 # A body over this is 413 (API and pages), before Django's own, larger limit answers 400.
 DESK_MAX_BODY_BYTES = env_int("DESK_MAX_BODY_BYTES", 1024 * 1024)

@@ -57,7 +57,7 @@ def test_api_requests_take_turns_on_one_lane_thread_and_pages_get_one_each(perso
 
 
 def test_with_the_lane_off_each_api_request_gets_a_thread_of_its_own(personas, monkeypatch, settings):
-    settings.DESK_API_LANE_WAIT_MS = 0
+    settings.DESK_API_LANE_STALL_MS = 0
     _, raw = token_create(user=personas.carol, scopes=["submit"])
     api = threads_of(["/api/v1/runs", "/api/v1/runs"], raw, monkeypatch)
     assert api[0] is not api[1], api
@@ -107,12 +107,12 @@ def test_a_request_stuck_on_the_lane_holds_up_neither_other_api_requests_nor_the
     assert registered.status == 201
 
 
-def test_control_a_request_waits_for_the_lane_while_it_is_busy_for_less_than_the_wait(
+def test_control_a_request_waits_its_turn_on_the_lane_while_the_holder_has_not_stalled(
     personas, settings, monkeypatch
 ):
-    """The other side of the bound: with a long wait, the next request waits its turn on the
-    lane (the same thread) rather than taking a thread of its own."""
-    settings.DESK_API_LANE_WAIT_MS = 10_000
+    """The other side of the bound: behind a request that is slow but not stalled, the next
+    waits its turn on the lane (the same thread) rather than taking a thread of its own."""
+    settings.DESK_API_LANE_STALL_MS = 10_000
     _, raw = token_create(user=personas.carol, scopes=["submit"])
     from reviewdesk.desk.middleware import BodyLimitMiddleware
 
@@ -138,14 +138,14 @@ def test_control_a_request_waits_for_the_lane_while_it_is_busy_for_less_than_the
 # --- the lane itself ------------------------------------------------------------------------
 
 
-def test_the_lane_goes_to_its_waiters_in_turn_and_a_waiter_past_its_wait_gets_none():
+def test_the_lane_goes_to_its_waiters_in_turn_and_a_waiter_behind_a_stalled_holder_gets_none():
     async def scenario():
         lane = ApiLane()
         assert await lane.take(1)
         second = asyncio.create_task(lane.take(1))
         late = asyncio.create_task(lane.take(0.05))
         await asyncio.sleep(0.1)
-        assert late.done() and late.result() is False  # its wait ran out while the lane was held
+        assert late.done() and late.result() is False  # the holder kept it past `late`'s stall
         assert not second.done()
         lane.give_back()
         assert await second is True  # the lane went to the waiter still waiting
@@ -155,6 +155,38 @@ def test_the_lane_goes_to_its_waiters_in_turn_and_a_waiter_past_its_wait_gets_no
         lane.give_back()
 
     asyncio.run(scenario())
+
+
+def test_a_waiter_waits_on_while_the_lane_keeps_changing_hands():
+    """Three requests of 0.12 s each, one after the other: the third waits 0.24 s, longer than
+    its 0.2 s stall, yet gets the lane: no holder kept it that long (a queue, not a stall)."""
+
+    async def request(lane: ApiLane) -> bool:
+        if not await lane.take(0.2):
+            return False
+        await asyncio.sleep(0.12)
+        lane.give_back()
+        return True
+
+    async def scenario():
+        lane = ApiLane()
+        first = asyncio.create_task(request(lane))
+        await asyncio.sleep(0)  # the first holds it
+        return await asyncio.gather(first, request(lane), request(lane))
+
+    assert asyncio.run(scenario()) == [True, True, True]
+
+
+def test_a_request_arriving_while_the_holder_has_stalled_does_not_wait():
+    async def scenario():
+        lane = ApiLane()
+        assert await lane.take(1)
+        await asyncio.sleep(1.1)  # the holder is past a 1 s stall
+        started = time.monotonic()
+        assert await lane.take(1) is False
+        return time.monotonic() - started
+
+    assert asyncio.run(scenario()) < 0.5  # at once, not after another second
 
 
 async def held_with_a_waiter() -> tuple[ApiLane, asyncio.Task]:

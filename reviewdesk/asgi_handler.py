@@ -20,8 +20,8 @@ cycle, its CPU 55 -> 38 ms a cycle, 11 -> 15 cycles/s in one run). But a request
 with the GIL released (a webhook URL's DNS lookup, the writers' lock held by a worker, a pooled
 connection): a request that holds the lane for DESK_API_LANE_STALL_MS counts as stalled, and
 those waiting behind it, or arriving meanwhile, run on threads of their own, as Django would
-run them, so nobody's slow request holds up the rest for longer than that. The lane is not the thread Channels' consumers share: a slow API request
-never holds up the desk's sockets. Pages keep a thread each (a login's password hash, a page
+run them, so nobody's slow request holds up the rest for longer than that. The lane is not
+the thread Channels' consumers share: a slow API request never holds up the desk's sockets. Pages keep a thread each (a login's password hash, a page
 of 10,000 rows or an audit export); DESK_API_LANE_STALL_MS=0 gives every API request one too.
 A first version let each request wait 50 ms for the lane, however it moved: under the bench's
 load the queue was longer than that, requests spilled onto threads of their own, and the web's

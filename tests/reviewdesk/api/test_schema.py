@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 from django.core.management import call_command
-from django.test import Client
+from django.test import Client, RequestFactory
 from openapi_spec_validator import validate
 
 from reviewdesk.errors import ERROR_CODES
@@ -90,3 +90,69 @@ def test_the_docs_page_is_served_without_outside_assets():
     html = response.content.decode()
     assert "/api/schema/" in html
     assert "https://" not in html and "http://" not in html
+
+
+# The document is built once per process and format (reviewdesk/api/schema_view.py): these run
+# in-process through Django's test client, against the real drf-spectacular generator.
+@pytest.fixture
+def fresh_schema(monkeypatch):
+    """An empty cache, and a count of the times the generator builds the document."""
+    from drf_spectacular.generators import SchemaGenerator
+
+    from reviewdesk.api import schema_view
+
+    schema_view._built.clear()
+    built = []
+    original = SchemaGenerator.get_schema
+
+    def counted(self, *args, **kwargs):
+        built.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(SchemaGenerator, "get_schema", counted)
+    yield built
+    schema_view._built.clear()
+
+
+def test_the_document_is_built_once_and_then_served_as_built(fresh_schema):
+    from drf_spectacular.views import SpectacularAPIView
+
+    first = Client().get("/api/schema/?format=json")
+    again = Client().get("/api/schema/?format=json")
+    assert len(fresh_schema) == 1
+    assert again.content == first.content
+    assert again["Content-Type"] == first["Content-Type"] == "application/vnd.oai.openapi+json"
+    assert 'filename="Review Desk API.json"' in again["Content-Disposition"]
+    # The same bytes drf-spectacular's own view sends.
+    request = RequestFactory().get("/api/schema/?format=json")
+    plain = SpectacularAPIView.as_view()(request)
+    plain.render()
+    assert again.content == plain.content
+
+
+def test_each_format_is_its_own_document(fresh_schema):
+    as_json = Client().get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    as_yaml = Client().get("/api/schema/")
+    assert as_yaml["Content-Type"].startswith("application/vnd.oai.openapi")
+    assert as_yaml.content.startswith(b"openapi: 3")
+    assert as_json.json()["openapi"].startswith("3")
+    assert len(fresh_schema) == 2
+
+
+def test_a_clients_accept_parameters_neither_change_nor_add_a_document(fresh_schema):
+    from reviewdesk.api import schema_view
+
+    accept = "application/vnd.oai.openapi+json"
+    indented = [
+        Client().get("/api/schema/", HTTP_ACCEPT=f"{accept}; indent={n + 2}; x={n}").content for n in range(3)
+    ]
+    plain = Client().get("/api/schema/", HTTP_ACCEPT=accept).content
+    assert indented == [plain] * 3
+    assert b'\n  "' not in plain[:200], "the first caller's indent was kept for everyone"
+    assert len(schema_view._built) == 1 and len(fresh_schema) == 1
+
+
+def test_a_version_parameter_does_not_relabel_the_document(fresh_schema):
+    first = Client().get("/api/schema/?format=json&version=evil")
+    assert first.json()["info"]["version"] == "1"
+    assert Client().get("/api/schema/?format=json").json()["info"]["version"] == "1"

@@ -6,7 +6,7 @@ from typing import Any
 
 from reviewdesk.approvals.grants import grant_status
 from reviewdesk.approvals.models import Grant
-from reviewdesk.events.builders import approval_data, decision_data, iso
+from reviewdesk.events.builders import approval_data, approval_rows, decision_data, iso
 from reviewdesk.runs.models import Run
 
 
@@ -115,4 +115,4 @@ def grant_data(grant: Grant) -> dict[str, Any]:
     }
 
 
-__all__ = ["approval_data", "decision_data", "grant_data", "run_detail", "run_summary"]
+__all__ = ["approval_data", "approval_rows", "decision_data", "grant_data", "run_detail", "run_summary"]

@@ -20,7 +20,7 @@ from reviewdesk.api import schema as doc
 from reviewdesk.api.idempotency import idempotent
 from reviewdesk.api.parsers import body_too_large
 from reviewdesk.api.permissions import CanRead, CanReview, CanSubmit, CanSubmitOrReview
-from reviewdesk.api.representations import approval_data, decision_data, grant_data, run_detail
+from reviewdesk.api.representations import approval_data, approval_rows, decision_data, grant_data, run_detail
 from reviewdesk.api.serializers import (
     DecisionSerializer,
     HandoverSerializer,
@@ -184,7 +184,8 @@ class ApprovalListView(DeskAPIView):
         paging.check_parameters(request, APPROVAL_FILTERS)
         status = paging.choice_parameter(request, "status", ApprovalStatus.values)
         # The status narrows the visibility check's read too (pending is a small slice of history).
-        visible = approvals_visible_to(request.user, **({"status": status} if status else {}))
+        lookups = {"status": status} if status else {}
+        visible = approvals_visible_to(request.user, related=False, **lookups)
         approvals = paging.time_filters(request, visible)
         if kind := paging.choice_parameter(request, "kind", ApprovalKind.values):
             approvals = approvals.filter(kind=kind)
@@ -194,7 +195,7 @@ class ApprovalListView(DeskAPIView):
             approvals = approvals.filter(tool=tool)
         if run_id := paging.uuid_parameter(request, "run"):
             approvals = approvals.filter(run_id=run_id)
-        return paging.keyset_page(request, approvals, approval_data)
+        return paging.keyset_page(request, approval_rows(approvals), approval_data)
 
 
 class ApprovalDetailView(DeskAPIView):

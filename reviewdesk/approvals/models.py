@@ -14,6 +14,10 @@ class ApprovalStatus(models.TextChoices):
     CANCELLED = "cancelled"
 
 
+# Where `Prefetch("decisions", to_attr=...)` leaves a row's decisions (events/builders.py).
+DECISION_LIST = "decision_list"
+
+
 class ApprovalKind(models.TextChoices):
     TOOL_CALL = "tool_call"
     # An effect cut between the ledger's pending and confirmed: did it happen?
@@ -123,13 +127,21 @@ class ApprovalRequest(models.Model):
         its quorum (the latest). None while it is pending, and once cancelled or expired."""
         if self.status not in SETTLED_BY_DECISION:
             return None
-        decisions = sorted(self.decisions.all(), key=lambda d: d.decided_at)  # prefetched or not
+        decisions = sorted(self._decision_rows(), key=lambda d: d.decided_at)
         return decisions[-1] if decisions else None
 
     def approving_decisions(self) -> list[Decision]:
         """The quorum's votes so far, oldest first."""
         approving = (Verdict.APPROVE, Verdict.EDIT)
-        return sorted((d for d in self.decisions.all() if d.verdict in approving), key=lambda d: d.decided_at)
+        return sorted(
+            (d for d in self._decision_rows() if d.verdict in approving), key=lambda d: d.decided_at
+        )
+
+    def _decision_rows(self):
+        """The decisions as a page prefetched them into a list (`DECISION_LIST`: no related
+        manager built per row), else `decisions.all()`, itself prefetched or read."""
+        prefetched = getattr(self, DECISION_LIST, None)
+        return prefetched if prefetched is not None else self.decisions.all()
 
 
 class Decision(models.Model):

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Prefetch, QuerySet
+
 from agents.decisions import is_device_signed
 from agents.registry import UnknownAgent, get_agent
 from reviewdesk.accounts.targets import usernames_named
-from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
+from reviewdesk.approvals.models import DECISION_LIST, ApprovalRequest, ApprovalStatus, Decision
 from reviewdesk.runs.models import Run
 
 
@@ -76,6 +78,21 @@ def approval_data(approval: ApprovalRequest) -> dict[str, Any]:
         "task": approval.run.input[:TASK_SHOWN],
         "effect": _effect(approval),
     }
+
+
+def approval_rows(approvals: QuerySet[ApprovalRequest]) -> QuerySet[ApprovalRequest]:
+    """`approvals` with what `approval_data` reads of each, in three reads whatever the page:
+    of the run and the people, only the columns it shows (not every run's model, metadata and
+    output, nor a password hash); the decisions, with their reviewers, into a plain list (a
+    related manager and a queryset built for each row cost more than its row)."""
+    own = [field.name for field in ApprovalRequest._meta.concrete_fields]
+    decisions = Decision.objects.select_related("reviewer")
+    return (
+        approvals.select_related("run__submitted_by", "handed_over_by")
+        .only(*own, "run__agent", "run__input", "run__submitted_by__username", "handed_over_by__username")
+        .prefetch_related(None)
+        .prefetch_related(Prefetch("decisions", queryset=decisions, to_attr=DECISION_LIST))
+    )
 
 
 TASK_SHOWN = 280  # characters of the run's input on a card; the approval page shows it whole

@@ -186,3 +186,54 @@ def test_timestamps_keep_their_microseconds_so_they_sort_as_the_times_do():
     just_after = on_the_second.replace(microsecond=287206)
     assert iso(on_the_second) == "2026-12-01T18:39:11.000000Z"
     assert sorted([iso(just_after), iso(on_the_second)]) == [iso(on_the_second), iso(just_after)]
+
+
+def _votes(approvals, *reviewers) -> None:
+    """A quorum vote by each reviewer on each approval, straight into the table."""
+    from reviewdesk.approvals.models import Decision, Verdict
+
+    now = timezone.now()
+    Decision.objects.bulk_create(
+        Decision(
+            request=approval,
+            verdict=Verdict.APPROVE,
+            reviewer=reviewer,
+            arguments=approval.arguments,
+            arguments_sha256=approval.arguments_sha256,
+            decided_at=now + timedelta(seconds=n),
+            not_after=now + timedelta(hours=1),
+            nonce=f"{approval.pk}-{reviewer.pk}",
+            payload={},
+            signature="-",
+            key_id="-",
+        )
+        for approval in approvals
+        for n, reviewer in enumerate(reviewers)
+    )
+
+
+def test_a_page_of_approvals_takes_the_same_reads_at_any_size_and_not_the_runs_output(
+    interrupted_run, personas, api_as
+):
+    """In-process (the test client, the test database): the approvals list's reads do not grow
+    with its page, votes and their reviewers included, and a run's output is never read for it."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    run, approval = interrupted_run()
+    Run.objects.filter(pk=run.pk).update(output="x" * 100_000, metadata={"big": "y" * 10_000})
+    _votes(bulk_approvals(run, approval.checkpoint_id, 30, ties=False), personas.bob, personas.admin)
+    client = api_as(personas.alice, "review")
+    client.get("/api/v1/approvals?limit=1")  # the token's first use writes its last_used_at
+    reads = {}
+    for limit in (2, 30):
+        with CaptureQueriesContext(connection) as queries:
+            body = client.get(f"/api/v1/approvals?status=pending&limit={limit}").json()
+        assert len(body["results"]) == limit
+        reads[limit] = [q["sql"] for q in queries.captured_queries]
+    assert len(reads[2]) == len(reads[30]), "\n".join(s[:150] for s in reads[2] + ["--"] + reads[30])
+    assert not [sql for sql in reads[30] if '"runs_run"."output"' in sql or '"runs_run"."metadata"' in sql]
+    for item in body["results"]:
+        assert item["quorum"]["approved_by"] == ["bob", "admin"]
+        assert item["submitted_by"] == "carol" and item["agent"] == run.agent
+        assert item["task"] == run.input[:280]

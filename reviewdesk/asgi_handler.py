@@ -119,10 +119,16 @@ class ApiLane:
 _api_lane = ApiLane()
 
 
+def _app_path(scope: dict[str, Any]) -> str:
+    """The path within the desk: a server mounting it under a prefix sends that prefix as
+    `root_path` and at the start of `path` too (ASGI; Django strips it the same way)."""
+    return scope["path"].removeprefix(scope.get("root_path", ""))
+
+
 class SyncChainASGIHandler(ASGIHandler):
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         stall = settings.DESK_API_LANE_STALL_MS / 1000
-        api = scope["type"] == "http" and stall > 0 and scope["path"].startswith(API_PREFIX)
+        api = scope["type"] == "http" and stall > 0 and _app_path(scope).startswith(API_PREFIX)
         if api and await _api_lane.take(stall):
             try:
                 # Thread-sensitive calls of this request go to the lane's thread.

@@ -13,13 +13,16 @@ class AsgiResponse:
     headers: dict[str, str]
 
 
-async def asgi_get(app, path: str, token: str) -> AsgiResponse:
+async def asgi_get(app, path: str, token: str, *, root_path: str = "") -> AsgiResponse:
     """One GET through the ASGI application with a bearer token."""
-    return await asgi_request(app, "GET", path, token)
+    return await asgi_request(app, "GET", path, token, root_path=root_path)
 
 
-async def asgi_request(app, method: str, path: str, token: str, json_body: bytes = b"") -> AsgiResponse:
-    """One request through the ASGI application with a bearer token (and a JSON body)."""
+async def asgi_request(
+    app, method: str, path: str, token: str, json_body: bytes = b"", *, root_path: str = ""
+) -> AsgiResponse:
+    """One request through the ASGI application with a bearer token (and a JSON body); with
+    `root_path`, as a server mounting the desk there sends it (the path then starts with it)."""
     headers = [(b"host", b"testserver"), (b"authorization", f"Bearer {token}".encode())]
     if json_body:
         headers += [(b"content-type", b"application/json"), (b"content-length", str(len(json_body)).encode())]
@@ -29,8 +32,9 @@ async def asgi_request(app, method: str, path: str, token: str, json_body: bytes
         "http_version": "1.1",
         "method": method,
         "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
+        "path": root_path + path,
+        "raw_path": (root_path + path).encode(),
+        "root_path": root_path,
         "query_string": b"",
         "headers": headers,
         "server": ("testserver", 80),

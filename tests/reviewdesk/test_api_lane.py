@@ -28,7 +28,7 @@ from tests.reviewdesk.asgi_client import asgi_get, asgi_request
 pytestmark = pytest.mark.django_db(transaction=True)  # the ASGI handler runs the view in a thread
 
 
-def threads_of(paths: list[str], token: str, monkeypatch) -> list[threading.Thread]:
+def threads_of(paths: list[str], token: str, monkeypatch, root_path: str = "") -> list[threading.Thread]:
     """The thread each request's middleware ran on, for GETs of `paths` one after the other
     (the Thread objects, held: an ended thread's ident can be another's later)."""
     from reviewdesk.desk.middleware import BodyLimitMiddleware
@@ -43,7 +43,7 @@ def threads_of(paths: list[str], token: str, monkeypatch) -> list[threading.Thre
     with monkeypatch.context() as patch:
         patch.setattr(BodyLimitMiddleware, "__call__", noted)
         for path in paths:
-            asyncio.run(asgi_get(application, path, token))
+            asyncio.run(asgi_get(application, path, token, root_path=root_path))
     return seen
 
 
@@ -54,6 +54,13 @@ def test_api_requests_take_turns_on_one_lane_thread_and_pages_get_one_each(perso
     assert api[0].name.startswith("api-lane"), api[0].name  # not the thread the sockets share
     pages = threads_of(["/accounts/login/", "/accounts/login/"], raw, monkeypatch)
     assert pages[0] is not pages[1] and api[0] not in pages, pages
+
+
+def test_behind_a_root_path_api_requests_still_take_the_lane(personas, monkeypatch, settings):
+    settings.FORCE_SCRIPT_NAME = None
+    _, raw = token_create(user=personas.carol, scopes=["submit"])
+    api = threads_of(["/api/v1/runs", "/api/v1/runs"], raw, monkeypatch, root_path="/desk")
+    assert api[0] is api[1] and api[0].name.startswith("api-lane"), api
 
 
 def test_with_the_lane_off_each_api_request_gets_a_thread_of_its_own(personas, monkeypatch, settings):

@@ -218,8 +218,10 @@ def shared_tmp_dir() -> str:
     return tempfile.gettempdir()
 
 
-def _bwrap_works(bwrap: str, as_uid: int | None) -> bool:
-    """Probe once per process: can this bwrap create its namespaces here (as that uid)?"""
+def bwrap_problem(bwrap: str, as_uid: int | None) -> str | None:
+    """Why this bwrap cannot create its namespaces here (as that uid), or None when it can.
+    Probed on each call: the answer depends on the uid, and on the paths the sandbox mounts
+    being reachable by it (a checkout under a 0700 directory is not)."""
     with tempfile.TemporaryDirectory(prefix="sandbox-probe-", dir=shared_tmp_dir()) as probe:
         if as_uid is not None:
             os.chmod(probe, 0o755)
@@ -233,9 +235,12 @@ def _bwrap_works(bwrap: str, as_uid: int | None) -> bool:
                 close_fds=True,
                 preexec_fn=(lambda: _limits(SandboxConfig(), as_uid)),
             )
-        except (OSError, subprocess.SubprocessError):
-            return False
-    return completed.returncode == 0
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"{bwrap}: {exc}"
+    if completed.returncode == 0:
+        return None
+    said = completed.stderr.decode("utf-8", errors="replace").strip().splitlines()
+    return f"{bwrap} exited {completed.returncode}: {said[-1] if said else 'and said nothing'}"
 
 
 def chosen_mode(config: SandboxConfig, *, as_uid: int | None = None) -> SandboxMode:
@@ -243,13 +248,11 @@ def chosen_mode(config: SandboxConfig, *, as_uid: int | None = None) -> SandboxM
     if config.mode == SandboxMode.BASIC:
         return SandboxMode.BASIC
     bwrap = bwrap_executable(config)
-    works = bwrap is not None and _bwrap_works(bwrap, as_uid)
-    if works:
+    problem = bwrap_problem(bwrap, as_uid) if bwrap else "not installed"
+    if problem is None:
         return SandboxMode.BWRAP
     if config.mode == SandboxMode.BWRAP:
-        raise SandboxUnavailable(
-            f"bubblewrap cannot run here ({bwrap or 'not installed'}); DESK_SANDBOX=bwrap"
-        )
+        raise SandboxUnavailable(f"bubblewrap cannot run here ({problem}); DESK_SANDBOX=bwrap")
     return SandboxMode.BASIC
 
 

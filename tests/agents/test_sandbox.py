@@ -25,9 +25,12 @@ from agents.sandbox import SandboxConfig, SandboxMode, SandboxUnavailable, run_s
 AS_ROOT = os.geteuid() == 0
 # Asked of bubblewrap directly, not through chosen_mode: the tests below check chosen_mode.
 _BWRAP = sandbox.bwrap_executable(SandboxConfig())
-BWRAP_HERE = _BWRAP is not None and sandbox._bwrap_works(
-    _BWRAP, sandbox.run_uid("probe") if AS_ROOT else None
+BWRAP_PROBLEM = (
+    sandbox.bwrap_problem(_BWRAP, sandbox.run_uid("probe") if AS_ROOT else None)
+    if _BWRAP
+    else "not installed"
 )
+BWRAP_HERE = BWRAP_PROBLEM is None
 needs_root = pytest.mark.skipif(
     not AS_ROOT, reason="the basic mode isolates files only when the host is root"
 )
@@ -35,9 +38,7 @@ needs_root = pytest.mark.skipif(
 MODES = [
     pytest.param(
         SandboxMode.BWRAP,
-        marks=pytest.mark.skipif(
-            not BWRAP_HERE, reason="bubblewrap cannot create namespaces on this machine"
-        ),
+        marks=pytest.mark.skipif(not BWRAP_HERE, reason=f"bubblewrap cannot run here: {BWRAP_PROBLEM}"),
         id="bwrap",
     ),
     pytest.param(SandboxMode.BASIC, id="basic"),
@@ -214,7 +215,7 @@ def loopback_listener():
 CONNECT = 'python3 -c \'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 2); print("connected")\' {port}'
 
 
-@pytest.mark.skipif(not BWRAP_HERE, reason="bubblewrap cannot create namespaces on this machine")
+@pytest.mark.skipif(not BWRAP_HERE, reason=f"bubblewrap cannot run here: {BWRAP_PROBLEM}")
 def test_in_bwrap_the_command_has_no_network(runs_root, loopback_listener):
     port, accepted = loopback_listener
 
@@ -233,7 +234,7 @@ def test_the_basic_fallback_cannot_block_the_network(runs_root, loopback_listene
     assert result.stdout == "connected\n", result.stderr
 
 
-@pytest.mark.skipif(not BWRAP_HERE, reason="bubblewrap cannot create namespaces on this machine")
+@pytest.mark.skipif(not BWRAP_HERE, reason=f"bubblewrap cannot run here: {BWRAP_PROBLEM}")
 def test_in_bwrap_the_hosts_files_do_not_exist(runs_root):
     result = sh(f"ls /; ls {Path.cwd()}; cat /etc/shadow", root=runs_root, mode=SandboxMode.BWRAP)
 
@@ -254,7 +255,7 @@ def test_in_bwrap_the_hosts_files_do_not_exist(runs_root):
     assert result.exit_code != 0
 
 
-@pytest.mark.skipif(not BWRAP_HERE, reason="bubblewrap cannot create namespaces on this machine")
+@pytest.mark.skipif(not BWRAP_HERE, reason=f"bubblewrap cannot run here: {BWRAP_PROBLEM}")
 def test_auto_uses_bwrap_where_the_machine_allows_it(runs_root):
     result = sh("echo ran", root=runs_root, mode=SandboxMode.AUTO)
 
@@ -279,6 +280,26 @@ def test_forced_bwrap_refuses_to_run_without_it(runs_root):
             ["sh", "-c", "touch ran"], run_id="r1", workdir=runs_root / "r1", timeout=10, config=config
         )
     assert not (runs_root / "r1" / "ran").exists()
+
+
+def test_forced_bwrap_that_fails_its_probe_says_what_bubblewrap_said(runs_root):
+    """A bwrap that exits as bubblewrap does when a mounted path is out of the run uid's reach
+    (a stand-in executable: the real one's failure depends on the machine), in a directory the
+    run's uid can reach (pytest's tmp_path is 0700)."""
+    reachable = Path(tempfile.mkdtemp(dir=shared_tmp_dir()))
+    reachable.chmod(0o755)
+    fake = reachable / "bwrap"
+    fake.write_text(
+        '#!/bin/sh\necho "bwrap: Can\'t find source path /x/.venv: Permission denied" >&2\nexit 1\n'
+    )
+    fake.chmod(0o755)
+    config = SandboxConfig(mode=SandboxMode.BWRAP, bwrap=str(fake))
+
+    with pytest.raises(SandboxUnavailable, match=r"exited 1: bwrap: Can't find source path /x/\.venv"):
+        run_sandboxed(["true"], run_id="r1", workdir=runs_root / "r1", timeout=10, config=config)
+    config = SandboxConfig(mode=SandboxMode.AUTO, bwrap=str(fake))
+    assert sandbox.chosen_mode(config) == SandboxMode.BASIC
+    shutil.rmtree(reachable)
 
 
 @needs_root

@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 import pytest
 from django.conf import settings
 
-from agents.sandbox import SandboxConfig, _bwrap_works, bwrap_executable, run_uid
+from agents.sandbox import SandboxConfig, bwrap_executable, bwrap_problem, run_uid
 from reviewdesk.accounts.demo import demo_password
 from reviewdesk.approvals import signing
 from reviewdesk.approvals.services import approval_decide
@@ -36,16 +36,15 @@ pytestmark = pytest.mark.django_db
 AS_ROOT = os.geteuid() == 0
 # Asked of bubblewrap directly: with mode "bwrap" forced, the sandbox must then use it.
 _BWRAP = bwrap_executable(SandboxConfig())
-BWRAP_HERE = _BWRAP is not None and _bwrap_works(_BWRAP, run_uid("probe") if AS_ROOT else None)
+BWRAP_PROBLEM = bwrap_problem(_BWRAP, run_uid("probe") if AS_ROOT else None) if _BWRAP else "not installed"
+BWRAP_HERE = BWRAP_PROBLEM is None
 
 
 @pytest.fixture(
     params=[
         pytest.param(
             "bwrap",
-            marks=pytest.mark.skipif(
-                not BWRAP_HERE, reason="bubblewrap cannot create namespaces on this machine"
-            ),
+            marks=pytest.mark.skipif(not BWRAP_HERE, reason=f"bubblewrap cannot run here: {BWRAP_PROBLEM}"),
         ),
         pytest.param(
             "basic",

@@ -40,7 +40,7 @@ from typing import Any
 import django
 from asgiref.sync import ThreadSensitiveContext
 from django.conf import settings
-from django.core.handlers.asgi import ASGIHandler
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 
 API_PREFIX = "/api/"
 
@@ -120,9 +120,9 @@ _api_lane = ApiLane()
 
 
 def _app_path(scope: dict[str, Any]) -> str:
-    """The path within the desk: a server mounting it under a prefix sends that prefix as
-    `root_path` and at the start of `path` too (ASGI; Django strips it the same way)."""
-    return scope["path"].removeprefix(scope.get("root_path", ""))
+    """The path within the desk, as Django routes it: `path` less the script prefix
+    (FORCE_SCRIPT_NAME, else the `root_path` a server mounting the desk under a prefix sends)."""
+    return scope["path"].removeprefix(get_script_prefix(scope))
 
 
 class SyncChainASGIHandler(ASGIHandler):

@@ -41,7 +41,11 @@ class SchemaView(SpectacularAPIView):
 
     def _build(self, request, renderer) -> tuple[bytes, str, str]:
         request.accepted_renderer, request.accepted_media_type = renderer, renderer.media_type
-        response = self.finalize_response(request, super().get(request))
+        # Rendered here, not finalized: finalize_response would take the view's Vary: Accept
+        # for this inner response, and the response sent from the cache would go without it.
+        response = super().get(request)
+        response.accepted_renderer, response.accepted_media_type = renderer, renderer.media_type
+        response.renderer_context = self.get_renderer_context()
         response.render()
         return response.content, response["Content-Type"], response["Content-Disposition"]
 

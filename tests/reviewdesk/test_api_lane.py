@@ -63,6 +63,14 @@ def test_behind_a_root_path_api_requests_still_take_the_lane(personas, monkeypat
     assert api[0] is api[1] and api[0].name.startswith("api-lane"), api
 
 
+def test_behind_a_forced_script_name_api_requests_still_take_the_lane(personas, monkeypatch, settings):
+    """A proxy that keeps the prefix and sends no root_path, with FORCE_SCRIPT_NAME set."""
+    settings.FORCE_SCRIPT_NAME = "/desk"
+    _, raw = token_create(user=personas.carol, scopes=["submit"])
+    api = threads_of(["/desk/api/v1/runs", "/desk/api/v1/runs"], raw, monkeypatch)
+    assert api[0] is api[1] and api[0].name.startswith("api-lane"), api
+
+
 def test_with_the_lane_off_each_api_request_gets_a_thread_of_its_own(personas, monkeypatch, settings):
     settings.DESK_API_LANE_STALL_MS = 0
     _, raw = token_create(user=personas.carol, scopes=["submit"])

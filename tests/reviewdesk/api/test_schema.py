@@ -123,6 +123,7 @@ def test_the_document_is_built_once_and_then_served_as_built(fresh_schema):
     assert again.content == first.content
     assert again["Content-Type"] == first["Content-Type"] == "application/vnd.oai.openapi+json"
     assert 'filename="Review Desk API.json"' in again["Content-Disposition"]
+    assert "Accept" in first["Vary"] and "Accept" in again["Vary"]  # shared caches key on it
     # The same bytes drf-spectacular's own view sends.
     request = RequestFactory().get("/api/schema/?format=json")
     plain = SpectacularAPIView.as_view()(request)

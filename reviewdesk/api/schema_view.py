@@ -28,7 +28,7 @@ class SchemaView(SpectacularAPIView):
 
     @extend_schema(**SCHEMA_KWARGS)  # as drf-spectacular's own get: left out of the document
     def get(self, request, *args, **kwargs):
-        renderer, _ = self.perform_content_negotiation(request)
+        renderer = request.accepted_renderer  # negotiated by initial()
         # Keyed by the renderer's own media type, never the client's Accept header: its
         # parameters are the client's to choose, and each would be another document kept.
         key = renderer.media_type
@@ -40,9 +40,10 @@ class SchemaView(SpectacularAPIView):
         return HttpResponse(content, content_type=content_type, headers={"Content-Disposition": disposition})
 
     def _build(self, request, renderer) -> tuple[bytes, str, str]:
-        request.accepted_renderer, request.accepted_media_type = renderer, renderer.media_type
         # Rendered here, not finalized: finalize_response would take the view's Vary: Accept
         # for this inner response, and the response sent from the cache would go without it.
+        # The renderer's own media type, not the client's: its parameters (indent=) would
+        # shape the copy everyone gets.
         response = super().get(request)
         response.accepted_renderer, response.accepted_media_type = renderer, renderer.media_type
         response.renderer_context = self.get_renderer_context()

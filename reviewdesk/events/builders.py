@@ -81,16 +81,16 @@ def approval_data(approval: ApprovalRequest) -> dict[str, Any]:
 
 
 def approval_rows(approvals: QuerySet[ApprovalRequest]) -> QuerySet[ApprovalRequest]:
-    """`approvals` with what `approval_data` reads of each, in three reads whatever the page:
-    of the run and the people, only the columns it shows (not every run's model, metadata and
-    output, nor a password hash); the decisions, with their reviewers, into a plain list (a
-    related manager and a queryset built for each row cost more than its row)."""
+    """`approvals` (read without their relations) with what `approval_data` reads of each, in
+    two reads whatever the page (a group among the assignees still reads its members): of the
+    run and the submitter, only the columns it shows (not every run's model, metadata and
+    output, nor a submitter's password hash); the decisions, with their reviewers, into a plain
+    list (a related manager and a queryset built for each row cost more than its row)."""
     own = [field.name for field in ApprovalRequest._meta.concrete_fields]
     decisions = Decision.objects.select_related("reviewer")
     return (
         approvals.select_related("run__submitted_by", "handed_over_by")
         .only(*own, "run__agent", "run__input", "run__submitted_by__username", "handed_over_by__username")
-        .prefetch_related(None)
         .prefetch_related(Prefetch("decisions", queryset=decisions, to_attr=DECISION_LIST))
     )
 

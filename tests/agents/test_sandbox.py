@@ -286,20 +286,20 @@ def test_forced_bwrap_that_fails_its_probe_says_what_bubblewrap_said(runs_root):
     """A bwrap that exits as bubblewrap does when a mounted path is out of the run uid's reach
     (a stand-in executable: the real one's failure depends on the machine), in a directory the
     run's uid can reach (pytest's tmp_path is 0700)."""
-    reachable = Path(tempfile.mkdtemp(dir=shared_tmp_dir()))
-    reachable.chmod(0o755)
-    fake = reachable / "bwrap"
-    fake.write_text(
-        '#!/bin/sh\necho "bwrap: Can\'t find source path /x/.venv: Permission denied" >&2\nexit 1\n'
-    )
-    fake.chmod(0o755)
-    config = SandboxConfig(mode=SandboxMode.BWRAP, bwrap=str(fake))
+    with tempfile.TemporaryDirectory(dir=shared_tmp_dir()) as made:
+        reachable = Path(made)
+        reachable.chmod(0o755)
+        fake = reachable / "bwrap"
+        fake.write_text(
+            '#!/bin/sh\necho "bwrap: Can\'t find source path /x/.venv: Permission denied" >&2\nexit 1\n'
+        )
+        fake.chmod(0o755)
+        config = SandboxConfig(mode=SandboxMode.BWRAP, bwrap=str(fake))
 
-    with pytest.raises(SandboxUnavailable, match=r"exited 1: bwrap: Can't find source path /x/\.venv"):
-        run_sandboxed(["true"], run_id="r1", workdir=runs_root / "r1", timeout=10, config=config)
-    config = SandboxConfig(mode=SandboxMode.AUTO, bwrap=str(fake))
-    assert sandbox.chosen_mode(config) == SandboxMode.BASIC
-    shutil.rmtree(reachable)
+        with pytest.raises(SandboxUnavailable, match=r"exited 1: bwrap: Can't find source path /x/\.venv"):
+            run_sandboxed(["true"], run_id="r1", workdir=runs_root / "r1", timeout=10, config=config)
+        config = SandboxConfig(mode=SandboxMode.AUTO, bwrap=str(fake))
+        assert sandbox.chosen_mode(config) == SandboxMode.BASIC
 
 
 @needs_root

@@ -157,3 +157,11 @@ def test_a_version_parameter_does_not_relabel_the_document(fresh_schema):
     first = Client().get("/api/schema/?format=json&version=evil")
     assert first.json()["info"]["version"] == "1"
     assert Client().get("/api/schema/?format=json").json()["info"]["version"] == "1"
+
+
+def test_a_format_the_document_does_not_come_in_is_406_and_builds_nothing(fresh_schema):
+    from reviewdesk.api import schema_view
+
+    response = Client().get("/api/schema/", HTTP_ACCEPT="text/html")
+    assert response.status_code == 406
+    assert schema_view._built == {} and fresh_schema == []

@@ -44,3 +44,37 @@ def usernames_named(targets: Iterable[str]) -> list[str]:
     if all(group_of(t) is None for t in targets):
         return targets
     return sorted(users_named(targets).values_list("username", flat=True))
+
+
+class UsernamesNamed:
+    """`usernames_named` for a page of target lists at once: one query for every group (and
+    every username beside a group) on the page, not one per list that names a group.
+    Call it with one of the lists; it answers as `usernames_named` would."""
+
+    def __init__(self, target_lists: Iterable[Iterable[str]]) -> None:
+        lists = [list(targets) for targets in target_lists]
+        with_groups = {t for targets in lists if _names_a_group(targets) for t in targets}
+        self._members: dict[str, set[str]] = {}
+        self._users: set[str] = set()
+        if not with_groups:
+            return
+        # A (username, group) pair per membership of each user a list names, the join the
+        # filter made: a user named by a group comes with that group.
+        for username, group in users_named(with_groups).values_list("username", "groups__name"):
+            self._users.add(username)
+            if group:
+                self._members.setdefault(GROUP_PREFIX + group, set()).add(username)
+
+    def __call__(self, targets: Iterable[str]) -> list[str]:
+        targets = list(targets)
+        if not _names_a_group(targets):
+            return targets
+        named = {t for t in targets if group_of(t) is None and t in self._users}
+        for target in targets:
+            if group_of(target) is not None:
+                named |= self._members.get(target, set())
+        return sorted(named)
+
+
+def _names_a_group(targets: list[str]) -> bool:
+    return any(group_of(t) is not None for t in targets)

@@ -54,7 +54,7 @@ class GrantListView(DeskAPIView):
             grants = grants.filter(scope=scope)
         if run_id := paging.uuid_parameter(request, "run"):
             grants = grants.filter(run_id=run_id)
-        return paging.keyset_page(request, grants, grant_data)
+        return paging.keyset_page(request, grants, paging.each(grant_data))
 
 
 class GrantRevokeView(DeskAPIView):

@@ -140,9 +140,15 @@ def next_url(request: Request, **replace: str) -> str:
 
 
 def keyset_page(
-    request: Request, rows: QuerySet, render: Callable[[Any], dict[str, Any]], *, field: str = "created_at"
+    request: Request,
+    rows: QuerySet,
+    render: Callable[[list[Any]], list[dict[str, Any]]],
+    *,
+    field: str = "created_at",
 ) -> Response:
-    """Newest first, ordered by (`field`, pk) descending; one page and the link to the next."""
+    """Newest first, ordered by (`field`, pk) descending; one page and the link to the next.
+    `render` takes the page's rows at once, so that rows sharing reads share them
+    (approvals_data); `each(render_one)` for rows that do not."""
     limit = page_limit(request)
     cursor = request.query_params.get(CURSOR)
     if cursor is not None:
@@ -156,7 +162,12 @@ def keyset_page(
     more = len(page) > limit
     page = page[:limit]
     link = next_url(request, **{CURSOR: _encode((getattr(page[-1], field), page[-1].pk))}) if more else None
-    return Response({"results": [render(row) for row in page], "next": link})
+    return Response({"results": render(page), "next": link})
+
+
+def each(render: Callable[[Any], dict[str, Any]]) -> Callable[[list[Any]], list[dict[str, Any]]]:
+    """A page renderer for `keyset_page` from a renderer of one row."""
+    return lambda rows: [render(row) for row in rows]
 
 
 def sequence_page(request: Request, rows: QuerySet, render: Callable[[Any], dict[str, Any]]) -> Response:

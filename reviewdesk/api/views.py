@@ -20,7 +20,15 @@ from reviewdesk.api import schema as doc
 from reviewdesk.api.idempotency import idempotent
 from reviewdesk.api.parsers import body_too_large
 from reviewdesk.api.permissions import CanRead, CanReview, CanSubmit, CanSubmitOrReview
-from reviewdesk.api.representations import approval_data, approval_rows, decision_data, grant_data, run_detail
+from reviewdesk.api.representations import (
+    approval_data,
+    approval_rows,
+    approvals_data,
+    decision_data,
+    grant_data,
+    run_detail,
+    run_details,
+)
 from reviewdesk.api.serializers import (
     DecisionSerializer,
     HandoverSerializer,
@@ -100,7 +108,7 @@ class RunListCreateView(DeskAPIView):
             runs = runs.filter(status=status)
         if agent := paging.text_parameter(request, "agent"):
             runs = runs.filter(agent=agent)
-        return paging.keyset_page(request, _with_details(runs), run_detail)
+        return paging.keyset_page(request, _with_details(runs), run_details)
 
     @extend_schema(
         operation_id="runs_submit",
@@ -195,7 +203,7 @@ class ApprovalListView(DeskAPIView):
             approvals = approvals.filter(tool=tool)
         if run_id := paging.uuid_parameter(request, "run"):
             approvals = approvals.filter(run_id=run_id)
-        return paging.keyset_page(request, approval_rows(approvals), approval_data)
+        return paging.keyset_page(request, approval_rows(approvals), approvals_data)
 
 
 class ApprovalDetailView(DeskAPIView):

@@ -81,7 +81,9 @@ class WebhookListCreateView(DeskAPIView):
     )
     def get(self, request):
         paging.check_parameters(request, PAGE_FILTERS)
-        return paging.keyset_page(request, WebhookEndpoint.objects.filter(owner=request.user), webhook_data)
+        return paging.keyset_page(
+            request, WebhookEndpoint.objects.filter(owner=request.user), paging.each(webhook_data)
+        )
 
     @extend_schema(
         operation_id="webhooks_create",
@@ -128,7 +130,7 @@ class WebhookDeliveriesView(DeskAPIView):
         paging.check_parameters(request, PAGE_FILTERS)
         endpoint = webhook_get_for_owner(webhook_id=webhook_id, owner=request.user)
         deliveries = endpoint.deliveries.prefetch_related("attempt_rows")
-        return paging.keyset_page(request, deliveries, delivery_data)
+        return paging.keyset_page(request, deliveries, paging.each(delivery_data))
 
 
 class WebhookResendView(DeskAPIView):

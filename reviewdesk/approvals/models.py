@@ -137,6 +137,13 @@ class ApprovalRequest(models.Model):
             (d for d in self._decision_rows() if d.verdict in approving), key=lambda d: d.decided_at
         )
 
+    def refresh_from_db(self, using=None, fields=None, from_queryset=None) -> None:
+        # A full refresh drops what prefetch_related cached, but not the list a page put in
+        # `to_attr` (approval_rows): drop that too. A deferred field's load names its fields.
+        if fields is None:
+            self.__dict__.pop(DECISION_LIST, None)
+        super().refresh_from_db(using=using, fields=fields, from_queryset=from_queryset)
+
     def _decision_rows(self):
         """The decisions as a page prefetched them into a list (`DECISION_LIST`: no related
         manager built per row), else `decisions.all()`, itself prefetched or read."""

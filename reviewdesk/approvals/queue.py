@@ -14,6 +14,7 @@ from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.approvals.routing import in_queue_order, queue_tiers
 from reviewdesk.approvals.selectors import approvals_pending_for
 from reviewdesk.db import NamesAny
+from reviewdesk.events.builders import approval_rows
 
 # The desk's queue: one page at a time, whatever the number pending. Twenty cards keep the
 # page's time nearly flat from 10 to 10,000 pending (a card costs about as much to render as
@@ -71,9 +72,9 @@ def _capped_count(rows: QuerySet) -> tuple[int, bool]:
 def approvals_queue_for(user: Any, filters: QueueFilters, *, offset: int = 0) -> QueuePage:
     """The user's pending approvals: assigned to them by name first, then to a group of
     theirs ("group:NAME"), then the rest, each tier by expiry (soonest first); filtered,
-    one page. A fixed number of queries whatever the number pending, and none of them reads
-    more than QUEUE_COUNT_CAP rows or one page."""
-    pending = approvals_pending_for(user).select_related("run__submitted_by")
+    one page, read with what a card shows of each (`approval_rows`). A fixed number of queries
+    whatever the number pending, and none of them reads more than QUEUE_COUNT_CAP rows or one page."""
+    pending = approvals_pending_for(user, related=False)
     tiers = queue_tiers(pending, user)
     total, total_capped = _capped_count(pending)
     rows = pending
@@ -97,7 +98,7 @@ def approvals_queue_for(user: Any, filters: QueueFilters, *, offset: int = 0) ->
     matching, matching_capped = _capped_count(rows) if filtered else (total, total_capped)
     offset = max(0, offset)
     # One row past the page says whether another follows: the count may have stopped short.
-    window = list(rows[offset : offset + QUEUE_PAGE_SIZE + 1])
+    window = list(approval_rows(rows)[offset : offset + QUEUE_PAGE_SIZE + 1])
     return QueuePage(
         approvals=window[:QUEUE_PAGE_SIZE],
         total=total,

@@ -37,7 +37,7 @@ from reviewdesk.approvals.validation import EXTERNAL_REF_MAX, TEXT_MAX
 from reviewdesk.desk.grant_views import grant_form_context, posted_grant
 from reviewdesk.desk.questions import posted_answer, question_form
 from reviewdesk.errors import DeskError, Invalid, NotFound, explain
-from reviewdesk.events.builders import approval_data
+from reviewdesk.events.builders import approval_data, approvals_data
 from reviewdesk.events.routing import websocket_urlpatterns
 from reviewdesk.events.services import latest_seq
 from reviewdesk.jsonlimits import json_depth_exceeds
@@ -82,7 +82,7 @@ def desk(request: HttpRequest) -> HttpResponse:
         request,
         "desk/desk.html",
         {
-            "approvals": [approval_data(a) for a in page.approvals],
+            "approvals": approvals_data(page.approvals),
             "page": page,
             "page_last": page.offset + len(page.approvals),
             "page_size": QUEUE_PAGE_SIZE,

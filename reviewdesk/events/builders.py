@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.db.models import Prefetch, QuerySet
 
 from agents.decisions import is_device_signed
 from agents.registry import UnknownAgent, get_agent
-from reviewdesk.accounts.targets import usernames_named
+from reviewdesk.accounts.targets import UsernamesNamed, usernames_named
 from reviewdesk.approvals.models import DECISION_LIST, ApprovalRequest, ApprovalStatus, Decision
 from reviewdesk.runs.models import Run
 
@@ -20,11 +21,16 @@ def iso(value) -> str | None:
     return value.isoformat(timespec="microseconds").replace("+00:00", "Z") if value else None
 
 
-def reviewer_of(approval: ApprovalRequest) -> dict[str, Any]:
+# How a payload expands the groups its assignees name: `usernames_named`, or for a page of
+# approvals an `UsernamesNamed` that read every group on the page at once.
+Expand = Callable[[Iterable[str]], list[str]]
+
+
+def reviewer_of(approval: ApprovalRequest, *, named: Expand = usernames_named) -> dict[str, Any]:
     """Who may decide: `targets` as named (usernames, "group:NAME"; empty: any reviewer) and
     `users`, the usernames they name with groups expanded (the desk's "mine")."""
     return {
-        "users": usernames_named(approval.assignees),
+        "users": named(approval.assignees),
         "targets": list(approval.assignees),
         "group": "reviewers",
     }
@@ -49,7 +55,7 @@ def handover_of(approval: ApprovalRequest) -> dict[str, Any] | None:
     }
 
 
-def approval_data(approval: ApprovalRequest) -> dict[str, Any]:
+def approval_data(approval: ApprovalRequest, *, named: Expand = usernames_named) -> dict[str, Any]:
     decision = approval.decision if approval.status != ApprovalStatus.PENDING else None
     return {
         "id": str(approval.id),
@@ -60,7 +66,7 @@ def approval_data(approval: ApprovalRequest) -> dict[str, Any]:
         "arguments": approval.arguments,
         "arguments_sha256": approval.arguments_sha256,
         "reason": approval.reason,
-        "reviewer": reviewer_of(approval),
+        "reviewer": reviewer_of(approval, named=named),
         "expires_at": iso(approval.expires_at),
         # The response-time clock (approvals/clock.py): null when the tool sets no target.
         "respond_by": iso(approval.respond_by),
@@ -80,14 +86,23 @@ def approval_data(approval: ApprovalRequest) -> dict[str, Any]:
     }
 
 
+def approvals_data(approvals: Iterable[ApprovalRequest]) -> list[dict[str, Any]]:
+    """`approval_data` for each of a page of approvals, the groups their assignees name read
+    once for the page: a page of group-assigned requests costs no query per row."""
+    approvals = list(approvals)
+    named = UsernamesNamed(a.assignees for a in approvals)
+    return [approval_data(a, named=named) for a in approvals]
+
+
 def approval_rows(approvals: QuerySet[ApprovalRequest]) -> QuerySet[ApprovalRequest]:
     """`approvals` (read without their relations) with what `approval_data` reads of each, in
-    two reads whatever the page (a group among the assignees still reads its members): of the
+    two reads whatever the page (with `approvals_data`, a third for the groups it names): of the
     run and the submitter, only the columns it shows (not every run's model, metadata and
-    output, nor a submitter's password hash); the decisions, with their reviewers, into a plain
-    list (a related manager and a queryset built for each row cost more than its row)."""
+    output, nor a submitter's password hash); the decisions, with their reviewers' usernames,
+    into a plain list (a related manager and a queryset built for each row cost more than its row)."""
     own = [field.name for field in ApprovalRequest._meta.concrete_fields]
-    decisions = Decision.objects.select_related("reviewer")
+    voted = [field.name for field in Decision._meta.concrete_fields]
+    decisions = Decision.objects.select_related("reviewer").only(*voted, "reviewer__username")
     return (
         approvals.select_related("run__submitted_by", "handed_over_by")
         .only(*own, "run__agent", "run__input", "run__submitted_by__username", "handed_over_by__username")

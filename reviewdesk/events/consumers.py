@@ -25,7 +25,7 @@ from reviewdesk.approvals.queue import (
     approvals_queue_for,
     queue_view_from,
 )
-from reviewdesk.events.builders import approval_data
+from reviewdesk.events.builders import approvals_data
 from reviewdesk.events.services import (
     ADMINS_GROUP,
     REVIEWERS_GROUP,
@@ -193,7 +193,7 @@ def _snapshot(user, view: tuple[QueueFilters, int] = (QueueFilters(), 0)) -> dic
         "seq": seq,
         "type": "snapshot",
         "data": {
-            "approvals": [approval_data(a) for a in page.approvals],
+            "approvals": approvals_data(page.approvals),
             "total": page.total,
             "total_capped": page.total_capped,
             "matching": page.matching,

@@ -216,13 +216,18 @@ def test_a_page_of_approvals_takes_the_same_reads_at_any_size_and_not_the_runs_o
     interrupted_run, personas, api_as
 ):
     """In-process (the test client, the test database): the approvals list's reads do not grow
-    with its page, votes and their reviewers included, and a run's output is never read for it."""
+    with its page, votes and their reviewers included, and the members of groups the requests
+    are assigned to; a run's output is never read for it, nor a voter's password hash."""
+    from django.contrib.auth.models import Group
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
+    Group.objects.get_or_create(name="billing")[0].user_set.add(personas.alice, personas.admin)
     run, approval = interrupted_run()
     Run.objects.filter(pk=run.pk).update(output="x" * 100_000, metadata={"big": "y" * 10_000})
-    _votes(bulk_approvals(run, approval.checkpoint_id, 30, ties=False), personas.bob, personas.admin)
+    rows = bulk_approvals(run, approval.checkpoint_id, 30, ties=False)
+    _votes(rows, personas.bob, personas.admin)
+    ApprovalRequest.objects.filter(pk__in=[r.pk for r in rows[::2]]).update(assignees=["group:billing"])
     client = api_as(personas.alice, "review")
     client.get("/api/v1/approvals?limit=1")  # the token's first use writes its last_used_at
     reads = {}
@@ -233,7 +238,50 @@ def test_a_page_of_approvals_takes_the_same_reads_at_any_size_and_not_the_runs_o
         reads[limit] = [q["sql"] for q in queries.captured_queries]
     assert len(reads[2]) == len(reads[30]), "\n".join(s[:150] for s in reads[2] + ["--"] + reads[30])
     assert not [sql for sql in reads[30] if '"runs_run"."output"' in sql or '"runs_run"."metadata"' in sql]
+    assert not [sql for sql in reads[30] if '"auth_user"."password"' in sql and "approvals_decision" in sql]
+    assigned = [item["reviewer"]["users"] for item in body["results"] if item["reviewer"]["targets"]]
+    assert assigned == [["admin", "alice"]] * 15
     for item in body["results"]:
         assert item["quorum"]["approved_by"] == ["bob", "admin"]
         assert item["submitted_by"] == "carol" and item["agent"] == run.agent
         assert item["task"] == run.input[:280]
+
+
+def test_a_page_of_runs_reads_as_much_at_four_runs_as_at_one_groups_among_their_assignees(
+    interrupted_run, personas, api_as
+):
+    """In-process: the runs list reads the members of the groups its runs' approvals are
+    assigned to once for the page, not once per run, and names them on each approval."""
+    from django.contrib.auth.models import Group
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    Group.objects.get_or_create(name="billing")[0].user_set.add(personas.alice, personas.admin)
+    runs = [interrupted_run()[0] for _ in range(4)]
+    ApprovalRequest.objects.filter(run__in=runs).update(assignees=["group:billing"])
+    client = api_as(personas.carol, "submit")
+    client.get("/api/v1/runs?limit=1")  # the token's first use writes its last_used_at
+    reads = {}
+    for limit in (1, 4):
+        with CaptureQueriesContext(connection) as queries:
+            body = client.get(f"/api/v1/runs?limit={limit}").json()
+        assert len(body["results"]) == limit
+        reads[limit] = [q["sql"] for q in queries.captured_queries]
+    assert len(reads[1]) == len(reads[4]), "\n".join(s[:150] for s in reads[1] + ["--"] + reads[4])
+    users = [a["reviewer"]["users"] for run in body["results"] for a in run["approvals"]]
+    assert users == [["admin", "alice"]] * 4
+
+
+def test_an_approval_read_for_a_page_then_refreshed_shows_the_votes_cast_since(interrupted_run, personas):
+    """In-process: approval_rows keeps the votes in a list of its own; refresh_from_db drops it,
+    as Django drops what it prefetched, and the votes are read again."""
+    from reviewdesk.events.builders import approval_rows
+
+    _, approval = interrupted_run()
+    [row] = approval_rows(ApprovalRequest.objects.filter(pk=approval.pk))
+    assert row.approving_decisions() == []
+    _votes([approval], personas.bob)
+    row.refresh_from_db(fields=["status"])  # a partial refresh keeps the page's reads
+    assert row.approving_decisions() == []
+    row.refresh_from_db()
+    assert [d.reviewer.username for d in row.approving_decisions()] == ["bob"]

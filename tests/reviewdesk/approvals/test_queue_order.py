@@ -8,6 +8,7 @@ import sqlite3
 
 from django.contrib.auth.models import Group
 from django.db import connection
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from reviewdesk.approvals.models import ApprovalRequest
@@ -90,3 +91,39 @@ def test_a_queue_with_more_assigned_calls_than_sqlite_has_variables_still_opens(
     assert [a.expires_at for a in page] == sorted(a.expires_at for a in page)
     mine = approvals_queue_for(personas.alice, QueueFilters(assignee="me"))
     assert mine.matching_capped and len(mine.approvals) == QUEUE_PAGE_SIZE
+
+
+def test_a_page_of_group_assigned_calls_reads_as_much_at_twenty_cards_as_at_five_and_no_run_output(
+    interrupted_run, personas
+):
+    """In-process: the desk page and its socket's snapshot (the consumer's read, called here
+    directly) take the same statements for 20 cards as for 5, cards assigned to groups among
+    them, whose members the cards name; and none reads a run's output or metadata."""
+    from reviewdesk.events import consumers
+    from reviewdesk.runs.models import Run
+
+    Group.objects.get_or_create(name="billing")[0].user_set.add(personas.alice, personas.admin)
+    Group.objects.get_or_create(name="legal")
+    run, approval = interrupted_run()
+    Run.objects.filter(pk=run.pk).update(output="x" * 100_000, metadata={"big": "y" * 10_000})
+    client = Client()
+    client.force_login(personas.alice)
+    reads, cards = {}, {}
+    for more in (1, 4):
+        fill(approval, more)
+        with CaptureQueriesContext(connection) as page:
+            assert client.get("/").status_code == 200
+        with CaptureQueriesContext(connection) as snapshot:
+            cards[more] = consumers._snapshot.func(personas.alice)["data"]["approvals"]
+        reads[more] = (
+            [q["sql"] for q in page.captured_queries],
+            [q["sql"] for q in snapshot.captured_queries],
+        )
+    assert len(cards[1]) == 5 and len(cards[4]) == QUEUE_PAGE_SIZE
+    for few, many in zip(reads[1], reads[4], strict=True):
+        assert len(few) == len(many), "\n".join(s[:150] for s in [*few, "--", *many])
+        assert not [sql for sql in many if '"runs_run"."output"' in sql or '"runs_run"."metadata"' in sql]
+    users = {tuple(card["reviewer"]["targets"]): card["reviewer"]["users"] for card in cards[4]}
+    assert users[("group:billing",)] == ["admin", "alice"]
+    assert users[("bob", "group:billing")] == ["admin", "alice", "bob"]
+    assert users[("alice",)] == ["alice"]

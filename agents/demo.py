@@ -7,6 +7,7 @@ on Django's email backend and the database.
 
 from __future__ import annotations
 
+import logging
 import re
 import smtplib
 import unicodedata
@@ -19,6 +20,8 @@ from agents.registry import Agent, register
 from agents.routing import Condition, Quorum, Route
 from agents.sandbox import SandboxConfig, SandboxMode, SandboxStartFailed, SandboxUnavailable, run_sandboxed
 from agents.tools import ALWAYS, NEVER, CallHistory, Effect, Tool, ToolContext, ToolError, ToolUnavailable
+
+logger = logging.getLogger(__name__)
 
 CUSTOMERS: dict[str, dict[str, Any]] = {
     "ada@example.com": {
@@ -131,10 +134,14 @@ def execute(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
             timeout=ctx.timeout_seconds,
             config=ctx.sandbox,
         )
+    # Why names the worker's paths and programs: that is for its operator's log, not for the
+    # model or the run's submitter, who read what a tool error says.
     except SandboxUnavailable as exc:
-        raise ToolError(str(exc)) from None
+        logger.error("run %s: the sandbox cannot run a command: %s", ctx.run_id, exc)
+        raise ToolError("the sandbox cannot run commands on this worker (its log says why)") from None
     except SandboxStartFailed as exc:  # no process ever ran: safe to try again
-        raise ToolUnavailable(str(exc)) from None
+        logger.warning("run %s: %s", ctx.run_id, exc)
+        raise ToolUnavailable("the command could not be started (the worker's log says why)") from None
     if completed.timed_out:
         raise ToolError(f"command timed out after {ctx.timeout_seconds}s")
     return {"exit_code": completed.exit_code, "stdout": completed.stdout, "stderr": completed.stderr}

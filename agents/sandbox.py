@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import resource
 import shutil
@@ -60,6 +61,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 OUTPUT_TAIL_CHARS = 10_000
 SCRATCH_INSIDE = "/scratch"  # where the run's directory appears inside the bwrap namespace
@@ -253,7 +256,23 @@ def chosen_mode(config: SandboxConfig, *, as_uid: int | None = None) -> SandboxM
         return SandboxMode.BWRAP
     if config.mode == SandboxMode.BWRAP:
         raise SandboxUnavailable(f"bubblewrap cannot run here ({problem}); DESK_SANDBOX=bwrap")
+    _warn_fallback(bwrap, problem)
     return SandboxMode.BASIC
+
+
+# The bwraps whose fallback this process has logged: once each, not on every command.
+_FALLBACKS_WARNED: set[str | None] = set()
+
+
+def _warn_fallback(bwrap: str | None, problem: str) -> None:
+    if bwrap in _FALLBACKS_WARNED:
+        return
+    _FALLBACKS_WARNED.add(bwrap)
+    logger.warning(
+        "DESK_SANDBOX=auto: bubblewrap cannot run here (%s); commands run in basic mode, without "
+        "namespaces (set DESK_SANDBOX=bwrap to refuse instead)",
+        problem,
+    )
 
 
 def _kill_group(pgid: int) -> None:

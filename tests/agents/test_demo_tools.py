@@ -151,16 +151,42 @@ def test_a_command_that_cannot_start_is_a_start_failure_not_an_unknown_effect(tm
         )
 
 
-def test_execute_reports_a_start_failure_as_transient(tmp_path, monkeypatch):
+def test_execute_reports_a_start_failure_as_transient_and_its_reason_only_to_the_log(
+    tmp_path, monkeypatch, caplog
+):
     """In-process, with run_sandboxed replaced: only the mapping is checked here (the failure
-    itself is the test above)."""
+    itself is the test above). The model and the submitter read a tool error: the worker's
+    paths stay in its log."""
     from agents import demo
     from agents.sandbox import SandboxStartFailed
     from agents.tools import ToolUnavailable
 
     def cannot_start(*args, **kwargs):
-        raise SandboxStartFailed("the command could not be started: [Errno 11] fork")
+        raise SandboxStartFailed(
+            "the command could not be started: [Errno 2] No such file: '/srv/desk/bin/sh'"
+        )
 
     monkeypatch.setattr(demo, "run_sandboxed", cannot_start)
-    with pytest.raises(ToolUnavailable, match="could not be started"):
+    with pytest.raises(ToolUnavailable, match="could not be started") as raised:
         EXECUTE.run({"command": "true"}, context(tmp_path))
+    assert "/srv/desk" not in str(raised.value)
+    assert "/srv/desk/bin/sh" in caplog.text
+
+
+def test_execute_reports_a_sandbox_it_cannot_use_without_the_workers_paths(tmp_path, monkeypatch, caplog):
+    """In-process, as above: DESK_SANDBOX=bwrap on a worker whose bubblewrap cannot run (or
+    whose runs' directory is unusable) fails the call; why is the operator's to read."""
+    from agents import demo
+    from agents.sandbox import SandboxUnavailable
+    from agents.tools import ToolError
+
+    def unavailable(*args, **kwargs):
+        raise SandboxUnavailable(
+            "the runs' directory /srv/desk/var/runs is below /srv/desk, which other users ..."
+        )
+
+    monkeypatch.setattr(demo, "run_sandboxed", unavailable)
+    with pytest.raises(ToolError, match="sandbox cannot run commands on this worker") as raised:
+        EXECUTE.run({"command": "true"}, context(tmp_path))
+    assert "/srv/desk" not in str(raised.value)
+    assert "/srv/desk/var/runs" in caplog.text

@@ -262,14 +262,18 @@ def test_auto_uses_bwrap_where_the_machine_allows_it(runs_root):
     assert (result.mode, result.stdout) == (SandboxMode.BWRAP, "ran\n")
 
 
-def test_auto_falls_back_to_basic_when_bwrap_cannot_start(runs_root):
+def test_auto_falls_back_to_basic_when_bwrap_cannot_start_and_logs_it_once(runs_root, monkeypatch, caplog):
+    monkeypatch.setattr(sandbox, "_FALLBACKS_WARNED", set())
     config = SandboxConfig(mode=SandboxMode.AUTO, bwrap="/bin/false")
 
-    result = run_sandboxed(
-        ["sh", "-c", "echo ran"], run_id="r1", workdir=runs_root / "r1", timeout=10, config=config
-    )
+    for _ in range(2):
+        result = run_sandboxed(
+            ["sh", "-c", "echo ran"], run_id="r1", workdir=runs_root / "r1", timeout=10, config=config
+        )
 
     assert (result.mode, result.stdout) == (SandboxMode.BASIC, "ran\n")
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "agents.sandbox"]
+    assert "/bin/false exited 1" in warning and "basic mode" in warning
 
 
 def test_forced_bwrap_refuses_to_run_without_it(runs_root):

@@ -7,6 +7,9 @@ Target: at many pending, within 1.5x the time at a few, with the same number of 
 Their sizes in bytes (the page's body, the snapshot's frame) are rows too, reported beside
 the size at a few: the page and the snapshot are one window of the queue, whatever is pending.
 Many is 10,000 in both modes: the rows go in with bulk inserts, so BENCH=short stays short.
+7g and 7h time the page and the snapshot again with a quarter of the pending calls routed to
+a group of alice's (her queue's second tier, read in parts: approvals.routing.in_queue_order),
+at a few and at many alike.
 """
 
 from __future__ import annotations
@@ -65,6 +68,24 @@ def add_pending(count: int, people) -> None:
     analyze(ApprovalRequest, Run, Checkpoint)
 
 
+GROUP = "bench-billing"  # alice's, for 7g and 7h
+
+
+def route_a_quarter(to_group: bool) -> None:
+    """Every fourth pending call assigned to GROUP (`to_group`), or every one open again."""
+    from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
+
+    pending = ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING)
+    pending.update(assignees=[])
+    if to_group:
+        ids = list(pending.order_by("id").values_list("id", flat=True))
+        for start in range(0, len(ids), 4000):
+            ApprovalRequest.objects.filter(pk__in=ids[start : start + 4000 : 4]).update(
+                assignees=[f"group:{GROUP}"]
+            )
+    analyze(ApprovalRequest)
+
+
 def pending_count() -> int:
     from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
 
@@ -115,6 +136,17 @@ def count_queries(people) -> dict[str, int]:
         consumers._snapshot.func(people.alice)
     counts["socket snapshot"] = len(snapshot)
     return counts
+
+
+async def time_both(stack, people, repeat: int) -> tuple[dict[str, dict], dict[str, dict], dict, dict]:
+    """The views timed and their queries counted with every call open, then with a quarter
+    routed to GROUP; every call is left open."""
+    route_a_quarter(False)
+    times, queries = await time_views(stack, people, repeat), count_queries(people)
+    route_a_quarter(True)
+    routed_times, routed_queries = await time_views(stack, people, repeat), count_queries(people)
+    route_a_quarter(False)
+    return times, queries, routed_times, routed_queries
 
 
 async def time_views(stack, people, repeat: int) -> dict[str, dict]:
@@ -170,30 +202,41 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
     # Nine in a short run: the median of three swung from 0.8x to 2.7x on the same code (the
     # snapshot: 1.04x over fifteen). A view takes tens of ms; the inserts take the time.
     repeat = size(9, 15)
+    from django.contrib.auth.models import Group
+
+    Group.objects.get_or_create(name=GROUP)[0].user_set.add(people.alice)
     left_over = expire_leftovers()
     add_pending(FEW, people)
     assert pending_count() == FEW, pending_count()
-    few_times, few_queries = await time_views(stack, people, repeat), count_queries(people)
+    few_times, few_queries, few_routed, few_routed_queries = await time_both(stack, people, repeat)
     add_pending(many - FEW, people)
     assert pending_count() == many, pending_count()
-    many_times, many_queries = await time_views(stack, people, repeat), count_queries(people)
+    many_times, many_queries, many_routed, many_routed_queries = await time_both(stack, people, repeat)
     rows = []
-    for number, name in (("7a", "desk page"), ("7b", "approvals API"), ("7c", "socket snapshot")):
-        same = few_queries[name] == many_queries[name]
+    for number, name, routed in (
+        ("7a", "desk page", False),
+        ("7b", "approvals API", False),
+        ("7c", "socket snapshot", False),
+        ("7g", "desk page", True),
+        ("7h", "socket snapshot", True),
+    ):
+        few_at, few_counted = (few_routed, few_routed_queries) if routed else (few_times, few_queries)
+        many_at, many_counted = (many_routed, many_routed_queries) if routed else (many_times, many_queries)
+        same = few_counted[name] == many_counted[name]
         rows.append(
             Row(
                 number,
-                f"{name} at {many:,} pending",
+                f"{name} at {many:,} pending" + (", a quarter to her group" if routed else ""),
                 "ms",
-                many_times[name]["samples"],
+                many_at[name]["samples"],
                 floor=f"the same at {FEW} pending",
-                floor_samples=few_times[name]["samples"],
+                floor_samples=few_at[name]["samples"],
                 max_ratio=1.5,
                 condition=same,
                 target="≤ 1.5x and same queries",
                 extra={
-                    "queries": {FEW: few_queries[name], many: many_queries[name]},
-                    "size": {FEW: few_times[name]["bytes"], many: many_times[name]["bytes"]},
+                    "queries": {FEW: few_counted[name], many: many_counted[name]},
+                    "size": {FEW: few_at[name]["bytes"], many: many_at[name]["bytes"]},
                     "pending": {FEW: FEW, many: many},
                     "expired first, left pending by earlier figures": left_over,
                 },

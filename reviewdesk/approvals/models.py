@@ -110,12 +110,17 @@ class ApprovalRequest(models.Model):
             # The API's list, newest first (api.paging.keyset_page orders by created_at, then id,
             # both descending): one page of a status without sorting every row of it.
             models.Index(fields=["status", "-created_at", "-id"], name="approval_newest"),
-            # The few calls assigned to someone (the desk's tiers, approvals.routing.queue_tiers,
-            # looks for one naming the reviewer): found without reading the many open to any reviewer. Keep it last: SQLite,
+            # The calls assigned to someone (the desk's tiers, approvals.routing.queue_tiers,
+            # looks for one naming the reviewer; in_queue_order reads those naming them, by
+            # expiry): found without reading the many open to any reviewer. Keep it last: SQLite,
             # with no statistics, breaks a tie between indexes on `status` in favour of the one
             # created last (migration 0011 re-creates it after approval_newest; so does Django's
             # table rebuild, in this order). tests/reviewdesk/approvals/test_query_plans.py checks.
-            models.Index(fields=["status"], condition=~models.Q(assignees=[]), name="approval_targeted"),
+            models.Index(
+                fields=["status", "expires_at", "created_at", "id"],
+                condition=~models.Q(assignees=[]),
+                name="approval_targeted",
+            ),
         ]
 
     def __str__(self) -> str:

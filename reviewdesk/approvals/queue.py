@@ -69,6 +69,18 @@ def _capped_count(rows: QuerySet) -> tuple[int, bool]:
     return min(counted, QUEUE_COUNT_CAP), counted > QUEUE_COUNT_CAP
 
 
+def _window(rows: QuerySet, parts: list[QuerySet], start: int, stop: int) -> list[ApprovalRequest]:
+    """Rows `start` to `stop` of `parts` (of `rows`) read one after another, with what a card
+    shows of each. No part holds more than `stop` rows of the window: the ids of that many from
+    each, in order, then the window's rows by id, still matching `rows` (one decided in between
+    drops out, as it would from the next page). Four reads for three parts, whatever is pending."""
+    if len(parts) == 1:
+        return list(approval_rows(parts[0])[start:stop])
+    ids = [pk for part in parts for pk in part.values_list("pk", flat=True)[:stop]][start:stop]
+    found = {row.pk: row for row in approval_rows(rows.filter(pk__in=ids).order_by())}
+    return [found[pk] for pk in ids if pk in found]
+
+
 def approvals_queue_for(user: Any, filters: QueueFilters, *, offset: int = 0) -> QueuePage:
     """The user's pending approvals: assigned to them by name first, then to a group of
     theirs ("group:NAME"), then the rest, each tier by expiry (soonest first); filtered,
@@ -94,11 +106,10 @@ def approvals_queue_for(user: Any, filters: QueueFilters, *, offset: int = 0) ->
     elif filters.assignee:
         rows = rows.filter(NamesAny("assignees", [filters.assignee]))
     filtered = rows is not pending
-    rows = in_queue_order(rows, tiers)
     matching, matching_capped = _capped_count(rows) if filtered else (total, total_capped)
     offset = max(0, offset)
     # One row past the page says whether another follows: the count may have stopped short.
-    window = list(approval_rows(rows)[offset : offset + QUEUE_PAGE_SIZE + 1])
+    window = _window(rows, in_queue_order(rows, tiers), offset, offset + QUEUE_PAGE_SIZE + 1)
     return QueuePage(
         approvals=window[:QUEUE_PAGE_SIZE],
         total=total,

@@ -105,6 +105,22 @@ def test_the_desk_page_with_nothing_assigned_to_the_reviewer_reads_in_queue_orde
     assert "TEMP B-TREE" not in page, page
 
 
+@sqlite_plan
+def test_the_desk_page_reads_each_of_the_reviewers_tiers_in_queue_order_sorting_none(pending, personas):
+    """Alice is named on some calls, and her group on others: each tier is read in order
+    through an index, stopping at a page, and the page's rows by id; nothing sorts them all."""
+    Group.objects.get_or_create(name="billing")[0].user_set.add(personas.alice)
+    clone_pending(pending, 3, assignees=["group:billing"])
+    plans = plans_of(lambda: approvals_queue_for(personas.alice, QueueFilters()))
+    by_name, by_group, rest = [plan for sql, plan in plans if sql.startswith(f'SELECT {TABLE}."id" AS "pk"')]
+    assert "USING INDEX approval_targeted (status=?)" in by_name, by_name
+    assert "USING INDEX approval_targeted (status=?)" in by_group, by_group
+    assert "USING INDEX approval_queue_order (status=?)" in rest, rest
+    [page] = page_reads(plans)
+    for plan in (by_name, by_group, rest, page):
+        assert "TEMP B-TREE" not in plan, plan
+
+
 @pytest.mark.parametrize("who", ["alice", "bob", "admin", "carol"])
 def test_the_api_shows_a_reviewer_what_the_routing_rule_names_them_for(
     interrupted_run, personas, api_as, who

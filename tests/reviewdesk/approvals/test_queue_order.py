@@ -127,3 +127,22 @@ def test_a_page_of_group_assigned_calls_reads_as_much_at_twenty_cards_as_at_five
     assert users[("group:billing",)] == ["admin", "alice"]
     assert users[("bob", "group:billing")] == ["admin", "alice", "bob"]
     assert users[("alice",)] == ["alice"]
+
+
+def test_pages_across_the_tiers_hold_every_call_once_in_the_queues_order(interrupted_run, personas):
+    """Each tier is read on its own (approvals.routing.in_queue_order): a page that starts in
+    one tier and ends in the next, and the one after, still follow the one order."""
+    Group.objects.get_or_create(name="billing")[0].user_set.add(personas.alice)
+    _, approval = interrupted_run()
+    fill(approval, 9)  # 9 hers, 18 her group's, 10 open: a page ends inside her group's tier
+    expected = sorted(
+        ApprovalRequest.objects.filter(status="pending").exclude(assignees=["group:legal"]),
+        key=lambda a: (tier_of(a), a.expires_at, a.created_at, a.id),
+    )
+    seen, offset = [], 0
+    while offset is not None:
+        page = approvals_queue_for(personas.alice, QueueFilters(), offset=offset)
+        seen += page.approvals
+        offset = page.next_offset
+    assert [a.id for a in seen] == [a.id for a in expected] and len(seen) == 37
+    assert approvals_queue_for(personas.alice, QueueFilters(), offset=15).approvals == seen[15:35]

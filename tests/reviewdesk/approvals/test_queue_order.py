@@ -146,3 +146,28 @@ def test_pages_across_the_tiers_hold_every_call_once_in_the_queues_order(interru
         offset = page.next_offset
     assert [a.id for a in seen] == [a.id for a in expected] and len(seen) == 37
     assert approvals_queue_for(personas.alice, QueueFilters(), offset=15).approvals == seen[15:35]
+
+
+def test_a_call_decided_while_the_tiers_are_read_is_not_shown_as_pending(interrupted_run, personas):
+    """In-process: the page reads its tiers' ids, then their rows. One decided in between
+    (here: set approved right after the last tier's read) drops out of the page instead of
+    coming back as a card that is no longer pending."""
+    Group.objects.get_or_create(name="billing")[0].user_set.add(personas.alice)
+    _, approval = interrupted_run()
+    fill(approval, 2)
+    first = approvals_queue_for(personas.alice, QueueFilters()).approvals[0]
+    reads = []
+
+    def decide_after_the_last_tier(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if sql.startswith('SELECT "approvals_approvalrequest"."id" AS "pk"'):
+            reads.append(sql)
+            if len(reads) == 3:
+                ApprovalRequest.objects.filter(pk=first.pk).update(status="approved")
+        return result
+
+    with connection.execute_wrapper(decide_after_the_last_tier):
+        page = approvals_queue_for(personas.alice, QueueFilters())
+    assert len(reads) == 3
+    assert first.pk not in {a.pk for a in page.approvals}
+    assert all(a.status == "pending" for a in page.approvals) and len(page.approvals) == 8

@@ -69,23 +69,35 @@ def _capped_count(rows: QuerySet) -> tuple[int, bool]:
     return min(counted, QUEUE_COUNT_CAP), counted > QUEUE_COUNT_CAP
 
 
-def _window(rows: QuerySet, parts: list[QuerySet], start: int, stop: int) -> list[ApprovalRequest]:
-    """Rows `start` to `stop` of `parts` (of `rows`) read one after another, with what a card
-    shows of each. No part holds more than `stop` rows of the window: the ids of that many from
-    each, in order, then the window's rows by id, still matching `rows` (one decided in between
-    drops out, as it would from the next page). Four reads for three parts, whatever is pending."""
+def _window(rows: QuerySet, parts: list[QuerySet], offset: int) -> tuple[list[ApprovalRequest], bool]:
+    """The page at `offset` of `parts` (of `rows`) read one after another, with what a card shows
+    of each; and whether another page follows (one row past the page says so: the count may
+    have stopped short). One part is one read. Several are read each no further than the
+    window's end: their ids, then the window's rows by id, still matching `rows`, with their
+    votes (five reads for three parts, whatever is pending).
+
+    The parts are read one statement each, so a call that changes tier in between (a hand-over
+    to a group of mine, an escalation naming me) may be read twice, kept once, or in neither:
+    its approval.updated commits after the sequence the snapshot and the page were read at, and
+    reaches their socket. A call decided before its row is read drops out of the page, and the
+    next page is still offered: whether one follows is the ids' to say."""
+    stop = offset + QUEUE_PAGE_SIZE + 1
     if len(parts) == 1:
-        return list(approval_rows(parts[0])[start:stop])
-    ids = [pk for part in parts for pk in part.values_list("pk", flat=True)[:stop]][start:stop]
-    found = {row.pk: row for row in approval_rows(rows.filter(pk__in=ids).order_by())}
-    return [found[pk] for pk in ids if pk in found]
+        window = list(approval_rows(parts[0])[offset:stop])
+        return window[:QUEUE_PAGE_SIZE], len(window) > QUEUE_PAGE_SIZE
+    read = (pk for part in parts for pk in part.values_list("pk", flat=True)[:stop])
+    ids = list(dict.fromkeys(read))[offset:stop]
+    shown = ids[:QUEUE_PAGE_SIZE]
+    found = {row.pk: row for row in approval_rows(rows.filter(pk__in=shown).order_by())}
+    return [found[pk] for pk in shown if pk in found], len(ids) > QUEUE_PAGE_SIZE
 
 
 def approvals_queue_for(user: Any, filters: QueueFilters, *, offset: int = 0) -> QueuePage:
     """The user's pending approvals: assigned to them by name first, then to a group of
     theirs ("group:NAME"), then the rest, each tier by expiry (soonest first); filtered,
     one page, read with what a card shows of each (`approval_rows`). A fixed number of queries
-    whatever the number pending, and none of them reads more than QUEUE_COUNT_CAP rows or one page."""
+    whatever the number pending; none of them reads more than QUEUE_COUNT_CAP rows, or the rows
+    before the page and the page itself."""
     pending = approvals_pending_for(user, related=False)
     tiers = queue_tiers(pending, user)
     total, total_capped = _capped_count(pending)
@@ -108,14 +120,13 @@ def approvals_queue_for(user: Any, filters: QueueFilters, *, offset: int = 0) ->
     filtered = rows is not pending
     matching, matching_capped = _capped_count(rows) if filtered else (total, total_capped)
     offset = max(0, offset)
-    # One row past the page says whether another follows: the count may have stopped short.
-    window = _window(rows, in_queue_order(rows, tiers), offset, offset + QUEUE_PAGE_SIZE + 1)
+    window, more = _window(rows, in_queue_order(rows, tiers), offset)
     return QueuePage(
-        approvals=window[:QUEUE_PAGE_SIZE],
+        approvals=window,
         total=total,
         matching=matching,
         offset=offset,
-        next_offset=offset + QUEUE_PAGE_SIZE if len(window) > QUEUE_PAGE_SIZE else None,
+        next_offset=offset + QUEUE_PAGE_SIZE if more else None,
         prev_offset=max(0, offset - QUEUE_PAGE_SIZE) if offset > 0 else None,
         total_capped=total_capped,
         matching_capped=matching_capped,

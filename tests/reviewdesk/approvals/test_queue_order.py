@@ -148,26 +148,68 @@ def test_pages_across_the_tiers_hold_every_call_once_in_the_queues_order(interru
     assert approvals_queue_for(personas.alice, QueueFilters(), offset=15).approvals == seen[15:35]
 
 
-def test_a_call_decided_while_the_tiers_are_read_is_not_shown_as_pending(interrupted_run, personas):
+def after_the_tier_read(number: int, change):
+    """An execute wrapper that calls `change` once the queue's `number`th tier read has run."""
+    reads = []
+
+    def wrapper(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if sql.startswith('SELECT "approvals_approvalrequest"."id" AS "pk"'):
+            reads.append(sql)
+            if len(reads) == number:
+                change()
+        return result
+
+    wrapper.reads = reads
+    return wrapper
+
+
+def test_a_call_decided_while_the_tiers_are_read_is_not_shown_and_the_next_page_still_is(
+    interrupted_run, personas
+):
     """In-process: the page reads its tiers' ids, then their rows. One decided in between
     (here: set approved right after the last tier's read) drops out of the page instead of
-    coming back as a card that is no longer pending."""
+    coming back as a card that is no longer pending, and the pages after it are still offered."""
+    Group.objects.get_or_create(name="billing")[0].user_set.add(personas.alice)
+    _, approval = interrupted_run()
+    fill(approval, 9)  # 37 for alice: two pages
+    first = approvals_queue_for(personas.alice, QueueFilters()).approvals[0]
+    wrapper = after_the_tier_read(
+        3, lambda: ApprovalRequest.objects.filter(pk=first.pk).update(status="approved")
+    )
+    with connection.execute_wrapper(wrapper):
+        page = approvals_queue_for(personas.alice, QueueFilters())
+    assert len(wrapper.reads) == 3
+    assert first.pk not in {a.pk for a in page.approvals}
+    assert all(a.status == "pending" for a in page.approvals) and len(page.approvals) == QUEUE_PAGE_SIZE - 1
+    assert page.next_offset == QUEUE_PAGE_SIZE
+
+
+def test_a_call_handed_to_her_group_while_the_tiers_are_read_is_shown_once(interrupted_run, personas):
+    """In-process: a call named alice is read with her tier, then handed to her group before
+    the group's tier is read, which reads it again: the page shows it once, where it was first."""
     Group.objects.get_or_create(name="billing")[0].user_set.add(personas.alice)
     _, approval = interrupted_run()
     fill(approval, 2)
     first = approvals_queue_for(personas.alice, QueueFilters()).approvals[0]
-    reads = []
-
-    def decide_after_the_last_tier(execute, sql, params, many, context):
-        result = execute(sql, params, many, context)
-        if sql.startswith('SELECT "approvals_approvalrequest"."id" AS "pk"'):
-            reads.append(sql)
-            if len(reads) == 3:
-                ApprovalRequest.objects.filter(pk=first.pk).update(status="approved")
-        return result
-
-    with connection.execute_wrapper(decide_after_the_last_tier):
+    assert first.assignees == ["alice"]
+    moved = lambda: ApprovalRequest.objects.filter(pk=first.pk).update(assignees=["group:billing"])  # noqa: E731
+    with connection.execute_wrapper(after_the_tier_read(1, moved)):
         page = approvals_queue_for(personas.alice, QueueFilters())
-    assert len(reads) == 3
-    assert first.pk not in {a.pk for a in page.approvals}
-    assert all(a.status == "pending" for a in page.approvals) and len(page.approvals) == 8
+    ids = [a.pk for a in page.approvals]
+    assert ids.count(first.pk) == 1 and ids[0] == first.pk and len(ids) == len(set(ids)) == 9
+
+
+def test_what_the_cards_and_the_terminal_read_of_a_pages_runs_comes_with_the_page(interrupted_run, personas):
+    """In-process: the queue reads a run's columns for its cards (and the terminal's context, its
+    status) with the page, so showing them costs no query per card."""
+    _, approval = interrupted_run()
+    fill(approval, 2)
+    page = approvals_queue_for(personas.alice, QueueFilters())
+    with CaptureQueriesContext(connection) as queries:
+        shown = [
+            (a.run.status, a.run.agent, a.run.input, a.run.submitted_by.get_username())
+            for a in page.approvals
+        ]
+    assert len(queries) == 0 and len(shown) == 5
+    assert shown[0] == ("input_required", "demo", "Tell Ada her refund is on its way.", "carol")

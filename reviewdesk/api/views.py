@@ -37,7 +37,7 @@ from reviewdesk.api.serializers import (
 )
 from reviewdesk.approvals.device import DeviceSignature
 from reviewdesk.approvals.handover import approval_handover
-from reviewdesk.approvals.models import ApprovalKind, ApprovalStatus
+from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus
 from reviewdesk.approvals.selectors import approval_get_for_reviewer, approvals_visible_to
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.events.models import DeskEvent
@@ -58,7 +58,7 @@ class DeskAPIView(APIView):
 
 def _with_details(runs):
     return runs.select_related("submitted_by").prefetch_related(
-        "approvals__decisions__reviewer",
+        Prefetch("approvals", queryset=approval_rows(ApprovalRequest.objects.all(), with_run=False)),
         "messages",
         "side_effects",
         "attempts",

@@ -94,18 +94,23 @@ def approvals_data(approvals: Iterable[ApprovalRequest]) -> list[dict[str, Any]]
     return [approval_data(a, named=named) for a in approvals]
 
 
-def approval_rows(approvals: QuerySet[ApprovalRequest]) -> QuerySet[ApprovalRequest]:
+def approval_rows(
+    approvals: QuerySet[ApprovalRequest], *, with_run: bool = True
+) -> QuerySet[ApprovalRequest]:
     """`approvals` (read without their relations) with what `approval_data` reads of each, in
     two reads whatever the page (with `approvals_data`, a third for the groups it names): of the
-    run and the submitter, only the columns it shows (not every run's model, metadata and
-    output, nor a submitter's password hash); the decisions, with their reviewers' usernames,
-    into a plain list (a related manager and a queryset built for each row cost more than its row)."""
+    run and the submitter, only the columns it shows, and the run's status (the terminal's
+    context); not every run's model, metadata and output, nor a submitter's password hash. The
+    decisions, with their reviewers' usernames, into a plain list (a related manager and a
+    queryset built for each row cost more than its row). `with_run=False`: no run, for a
+    prefetch from the runs, which sets each row's own."""
     own = [field.name for field in ApprovalRequest._meta.concrete_fields]
     voted = [field.name for field in Decision._meta.concrete_fields]
     decisions = Decision.objects.select_related("reviewer").only(*voted, "reviewer__username")
+    run = ("run__agent", "run__input", "run__status", "run__submitted_by__username") if with_run else ()
     return (
-        approvals.select_related("run__submitted_by", "handed_over_by")
-        .only(*own, "run__agent", "run__input", "run__submitted_by__username", "handed_over_by__username")
+        approvals.select_related(*(["run__submitted_by"] if with_run else []), "handed_over_by")
+        .only(*own, *run, "handed_over_by__username")
         .prefetch_related(Prefetch("decisions", queryset=decisions, to_attr=DECISION_LIST))
     )
 

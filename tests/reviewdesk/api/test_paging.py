@@ -251,14 +251,17 @@ def test_a_page_of_runs_reads_as_much_at_four_runs_as_at_one_groups_among_their_
     interrupted_run, personas, api_as
 ):
     """In-process: the runs list reads the members of the groups its runs' approvals are
-    assigned to once for the page, not once per run, and names them on each approval."""
+    assigned to once for the page, not once per run, and names them on each approval; so too
+    who handed each over, and the votes with their reviewers' names (not their password hashes)."""
     from django.contrib.auth.models import Group
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     Group.objects.get_or_create(name="billing")[0].user_set.add(personas.alice, personas.admin)
     runs = [interrupted_run()[0] for _ in range(4)]
-    ApprovalRequest.objects.filter(run__in=runs).update(assignees=["group:billing"])
+    approvals = ApprovalRequest.objects.filter(run__in=runs)
+    approvals.update(assignees=["group:billing"], handed_over_by=personas.bob, handed_over_at=timezone.now())
+    _votes(approvals, personas.admin)
     client = api_as(personas.carol, "submit")
     client.get("/api/v1/runs?limit=1")  # the token's first use writes its last_used_at
     reads = {}
@@ -268,8 +271,10 @@ def test_a_page_of_runs_reads_as_much_at_four_runs_as_at_one_groups_among_their_
         assert len(body["results"]) == limit
         reads[limit] = [q["sql"] for q in queries.captured_queries]
     assert len(reads[1]) == len(reads[4]), "\n".join(s[:150] for s in reads[1] + ["--"] + reads[4])
-    users = [a["reviewer"]["users"] for run in body["results"] for a in run["approvals"]]
-    assert users == [["admin", "alice"]] * 4
+    assert not [sql for sql in reads[4] if '"auth_user"."password"' in sql and "approvals_decision" in sql]
+    shown = [a for run in body["results"] for a in run["approvals"]]
+    assert [a["reviewer"]["users"] for a in shown] == [["admin", "alice"]] * 4
+    assert [(a["handover"]["by"], a["quorum"]["approved_by"]) for a in shown] == [("bob", ["admin"])] * 4
 
 
 def test_an_approval_read_for_a_page_then_refreshed_shows_the_votes_cast_since(interrupted_run, personas):

@@ -57,6 +57,7 @@ import stat
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
@@ -316,10 +317,13 @@ def _tail(path: Path) -> str:
 def run_sandboxed(
     command: list[str], *, run_id: str, workdir: Path, timeout: float, config: SandboxConfig
 ) -> Completed:
-    """Run `command` in the run's scratch directory, isolated; kill everything it started by the end."""
-    prepare_scratch(workdir, run_id)
+    """Run `command` in the run's scratch directory, isolated; kill everything it started by the end.
+    SandboxStartFailed when what it needs to start could not be made: nothing ran."""
+    with _nothing_ran("the run's scratch directory could not be prepared"):  # mkdir, chmod, chown
+        prepare_scratch(workdir, run_id)
     uid = run_uid(run_id) if os.geteuid() == 0 else None
-    mode = chosen_mode(config, as_uid=uid)
+    with _nothing_ran("bubblewrap could not be probed"):  # its probe's directory
+        mode = chosen_mode(config, as_uid=uid)
     if mode == SandboxMode.BWRAP:
         bwrap = bwrap_executable(config)
         assert bwrap is not None  # chosen_mode checked it
@@ -330,38 +334,41 @@ def run_sandboxed(
         argv = command
         env = {"PATH": ALLOWED_PATH, "LANG": "C.UTF-8", "HOME": str(workdir)}
         cwd = workdir
-    # Output goes to files the host opened outside the scratch directory; RLIMIT_FSIZE bounds them.
-    with tempfile.TemporaryDirectory(prefix="sandbox-out-") as out:
-        stdout_path, stderr_path = Path(out, "stdout"), Path(out, "stderr")
-        with stdout_path.open("wb") as stdout, stderr_path.open("wb") as stderr:
-            try:
-                process = subprocess.Popen(
-                    argv,
-                    cwd=cwd,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=stdout,
-                    stderr=stderr,
-                    close_fds=True,
-                    start_new_session=True,
-                    preexec_fn=lambda: _limits(config, uid),
-                )
-            except (OSError, subprocess.SubprocessError) as exc:
-                raise SandboxStartFailed(f"the command could not be started: {exc}") from exc
-            timed_out = False
-            try:
-                process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            finally:
-                # The call is over: nothing it started may outlive it (`sleep 300 &` included).
-                _kill_group(process.pid)
-                # Not proven by a test yet: tests/reviewdesk/test_sandbox_attacks.py's
-                # leaves-no-process test passes in basic mode with this line deleted (a
-                # `setsid sleep` still disappears); see the closing note of 2026-12-01.
-                if uid is not None:
-                    _kill_uid(uid)
-                process.wait()
+    with contextlib.ExitStack() as files:
+        # Output goes to files the host opened outside the scratch directory; RLIMIT_FSIZE bounds them.
+        with _nothing_ran("the command's output files could not be created"):
+            out = files.enter_context(tempfile.TemporaryDirectory(prefix="sandbox-out-"))
+            stdout_path, stderr_path = Path(out, "stdout"), Path(out, "stderr")
+            stdout = files.enter_context(stdout_path.open("wb"))
+            stderr = files.enter_context(stderr_path.open("wb"))
+        try:
+            process = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                close_fds=True,
+                start_new_session=True,
+                preexec_fn=lambda: _limits(config, uid),
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise SandboxStartFailed(f"the command could not be started: {exc}") from exc
+        timed_out = False
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            # The call is over: nothing it started may outlive it (`sleep 300 &` included).
+            _kill_group(process.pid)
+            # Not proven by a test yet: tests/reviewdesk/test_sandbox_attacks.py's
+            # leaves-no-process test passes in basic mode with this line deleted (a
+            # `setsid sleep` still disappears); see the closing note of 2026-12-01.
+            if uid is not None:
+                _kill_uid(uid)
+            process.wait()
         return Completed(
             exit_code=process.returncode,
             stdout=_tail(stdout_path),
@@ -369,3 +376,13 @@ def run_sandboxed(
             timed_out=timed_out,
             mode=mode,
         )
+
+
+@contextlib.contextmanager
+def _nothing_ran(what: str) -> Iterator[None]:
+    """An OSError while making what the command needs, before it starts, as SandboxStartFailed:
+    the call may be tried again, and it is no effect of unknown outcome for a reviewer to settle."""
+    try:
+        yield
+    except OSError as exc:
+        raise SandboxStartFailed(f"{what}: {exc}") from exc

@@ -151,6 +151,23 @@ def test_a_command_that_cannot_start_is_a_start_failure_not_an_unknown_effect(tm
         )
 
 
+def test_a_scratch_directory_that_cannot_be_made_is_a_start_failure_and_keeps_its_path_to_the_log(
+    tmp_path, caplog
+):
+    """The runs' directory is below a file: mkdir fails before any process, so the call is a
+    start failure the runtime may retry (nothing ran), not an effect a reviewer must settle;
+    the path is in the worker's log, not in what the model reads."""
+    from agents.tools import ToolUnavailable
+
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(ToolUnavailable, match="could not be started") as raised:
+        EXECUTE.run({"command": "true"}, context(tmp_path / "a-file" / "runs" / "run-1"))
+    assert str(tmp_path) not in str(raised.value)
+    assert (
+        "scratch directory could not be prepared" in caplog.text and str(tmp_path / "a-file") in caplog.text
+    )
+
+
 def test_execute_reports_a_start_failure_as_transient_and_its_reason_only_to_the_log(
     tmp_path, monkeypatch, caplog
 ):

@@ -62,7 +62,7 @@ class UsernamesNamed:
         # filter made: a user named by a group comes with that group.
         for username, group in users_named(with_groups).values_list("username", "groups__name"):
             self._users.add(username)
-            if group:
+            if group is not None:
                 self._members.setdefault(GROUP_PREFIX + group, set()).add(username)
 
     def __call__(self, targets: Iterable[str]) -> list[str]:

@@ -32,11 +32,14 @@ class SchemaView(SpectacularAPIView):
         # Keyed by the renderer's own media type, never the client's Accept header: its
         # parameters are the client's to choose, and each would be another document kept.
         key = renderer.media_type
-        if key not in _built:
+        # One read of the cache: `_forget` may clear it between a check and a lookup.
+        built = _built.get(key)
+        if built is None:
             with _building:
-                if key not in _built:
-                    _built[key] = self._build(request, renderer)
-        content, content_type, disposition = _built[key]
+                built = _built.get(key)
+                if built is None:
+                    built = _built[key] = self._build(request, renderer)
+        content, content_type, disposition = built
         return HttpResponse(content, content_type=content_type, headers={"Content-Disposition": disposition})
 
     def _build(self, request, renderer) -> tuple[bytes, str, str]:

@@ -50,3 +50,10 @@ def test_a_page_naming_no_group_reads_nothing(groups):
         named = UsernamesNamed([["alice"], [], ["nobody", "bob"]])
         assert named(["nobody", "bob"]) == ["nobody", "bob"]
     assert len(queries) == 0
+
+
+def test_a_group_with_an_empty_name_is_expanded_as_one_at_a_time_does(groups, personas):
+    """Routing refuses "group:" today; the page's expansion still answers as usernames_named."""
+    Group.objects.create(name="").user_set.add(personas.carol)
+    targets = ["group:", "bob"]
+    assert UsernamesNamed([targets])(targets) == usernames_named(targets) == ["bob", "carol"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 import sys
@@ -157,6 +158,7 @@ def test_a_scratch_directory_that_cannot_be_made_is_a_start_failure_and_keeps_it
     """The runs' directory is below a file: mkdir fails before any process, so the call is a
     start failure the runtime may retry (nothing ran), not an effect a reviewer must settle;
     the path is in the worker's log, not in what the model reads."""
+    caplog.set_level(logging.WARNING, logger="agents")  # not the level an earlier test left on root
     from agents.tools import ToolUnavailable
 
     (tmp_path / "a-file").write_text("")
@@ -174,6 +176,7 @@ def test_execute_reports_a_start_failure_as_transient_and_its_reason_only_to_the
     """In-process, with run_sandboxed replaced: only the mapping is checked here (the failure
     itself is the test above). The model and the submitter read a tool error: the worker's
     paths stay in its log."""
+    caplog.set_level(logging.WARNING, logger="agents")  # not the level an earlier test left on root
     from agents import demo
     from agents.sandbox import SandboxStartFailed
     from agents.tools import ToolUnavailable
@@ -193,6 +196,7 @@ def test_execute_reports_a_start_failure_as_transient_and_its_reason_only_to_the
 def test_execute_reports_a_sandbox_it_cannot_use_without_the_workers_paths(tmp_path, monkeypatch, caplog):
     """In-process, as above: DESK_SANDBOX=bwrap on a worker whose bubblewrap cannot run (or
     whose runs' directory is unusable) fails the call; why is the operator's to read."""
+    caplog.set_level(logging.WARNING, logger="agents")  # not the level an earlier test left on root
     from agents import demo
     from agents.sandbox import SandboxUnavailable
     from agents.tools import ToolError

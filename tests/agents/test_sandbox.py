@@ -9,6 +9,7 @@ per-run uid; as a non-root user it cannot change uid (see agents/sandbox.py).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import socket
@@ -263,6 +264,7 @@ def test_auto_uses_bwrap_where_the_machine_allows_it(runs_root):
 
 
 def test_auto_falls_back_to_basic_when_bwrap_cannot_start_and_logs_it_once(runs_root, monkeypatch, caplog):
+    caplog.set_level(logging.WARNING, logger="agents")  # not the level an earlier test left on root
     monkeypatch.setattr(sandbox, "_FALLBACKS_WARNED", set())
     config = SandboxConfig(mode=SandboxMode.AUTO, bwrap="/bin/false")
 

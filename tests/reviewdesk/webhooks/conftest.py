@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -92,5 +93,12 @@ def celery_worker(task_queue, settings):
     # closes the socket of every connection this thread holds, as a forked child must. Handed
     # back first: a pooled connection closed under psycopg would go back to the pool dead.
     connections.close_all()
-    with start_worker(celery_app, pool="solo", perform_ping_check=False, shutdown_timeout=20) as worker:
-        yield worker
+    # Celery's test worker sets the root logger to ERROR for the rest of the process: the tests
+    # after this one (caplog among them) would see no warning logged anywhere.
+    root = logging.getLogger()
+    level = root.level
+    try:
+        with start_worker(celery_app, pool="solo", perform_ping_check=False, shutdown_timeout=20) as worker:
+            yield worker
+    finally:
+        root.setLevel(level)

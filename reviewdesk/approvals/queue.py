@@ -98,7 +98,7 @@ def approvals_queue_for(user: Any, filters: QueueFilters, *, offset: int = 0) ->
     one page, read with what a card shows of each (`approval_rows`). A fixed number of queries
     whatever the number pending; none of them reads more than QUEUE_COUNT_CAP rows, or the rows
     before the page and the page itself."""
-    pending = approvals_pending_for(user, related=False)
+    pending = approvals_pending_for(user)
     tiers = queue_tiers(pending, user)
     total, total_capped = _capped_count(pending)
     rows = pending

@@ -59,10 +59,10 @@ def approvals_visible_to(
     return approvals.filter(Q(assignees=[]) | NamesAny("assignees", mine))
 
 
-def approvals_pending_for(user: Any, *, related: bool = True) -> QuerySet[ApprovalRequest]:
-    """Pending and waiting for this user: not those whose quorum already has their vote.
-    `related` as for `approvals_visible_to`."""
-    pending = approvals_visible_to(user, related=related, status=ApprovalStatus.PENDING)
+def approvals_pending_for(user: Any) -> QuerySet[ApprovalRequest]:
+    """Pending and waiting for this user: not those whose quorum already has their vote. The
+    rows alone: the queue reads a page's relations for its window (events.builders.approval_rows)."""
+    pending = approvals_visible_to(user, related=False, status=ApprovalStatus.PENDING)
     return pending.exclude(decisions__reviewer=user).order_by("created_at")
 
 

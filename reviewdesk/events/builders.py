@@ -107,10 +107,13 @@ def approval_rows(
     own = [field.name for field in ApprovalRequest._meta.concrete_fields]
     voted = [field.name for field in Decision._meta.concrete_fields]
     decisions = Decision.objects.select_related("reviewer").only(*voted, "reviewer__username")
-    run = ("run__agent", "run__input", "run__status", "run__submitted_by__username") if with_run else ()
+    joined, shown = ("handed_over_by",), ("handed_over_by__username",)
+    if with_run:
+        joined += ("run__submitted_by",)
+        shown += ("run__agent", "run__input", "run__status", "run__submitted_by__username")
     return (
-        approvals.select_related(*(["run__submitted_by"] if with_run else []), "handed_over_by")
-        .only(*own, *run, "handed_over_by__username")
+        approvals.select_related(*joined)
+        .only(*own, *shown)
         .prefetch_related(Prefetch("decisions", queryset=decisions, to_attr=DECISION_LIST))
     )
 

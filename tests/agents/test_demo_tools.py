@@ -170,6 +170,19 @@ def test_a_scratch_directory_that_cannot_be_made_is_a_start_failure_and_keeps_it
     )
 
 
+def _execute_failing_with(failure: Exception, tmp_path, monkeypatch):
+    """`execute` with run_sandboxed replaced by one raising `failure`: what the call raises."""
+    from agents import demo
+
+    def failing(*args, **kwargs):
+        raise failure
+
+    monkeypatch.setattr(demo, "run_sandboxed", failing)
+    with pytest.raises(Exception) as raised:
+        EXECUTE.run({"command": "true"}, context(tmp_path))
+    return raised.value
+
+
 def test_execute_reports_a_start_failure_as_transient_and_its_reason_only_to_the_log(
     tmp_path, monkeypatch, caplog
 ):
@@ -177,19 +190,15 @@ def test_execute_reports_a_start_failure_as_transient_and_its_reason_only_to_the
     itself is the test above). The model and the submitter read a tool error: the worker's
     paths stay in its log."""
     caplog.set_level(logging.WARNING, logger="agents")  # not the level an earlier test left on root
-    from agents import demo
     from agents.sandbox import SandboxStartFailed
     from agents.tools import ToolUnavailable
 
-    def cannot_start(*args, **kwargs):
-        raise SandboxStartFailed(
-            "the command could not be started: [Errno 2] No such file: '/srv/desk/bin/sh'"
-        )
-
-    monkeypatch.setattr(demo, "run_sandboxed", cannot_start)
-    with pytest.raises(ToolUnavailable, match="could not be started") as raised:
-        EXECUTE.run({"command": "true"}, context(tmp_path))
-    assert "/srv/desk" not in str(raised.value)
+    failure = SandboxStartFailed(
+        "the command could not be started: [Errno 2] No such file: '/srv/desk/bin/sh'"
+    )
+    raised = _execute_failing_with(failure, tmp_path, monkeypatch)
+    assert isinstance(raised, ToolUnavailable) and "could not be started" in str(raised)
+    assert "/srv/desk" not in str(raised)
     assert "/srv/desk/bin/sh" in caplog.text
 
 
@@ -197,17 +206,13 @@ def test_execute_reports_a_sandbox_it_cannot_use_without_the_workers_paths(tmp_p
     """In-process, as above: DESK_SANDBOX=bwrap on a worker whose bubblewrap cannot run (or
     whose runs' directory is unusable) fails the call; why is the operator's to read."""
     caplog.set_level(logging.WARNING, logger="agents")  # not the level an earlier test left on root
-    from agents import demo
     from agents.sandbox import SandboxUnavailable
     from agents.tools import ToolError
 
-    def unavailable(*args, **kwargs):
-        raise SandboxUnavailable(
-            "the runs' directory /srv/desk/var/runs is below /srv/desk, which other users ..."
-        )
-
-    monkeypatch.setattr(demo, "run_sandboxed", unavailable)
-    with pytest.raises(ToolError, match="sandbox cannot run commands on this worker") as raised:
-        EXECUTE.run({"command": "true"}, context(tmp_path))
-    assert "/srv/desk" not in str(raised.value)
+    failure = SandboxUnavailable(
+        "the runs' directory /srv/desk/var/runs is below /srv/desk, which other users ..."
+    )
+    raised = _execute_failing_with(failure, tmp_path, monkeypatch)
+    assert isinstance(raised, ToolError) and "sandbox cannot run commands on this worker" in str(raised)
+    assert "/srv/desk" not in str(raised)
     assert "/srv/desk/var/runs" in caplog.text

@@ -188,6 +188,21 @@ def test_timestamps_keep_their_microseconds_so_they_sort_as_the_times_do():
     assert sorted([iso(just_after), iso(on_the_second)]) == [iso(on_the_second), iso(just_after)]
 
 
+def _reads_by_page_size(client, url: str, limits: tuple[int, ...]) -> tuple[dict[int, list[str]], dict]:
+    """The statements of a GET of `url` (its `{}` the page size) at each of `limits`, each page
+    checked full; and the last page's body."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    reads, body = {}, {}
+    for limit in limits:
+        with CaptureQueriesContext(connection) as queries:
+            body = client.get(url.format(limit)).json()
+        assert len(body["results"]) == limit
+        reads[limit] = [q["sql"] for q in queries.captured_queries]
+    return reads, body
+
+
 def _votes(approvals, *reviewers) -> None:
     """A quorum vote by each reviewer on each approval, straight into the table."""
     from reviewdesk.approvals.models import Decision, Verdict
@@ -219,8 +234,6 @@ def test_a_page_of_approvals_takes_the_same_reads_at_any_size_and_not_the_runs_o
     with its page, votes and their reviewers included, and the members of groups the requests
     are assigned to; a run's output is never read for it, nor a voter's password hash."""
     from django.contrib.auth.models import Group
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
 
     Group.objects.get_or_create(name="billing")[0].user_set.add(personas.alice, personas.admin)
     run, approval = interrupted_run()
@@ -230,12 +243,7 @@ def test_a_page_of_approvals_takes_the_same_reads_at_any_size_and_not_the_runs_o
     ApprovalRequest.objects.filter(pk__in=[r.pk for r in rows[::2]]).update(assignees=["group:billing"])
     client = api_as(personas.alice, "review")
     client.get("/api/v1/approvals?limit=1")  # the token's first use writes its last_used_at
-    reads = {}
-    for limit in (2, 30):
-        with CaptureQueriesContext(connection) as queries:
-            body = client.get(f"/api/v1/approvals?status=pending&limit={limit}").json()
-        assert len(body["results"]) == limit
-        reads[limit] = [q["sql"] for q in queries.captured_queries]
+    reads, body = _reads_by_page_size(client, "/api/v1/approvals?status=pending&limit={}", (2, 30))
     assert len(reads[2]) == len(reads[30]), "\n".join(s[:150] for s in reads[2] + ["--"] + reads[30])
     assert not [sql for sql in reads[30] if '"runs_run"."output"' in sql or '"runs_run"."metadata"' in sql]
     assert not [sql for sql in reads[30] if '"auth_user"."password"' in sql and "approvals_decision" in sql]
@@ -254,8 +262,6 @@ def test_a_page_of_runs_reads_as_much_at_four_runs_as_at_one_groups_among_their_
     assigned to once for the page, not once per run, and names them on each approval; so too
     who handed each over, and the votes with their reviewers' names (not their password hashes)."""
     from django.contrib.auth.models import Group
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
 
     Group.objects.get_or_create(name="billing")[0].user_set.add(personas.alice, personas.admin)
     runs = [interrupted_run()[0] for _ in range(4)]
@@ -264,12 +270,7 @@ def test_a_page_of_runs_reads_as_much_at_four_runs_as_at_one_groups_among_their_
     _votes(approvals, personas.admin)
     client = api_as(personas.carol, "submit")
     client.get("/api/v1/runs?limit=1")  # the token's first use writes its last_used_at
-    reads = {}
-    for limit in (1, 4):
-        with CaptureQueriesContext(connection) as queries:
-            body = client.get(f"/api/v1/runs?limit={limit}").json()
-        assert len(body["results"]) == limit
-        reads[limit] = [q["sql"] for q in queries.captured_queries]
+    reads, body = _reads_by_page_size(client, "/api/v1/runs?limit={}", (1, 4))
     assert len(reads[1]) == len(reads[4]), "\n".join(s[:150] for s in reads[1] + ["--"] + reads[4])
     assert not [sql for sql in reads[4] if '"auth_user"."password"' in sql and "approvals_decision" in sql]
     shown = [a for run in body["results"] for a in run["approvals"]]

@@ -29,6 +29,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from reviewdesk.errors import BadRequest
+from reviewdesk.numbers import whole_number
 
 CURSOR = "cursor"
 LIMIT = "limit"
@@ -48,9 +49,10 @@ def page_limit(request: Request) -> int:
     if raw is None:
         return settings.DESK_API_PAGE_SIZE
     maximum = settings.DESK_API_MAX_PAGE_SIZE
-    if not raw.isdigit() or not 1 <= int(raw) <= maximum:
+    limit = whole_number(raw)
+    if limit is None or not 1 <= limit <= maximum:
         raise BadRequest(f"limit must be an integer from 1 to {maximum}", code="bad_parameter")
-    return int(raw)
+    return limit
 
 
 def choice_parameter(request: Request, name: str, choices: Iterable[str]) -> str | None:
@@ -101,10 +103,10 @@ def time_parameter(request: Request, name: str) -> datetime | None:
 
 
 def sequence_parameter(request: Request, name: str) -> int:
-    raw = request.query_params.get(name, "0")
-    if not raw.isdigit() or len(raw) > 18:
+    sequence = whole_number(request.query_params.get(name, "0"))
+    if sequence is None:
         raise BadRequest(f"{name} must be a non-negative integer sequence number", code="bad_parameter")
-    return int(raw)
+    return sequence
 
 
 def time_filters(request: Request, rows: QuerySet, field: str = "created_at") -> QuerySet:
@@ -123,13 +125,18 @@ def _encode(key: tuple[datetime, uuid.UUID]) -> str:
 
 
 def _decode(cursor: str) -> tuple[datetime, uuid.UUID]:
+    """The key `_encode` wrote; anything else a client made up is 400, never a 500: a key of
+    other types, JSON nested past the parser's depth, a time in no database's range."""
     try:
         stamp, pk = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if not (isinstance(stamp, str) and isinstance(pk, str)):
+            raise TypeError(stamp, pk)
         when = parse_datetime(stamp)
         if when is None or when.tzinfo is None:
             raise ValueError(stamp)
-        return when, uuid.UUID(pk)
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        # In UTC, as time_parameter compares (PostgreSQL refuses an offset such as +20:00).
+        return when.astimezone(UTC), uuid.UUID(pk)
+    except (ValueError, TypeError, OverflowError, RecursionError, binascii.Error, UnicodeDecodeError):
         raise BadRequest("the cursor is not one this API issued", code="bad_cursor") from None
 
 

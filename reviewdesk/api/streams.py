@@ -33,6 +33,7 @@ from reviewdesk.accounts.authentication import BearerTokenAuthentication
 from reviewdesk.errors import ERROR_CODES, DeskError, NotFound
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.events.services import latest_seq
+from reviewdesk.numbers import whole_number
 from reviewdesk.runs.selectors import run_get_for_user, runs_visible_to
 
 SCAN_LIMIT = 500
@@ -107,9 +108,10 @@ def _parse_after(scope, headers) -> int:
             if pair
         )
         raw = query.get("after", "0")
-    if not raw.isdigit() or len(raw) > 18:
+    after = whole_number(raw)
+    if after is None:
         raise StreamRefused(400, "bad_parameter", "Last-Event-ID and after must be a non-negative integer")
-    return int(raw)
+    return after
 
 
 async def event_stream_app(scope, receive, send) -> None:

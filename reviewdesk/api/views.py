@@ -41,6 +41,7 @@ from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalS
 from reviewdesk.approvals.selectors import approval_get_for_reviewer, approvals_visible_to
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.events.models import DeskEvent
+from reviewdesk.numbers import HEADER_DIGITS, whole_number
 from reviewdesk.runs.models import Checkpoint, Run, RunStatus
 from reviewdesk.runs.selectors import run_get_for_user, runs_visible_to
 from reviewdesk.runs.services import run_cancel, run_retry, run_submit
@@ -50,9 +51,9 @@ class DeskAPIView(APIView):
     """Refuses a body over DESK_MAX_BODY_BYTES by its Content-Length, before reading it."""
 
     def initial(self, request, *args, **kwargs):
-        length = request.META.get("CONTENT_LENGTH") or "0"
-        if length.isdigit() and int(length) > settings.DESK_MAX_BODY_BYTES:
-            raise body_too_large(int(length))
+        length = whole_number(request.META.get("CONTENT_LENGTH") or "0", digits=HEADER_DIGITS)
+        if length is not None and length > settings.DESK_MAX_BODY_BYTES:
+            raise body_too_large(length)
         super().initial(request, *args, **kwargs)
 
 

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from reviewdesk.numbers import HEADER_DIGITS, whole_number
+
 
 class BodyLimitMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
@@ -18,8 +20,8 @@ class BodyLimitMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.path.startswith("/api/"):
             return self.get_response(request)
-        length = request.META.get("CONTENT_LENGTH") or ""
-        if length.isdigit() and int(length) > settings.DESK_MAX_BODY_BYTES:
+        length = whole_number(request.META.get("CONTENT_LENGTH") or "", digits=HEADER_DIGITS)
+        if length is not None and length > settings.DESK_MAX_BODY_BYTES:
             detail = f"the form is {length} bytes; the limit is {settings.DESK_MAX_BODY_BYTES}"
             if request.headers.get("Accept", "").startswith("application/json"):
                 return JsonResponse({"detail": detail, "code": "body_too_large"}, status=413)

@@ -36,6 +36,7 @@ from reviewdesk.desk.templatetags.desk_json import visible
 from reviewdesk.desk.terminal_text import approval_text, arguments_text, diff_text, preview_text
 from reviewdesk.desk.views import DONE  # what a decision is called once made, as the pages say it
 from reviewdesk.errors import DeskError, Forbidden, explain
+from reviewdesk.numbers import whole_number
 
 
 class Quit(Exception):
@@ -152,8 +153,9 @@ def ask_answer(session: Session, approval: ApprovalRequest) -> dict[str, Any] | 
         session.say(*(f"  {number}. {option}" for number, option in enumerate(options, 1)))
         text = session.ask("Answer (number or text; Enter to go back): ")
         # An option typed as itself wins over a position: with options "3", "2", "1", typing 1 is "1".
-        if text.isdigit() and text not in options and 1 <= int(text) <= len(options):
-            return {"answer": options[int(text) - 1]}
+        number = whole_number(text)
+        if number is not None and text not in options and 1 <= number <= len(options):
+            return {"answer": options[number - 1]}
         return {"answer": text} if text else None
     if arguments.get("schema") is None:
         text = session.ask("Answer (Enter to go back): ")

@@ -104,6 +104,20 @@ def test_a_body_over_djangos_own_limit_is_413_problem_json_not_an_html_400(carol
     assert_problem(response, 413, "body_too_large")
 
 
+@pytest.mark.parametrize(
+    ("length", "status", "code"),
+    [("²", 422, "invalid"), ("9" * 30, 413, "body_too_large")],
+    ids=["not a number to int()", "30 digits"],
+)
+def test_a_content_length_that_is_no_number_is_not_trusted_and_a_huge_one_is_413(
+    carol, nothing_changes, length, status, code
+):
+    """ "²" is isdigit() to Python and a 500 from int(): the header is ignored (the body then reads
+    as empty: no field is given); a length of any number of digits is still compared with the limit."""
+    response = carol.post("/api/v1/runs", VALID, format="json", CONTENT_LENGTH=length)
+    assert_problem(response, status, code)
+
+
 @override_settings(DESK_MAX_BODY_BYTES=10)
 def test_the_parser_refuses_a_body_longer_than_its_content_length_claimed():
     with pytest.raises(TooLarge):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import time
+import uuid
 from datetime import timedelta
 from urllib.parse import urlsplit
 
@@ -14,6 +17,12 @@ from reviewdesk.events.models import DeskEvent
 from reviewdesk.runs.models import Run
 
 pytestmark = pytest.mark.django_db
+
+
+def cursor(key) -> str:
+    """A cursor as the API writes one (base64 of JSON), of any key a client makes up."""
+    raw = key if isinstance(key, str) else json.dumps(key)
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
 def bulk_approvals(
@@ -135,6 +144,8 @@ def test_run_events_page_by_sequence_with_a_next_link(interrupted_run, personas,
     after = expected[-3]
     tail = api_as(personas.carol, "submit").get(f"/api/v1/runs/{run.id}/events?after={after}").json()
     assert [e["seq"] for e in tail["results"]] == expected[-2:] and tail["next"] is None
+    refused = api_as(personas.carol, "submit").get(f"/api/v1/runs/{run.id}/events?after=%C2%B2")
+    assert refused.status_code == 400 and refused.json()["code"] == "bad_parameter"
 
 
 @pytest.mark.parametrize(
@@ -146,6 +157,12 @@ def test_run_events_page_by_sequence_with_a_next_link(interrupted_run, personas,
         ("/api/v1/approvals?limit=201", "bad_parameter"),
         ("/api/v1/approvals?limit=0", "bad_parameter"),
         ("/api/v1/approvals?limit=ten", "bad_parameter"),
+        # Digits int() refuses: "²" is isdigit() to Python, and int() reads at most 4,300 digits.
+        ("/api/v1/approvals?limit=%C2%B2", "bad_parameter"),
+        ("/api/v1/runs?limit=" + "1" * 5000, "bad_parameter"),
+        ("/api/v1/approvals?cursor=" + cursor(["2026-01-01T00:00:00Z", 5]), "bad_cursor"),  # pk no string
+        ("/api/v1/runs?cursor=" + cursor("[" * 3000), "bad_cursor"),  # deeper than json.loads goes
+        ("/api/v1/runs?cursor=" + cursor(["9999-12-31T23:00:00-05:00", str(uuid.uuid4())]), "bad_cursor"),
         ("/api/v1/approvals?status=maybe", "bad_parameter"),
         ("/api/v1/approvals?stauts=pending", "bad_parameter"),
         ("/api/v1/approvals?run=nope", "bad_parameter"),
@@ -155,10 +172,23 @@ def test_run_events_page_by_sequence_with_a_next_link(interrupted_run, personas,
     ],
 )
 def test_a_bad_cursor_or_parameter_is_400(personas, api_as, url, code):
+    """Never a 500, whatever a client makes up."""
     response = api_as(personas.admin, "review").get(url)
     assert response.status_code == 400, response.json()
     assert response["Content-Type"] == "application/problem+json"
     assert response.json()["code"] == code
+
+
+def test_a_cursor_whose_time_has_an_offset_postgresql_refuses_pages_from_that_instant(
+    personas, api_as, interrupted_run
+):
+    """+20:00 is a Python offset but not a PostgreSQL one: the cursor's time is compared in UTC
+    (a 500 on PostgreSQL before). Every run is older than that instant, so all are on the page."""
+    run, _ = interrupted_run()
+    at = cursor(["2999-01-01T00:00:00+20:00", "ffffffff-ffff-ffff-ffff-ffffffffffff"])
+    response = api_as(personas.admin, "review").get(f"/api/v1/runs?cursor={at}")
+    assert response.status_code == 200, response.content
+    assert str(run.id) in [row["id"] for row in response.json()["results"]]
 
 
 def test_a_time_with_an_offset_postgresql_refuses_is_compared_in_utc_not_a_500(personas, api_as):

@@ -245,3 +245,19 @@ def test_a_desk_form_over_the_documented_size_is_413_and_decides_nothing(
         response = client.post(f"/approvals/{approval.id}/", form)
     assert response.status_code == 413 and "the limit is 1048576" in response.content.decode()
     assert unchanged.holds()
+
+
+def test_a_desk_form_whose_content_length_is_no_number_decides_nothing_and_is_no_500(
+    pending, personas, task_queue, django_capture_on_commit_callbacks
+):
+    """ "²" is isdigit() to Python and a 500 from int(): the header is not trusted, the form
+    reads as empty, and an empty form decides nothing."""
+    approval = pending("tool_call")
+    unchanged = Unchanged(approval, task_queue)
+    client = Client()
+    client.force_login(personas.bob)
+    form = {"checkpoint_id": str(approval.checkpoint_id), "verdict": "reject", "reason": "no"}
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(f"/approvals/{approval.id}/", form, CONTENT_LENGTH="²")
+    assert response.status_code < 500
+    assert unchanged.holds()

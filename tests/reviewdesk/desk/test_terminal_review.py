@@ -238,6 +238,17 @@ def test_an_option_typed_as_itself_wins_over_a_position(personas, interrupted_ru
     assert Decision.objects.get(request=question).answer == "1"  # the option "1", not the first option "3"
 
 
+def test_a_digit_that_is_no_number_is_read_as_text_not_a_position(personas, interrupted_run):
+    """ "²" is isdigit() to Python, and int() refuses it: it is an answer typed, which is no option."""
+    from tests.reviewdesk.approvals.test_questions import asking
+
+    _, question = interrupted_run(asking(question="How many replicas?", options=["3", "2", "1"]))
+    shown = session(personas.alice, "n", "²", "q")
+
+    assert "Not decided: the answer must be one of the options" in shown
+    assert not Decision.objects.filter(request=question).exists()
+
+
 def test_with_a_key_file_a_question_is_answered_device_signed(
     personas, interrupted_run, device_keys, settings
 ):

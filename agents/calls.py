@@ -4,6 +4,7 @@ approval policy asked with the run's history. Garbage becomes an error result, n
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from agents.canonical import canonical_json
@@ -21,6 +22,25 @@ def with_run_unique_ids(turn: AssistantTurn, model_call: int, prefix: str) -> As
         for n, call in enumerate(turn.tool_calls)
     )
     return AssistantTurn(content=turn.content, tool_calls=calls)
+
+
+def storable(turn: AssistantTurn) -> AssistantTurn:
+    """The turn with each lone surrogate (a "\\ud800" escape a server sent: no UTF-8 encodes it)
+    made U+FFFD. Kept, it made the step's write fail on PostgreSQL (jsonb refuses it) and every
+    page showing the run fail to render on SQLite; arguments holding one were refused anyway."""
+    calls = tuple(
+        ToolCall(id=_storable(call.id), name=_storable(call.name), arguments=_storable(call.arguments))
+        for call in turn.tool_calls
+    )
+    content = None if turn.content is None else _storable(turn.content)
+    return AssistantTurn(content=content, tool_calls=calls)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _storable(text: str) -> str:
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def call_history(messages: list[dict[str, Any]]) -> list[PastCall]:

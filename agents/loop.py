@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 
-from agents.calls import call_history, prepare_batch, with_run_unique_ids
+from agents.calls import call_history, prepare_batch, storable, with_run_unique_ids
 from agents.gate import (
     ApprovalGate,
     CallBinding,
@@ -198,7 +198,8 @@ def advance(
                 turn = provider.complete(messages, agent.tool_specs())
             except ProviderError as exc:
                 return Failed(str(exc), kind=FailureKind.TRANSIENT if exc.transient else FailureKind.MODEL)
-            turn = with_run_unique_ids(turn, state.model_calls, getattr(host, "call_id_prefix", "call"))
+            prefix = getattr(host, "call_id_prefix", "call")
+            turn = with_run_unique_ids(storable(turn), state.model_calls, prefix)
             state.model_calls += 1
             state.message_count += 1
             if not turn.tool_calls:

@@ -3,12 +3,16 @@
 A body longer than DESK_MAX_BODY_BYTES is 413 `body_too_large`; JSON nested deeper
 than DESK_JSON_MAX_DEPTH is 400 `too_deep` (the C decoder's RecursionError, reached
 near depth 1000, counts as too deep too, instead of becoming a 500); anything else
-that is not JSON is 400 `malformed_json`.
+that is not JSON is 400 `malformed_json`, and so is JSON that no response could carry back:
+NaN and Infinity (not JSON, though Python reads them), a number too large for a float (1e999
+reads as infinity) and a lone surrogate escape ("\ud800": no UTF-8 encodes it). Stored in a
+run's metadata or model on SQLite, such a value made every runs list that showed it a 500.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from django.conf import settings
@@ -32,14 +36,32 @@ def loads_limited(raw: bytes) -> Any:
     limit = settings.DESK_JSON_MAX_DEPTH
     too_deep = f"the JSON nests deeper than {limit} levels (DESK_JSON_MAX_DEPTH)"
     try:
-        value = json.loads(raw.decode("utf-8"))
+        value = json.loads(raw.decode("utf-8"), parse_constant=_not_json, parse_float=_finite)
     except RecursionError:
         raise ParseError(too_deep, code="too_deep") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise ParseError(f"the body is not JSON: {exc}", code="malformed_json") from None
     if json_depth_exceeds(value, limit):
         raise ParseError(too_deep, code="too_deep")
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ParseError(
+            "the body is not JSON a response can carry: a string holds a lone surrogate (\\ud800-\\udfff)",
+            code="malformed_json",
+        ) from None
     return value
+
+
+def _not_json(constant: str) -> float:
+    raise ValueError(f"{constant} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text} is too large for a number here")
+    return number
 
 
 class LimitedJSONParser(JSONParser):

@@ -67,6 +67,42 @@ def test_malformed_json_is_400_malformed_json(carol, nothing_changes):
     assert_problem(post_raw(carol, "/api/v1/runs", b'{"agent": "demo",'), 400, "malformed_json")
 
 
+@pytest.mark.parametrize(
+    ("fragment", "said"),
+    [
+        ('"metadata": {"a": "\\ud800"}', "lone surrogate"),
+        ('"metadata": {"a": {"\\udfff": 1}}', "lone surrogate"),  # in a key
+        ('"model": {"provider": "scripted", "script": [{"content": "hi \\ud800"}]}', "lone surrogate"),
+        ('"metadata": {"n": NaN}', "NaN is not a JSON number"),
+        ('"metadata": {"n": -Infinity}', "-Infinity is not a JSON number"),
+        ('"metadata": {"n": 1e999}', "1e999 is too large"),
+    ],
+    ids=[
+        "surrogate in metadata",
+        "surrogate in a key",
+        "surrogate in the model",
+        "NaN",
+        "-Infinity",
+        "1e999",
+    ],
+)
+def test_json_no_response_could_carry_back_is_400_malformed_json_and_stores_nothing(
+    carol, nothing_changes, fragment, said
+):
+    """On SQLite such a run was stored, and every runs list that showed it answered 500 (a lone
+    surrogate has no UTF-8) until the row was deleted; on PostgreSQL the insert failed, a 500."""
+    raw = ('{"agent": "demo", "input": "x", ' + fragment + "}").encode()
+    assert said in assert_problem(post_raw(carol, "/api/v1/runs", raw), 400, "malformed_json")["detail"]
+
+
+def test_a_surrogate_pair_escaped_is_one_character_and_accepted(carol):
+    raw = b'{"agent": "demo", "input": "x", "metadata": {"face": "\\ud83d\\ude00"}, "model": {"provider": "scripted", "script": [{"content": "hi"}]}}'
+    response = post_raw(carol, "/api/v1/runs", raw)
+    assert response.status_code == 201, response.content
+    assert response.json()["metadata"] == {"face": "\U0001f600"}
+    assert carol.get("/api/v1/runs").status_code == 200
+
+
 def test_a_body_that_is_not_utf8_is_400_malformed_json(carol, nothing_changes):
     assert_problem(post_raw(carol, "/api/v1/runs", b'{"agent": "\xff"}'), 400, "malformed_json")
 

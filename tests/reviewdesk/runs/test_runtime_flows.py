@@ -337,3 +337,23 @@ def test_small_refunds_never_add_up_past_the_order_total(interrupted_run, person
     assert sum(r.amount for r in DemoRefund.objects.all()) == 200
     errors = [e.result for e in SideEffect.objects.filter(run=run) if "error" in (e.result or {})]
     assert len(errors) == 1 and "exceeds what is left" in errors[0]["error"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_lone_surrogate_from_the_model_is_kept_as_a_replacement_character(
+    openai_run, llm_server, personas, api_as, stream
+):
+    """The server's "\\ud800" escapes decode to characters no UTF-8 encodes: kept as they came,
+    the run's first write failed on PostgreSQL and its API answered 500 on SQLite."""
+    arguments = '{"to": "ada@example.com", "subject": "Hi \ud800", "body": "It is on its way."}'
+    llm_server.script(calls(("send_email", arguments)), text("Done \udfff."))
+    run = advance(openai_run(stream=stream))
+    assert run.status == RunStatus.INPUT_REQUIRED, run.error
+    approval = run.approvals.get()
+    assert approval.arguments["subject"] == "Hi \ufffd"
+    decide(approval, personas.alice)
+    run = advance(run)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.output == "Done \ufffd."
+    response = api_as(personas.alice, "review").get(f"/api/v1/runs/{run.id}")
+    assert response.status_code == 200 and response.json()["output"] == "Done \ufffd."

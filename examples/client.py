@@ -99,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         if submitted.status_code != 201:  # errors are problem+json: branch on "code"
             problem = submitted.json()
             print(f"submit refused: {submitted.status_code} {problem.get('code')}: {problem.get('detail')}")
+            for field, messages in (problem.get("errors") or {}).items():
+                print(f"  {field}: {'; '.join(map(str, messages))}")
             return 2
         run_id = submitted.json()["id"]
         print(f"submitted run {run_id}")

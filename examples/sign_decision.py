@@ -19,7 +19,8 @@ given, and the payload must name this approval, this verdict, this key, and the 
 arguments shown here (computed here, over their RFC 8785 form). A web tier that swaps the call
 gets no signature (exit 3).
 
-Exit status: 0 decided, 2 on an API error, 3 when the payload is not what was asked for.
+Exit status: 0 decided, 1 when the key file cannot be read, 2 on a usage or API error, 3 when
+the payload is not what was asked for.
 Needs httpx, cryptography and rfc8785 (all in requirements.txt).
 """
 
@@ -41,7 +42,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 def load_key(path: str) -> tuple[Ed25519PrivateKey, str]:
     """The key file's private key and its key id ("ed25519:" + 16 hex of the raw public key's SHA-256)."""
-    key = serialization.load_pem_private_key(Path(path).expanduser().read_bytes(), password=None)
+    try:
+        key = serialization.load_pem_private_key(Path(path).expanduser().read_bytes(), password=None)
+    except OSError as exc:
+        raise SystemExit(f"cannot read the key file {path}: {exc.strerror}") from None
+    except (ValueError, TypeError) as exc:  # not PEM, or a key that needs a password
+        raise SystemExit(f"{path} is not an unencrypted PEM private key: {exc}") from None
     if not isinstance(key, Ed25519PrivateKey):
         raise SystemExit(f"{path} is not an Ed25519 private key")
     raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
@@ -83,14 +89,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("approval_id")
     parser.add_argument("verdict", choices=["approve", "reject", "edit"])
-    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--url", default=os.environ.get("DESK_URL", "http://127.0.0.1:8000"))
+    parser.add_argument("--token", default=os.environ.get("DESK_TOKEN"), help="or DESK_TOKEN")
     parser.add_argument("--key", required=True, help="your Ed25519 key file (PEM)")
     parser.add_argument("--reason", default="")
     parser.add_argument("--note", default="")
     parser.add_argument("--arguments", help="edited arguments, as JSON (for edit)")
     args = parser.parse_args()
+    if not args.token:
+        parser.error("a token is needed: --token or DESK_TOKEN (manage.py create_token USER --scope review)")
+    edited = None
+    if args.arguments:
+        try:
+            edited = json.loads(args.arguments)
+        except ValueError as exc:
+            parser.error(f"--arguments is not JSON: {exc}")
     key, key_id = load_key(args.key)
-    headers = {"Authorization": f"Bearer {os.environ['DESK_TOKEN']}", "Accept": "application/json"}
+    headers = {"Authorization": f"Bearer {args.token}", "Accept": "application/json"}
     with httpx.Client(base_url=args.url, headers=headers, timeout=30) as client:
         approval = client.get(f"/api/v1/approvals/{args.approval_id}")
         if approval.status_code != 200:
@@ -103,7 +118,7 @@ def main() -> int:
         }
         query = {**decision, "key_id": key_id}
         if args.arguments:
-            decision["arguments"] = json.loads(args.arguments)
+            decision["arguments"] = edited
             query["arguments"] = args.arguments
         signable = client.get(f"/api/v1/approvals/{args.approval_id}/payload", params=query)
         if signable.status_code != 200:

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_http_methods
 from agents.canonical import canonical_json
 from agents.registry import agent_names, get_agent
 from reviewdesk.accounts.devicekeys import endorsed_key_ids
-from reviewdesk.accounts.roles import is_admin, is_reviewer
+from reviewdesk.accounts.roles import is_admin, is_reviewer, is_submitter
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus, Verdict
 from reviewdesk.approvals.queue import (
     QUEUE_FILTER_NAMES,
@@ -72,7 +72,10 @@ def _require_reviewer(request: HttpRequest) -> None:
 @login_required
 def desk(request: HttpRequest) -> HttpResponse:
     """The queue: the user's pending approvals, mine first then by expiry, filtered by the
-    URL's agent, tool, run and assignee, one page of QUEUE_PAGE_SIZE at a time."""
+    URL's agent, tool, run and assignee, one page of QUEUE_PAGE_SIZE at a time. A submitter
+    who is no reviewer goes to their runs: logging in lands everyone here."""
+    if is_submitter(request.user) and not (is_reviewer(request.user) or is_admin(request.user)):
+        return redirect("runs")
     _require_reviewer(request)
     filters, offset = queue_view_from(request.GET)
     page = approvals_queue_for(request.user, filters, offset=offset)

@@ -95,10 +95,19 @@ def run_submit(
     if not is_submitter(submitter):
         raise Forbidden("only members of the submitters group can submit runs")
     reviewers = list(dict.fromkeys(reviewers or []))
-    if model is None:
+    defaulted = model is None
+    if defaulted:
         with contextlib.suppress(UnknownAgent):  # reported by run_validate
             model = get_agent(agent).default_model
     errors = run_validate(submitter=submitter, agent=agent, model=model, reviewers=reviewers)
+    if defaulted and "model" in errors:
+        # The agent's own model cannot run here (the demo's is the scripted provider, which
+        # needs the script the submitter writes): say what to send, not what is wrong with a
+        # field the client never sent.
+        errors["model"] = [
+            f"required: agent {agent!r} has no model that runs here without one; send "
+            '{"provider": "scripted", "script": [...]} or {"provider": "openai", "name": "..."}'
+        ]
     if errors:
         raise Invalid("the run cannot be submitted as given", errors=errors)
     ttl = approval_ttl_seconds or get_agent(agent).approval_ttl_seconds or settings.DESK_APPROVAL_TTL_SECONDS

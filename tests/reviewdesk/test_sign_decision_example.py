@@ -91,3 +91,31 @@ def test_arguments_other_than_those_shown_are_refused(asked):
     shown = {**approval.arguments, "to": "someone@elsewhere.example"}
     wrong = check(load_example(), approval, key_id, payload, to_run=shown)
     assert [w.split(" ")[0] for w in wrong] == ["arguments_sha256"], json.dumps(wrong)
+
+
+@pytest.mark.parametrize(
+    ("argv", "token", "status", "said"),
+    [
+        (["--key", "no-such.pem"], "t", 1, "cannot read the key file no-such.pem"),
+        (["--key", "README.md"], "t", 1, "README.md is not an unencrypted PEM private key"),
+        (["--key", "k.pem"], "", 2, "a token is needed"),
+        (["--key", "k.pem", "--arguments", "notjson"], "t", 2, "--arguments is not JSON"),
+    ],
+    ids=["missing key file", "not a key", "no token", "arguments not JSON"],
+)
+def test_a_users_mistake_is_a_message_and_an_exit_status_not_a_traceback(argv, token, status, said):
+    """Before it asks the server anything (nothing listens at the URL given)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DESK_TOKEN": token}
+    done = subprocess.run(
+        [sys.executable, REPO_EXAMPLE, "--url", "http://127.0.0.1:9", "some-id", "edit", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == status, done.stderr
+    assert said in done.stderr and "Traceback" not in done.stderr

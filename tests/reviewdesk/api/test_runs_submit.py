@@ -77,6 +77,16 @@ def test_it_refuses_bad_input_with_422_and_changes_nothing(
     assert task_queue.length() == 0
 
 
+def test_without_a_model_the_demo_says_one_is_required_and_what_to_send(personas, api_as, task_queue):
+    """The demo's own model is the scripted provider, whose script the submitter writes: the
+    error names what to send, not a script the client never sent."""
+    response = submit(api_as(personas.carol, "submit"), {"agent": "demo", "input": "Tell Ada."})
+    assert response.status_code == 422
+    [said] = response.json()["errors"]["model"]
+    assert said.startswith("required: agent 'demo' has no model") and '"provider": "scripted"' in said
+    assert Run.objects.count() == 0 and task_queue.length() == 0
+
+
 def test_it_refuses_malformed_json_with_400(personas, api_as, task_queue):
     response = api_as(personas.carol, "submit").post(
         "/api/v1/runs", data=b'{"agent": "demo",', content_type="application/json"

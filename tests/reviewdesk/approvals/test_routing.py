@@ -107,3 +107,37 @@ def test_a_reviewer_a_rule_routed_the_call_to_opens_its_run_and_others_still_can
     assert client.get(f"/runs/{run.id}/").status_code == 200
     with pytest.raises(NotFound):
         run_get_for_user(run_id=run.id, user=personas.bob)
+
+
+def test_a_run_is_seen_whole_though_its_other_calls_stay_off_the_reviewers_desk(
+    interrupted_run, personas, dave, api_as
+):
+    """README, "Who sees what": the run named alice and asked two things at once; the refund
+    went to finance. dave reads the whole run (both calls, with whom each is assigned to), as
+    judging his call needs it, but alice's email is not his to list, open or decide."""
+    email = {"to": "ada@example.com", "subject": "Refund", "body": "On its way."}
+    script = [
+        {
+            "tool_calls": [
+                {"name": "send_email", "arguments": email},
+                {"name": "refund_payment", "arguments": {"order_id": "A-1001", "amount": 1500}},
+            ]
+        },
+        {"content": "Done."},
+    ]
+    run, _ = interrupted_run(script=script, reviewers=["alice"])
+    mail = run.approvals.get(tool="send_email")
+    assert mail.assignees == ["alice"]
+    client = api_as(dave, "review")
+
+    shown = client.get(f"/api/v1/runs/{run.id}").json()["approvals"]
+    assert {a["tool"] for a in shown} == {"send_email", "refund_payment"}
+    [mine] = client.get("/api/v1/approvals?status=pending").json()["results"]
+    assert mine["tool"] == "refund_payment"
+    assert client.get(f"/api/v1/approvals/{mail.id}").status_code == 404
+    decided = client.post(
+        f"/api/v1/approvals/{mail.id}/decision",
+        {"verdict": "approve", "checkpoint_id": str(mail.checkpoint_id)},
+        format="json",
+    )
+    assert decided.status_code == 404

@@ -87,3 +87,12 @@ def test_a_stale_page_cannot_approve(interrupted_run, personas):
     )
     assert "stale page" in response.content.decode()
     assert not Decision.objects.exists()
+
+
+def test_a_submitter_signing_in_lands_on_their_runs_and_anyone_else_without_a_role_is_refused(personas):
+    """Logging in lands everyone on the desk; carol reviews nothing, so her page is her runs."""
+    response = logged_in(personas.carol).get("/")
+    assert response.status_code == 302 and response["Location"] == "/runs/"
+    assert logged_in(personas.carol).get("/runs/").status_code == 200
+    assert logged_in(personas.olivia).get("/").status_code == 403
+    assert logged_in(personas.alice).get("/").status_code == 200

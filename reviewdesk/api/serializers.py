@@ -9,6 +9,25 @@ from reviewdesk.approvals.models import Verdict
 from reviewdesk.approvals.validation import EXTERNAL_REF_MAX, TEXT_MAX
 
 
+class StrictCharField(serializers.CharField):
+    """A string, not whatever str() makes of a number: `"input": 5` is a client's mistake."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictUUIDField(serializers.UUIDField):
+    """A UUID as a string. DRF also reads an integer as one (123 is 00000000-…-00007b), which
+    made a mistyped checkpoint_id a 409 `stale` instead of a 422 naming the field."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class StrictSerializer(serializers.Serializer):
     """Unknown fields are an error, not silently dropped: a typo must not change meaning."""
 
@@ -20,18 +39,16 @@ class StrictSerializer(serializers.Serializer):
 
 
 class RunSubmitSerializer(StrictSerializer):
-    agent = serializers.CharField(max_length=100)
-    input = serializers.CharField(max_length=100_000)
+    agent = StrictCharField(max_length=100)
+    input = StrictCharField(max_length=100_000)
     model = serializers.JSONField(required=False)
-    reviewers = serializers.ListField(
-        child=serializers.CharField(max_length=150), required=False, max_length=20
-    )
+    reviewers = serializers.ListField(child=StrictCharField(max_length=150), required=False, max_length=20)
     approval_ttl_seconds = serializers.IntegerField(required=False, min_value=10, max_value=30 * 24 * 3600)
     metadata = serializers.DictField(required=False)
 
 
 class RetrySerializer(StrictSerializer):
-    checkpoint_id = serializers.UUIDField(required=False)
+    checkpoint_id = StrictUUIDField(required=False)
 
 
 # A decision is only parsed here: its rules (lengths, which verdict answers which kind of
@@ -39,17 +56,17 @@ class RetrySerializer(StrictSerializer):
 # which the decide service runs for the API and the desk form alike. The fields below are
 # plain strings whose OpenAPI schema still shows the verdicts and the limits.
 @extend_schema_field(serializers.ChoiceField(choices=Verdict.values))
-class VerdictField(serializers.CharField):
+class VerdictField(StrictCharField):
     pass
 
 
 @extend_schema_field({"type": "string", "maxLength": TEXT_MAX})
-class DecisionTextField(serializers.CharField):
+class DecisionTextField(StrictCharField):
     pass
 
 
 @extend_schema_field({"type": "string", "maxLength": EXTERNAL_REF_MAX})
-class ExternalRefField(serializers.CharField):
+class ExternalRefField(StrictCharField):
     pass
 
 
@@ -62,12 +79,12 @@ class DecisionSerializer(StrictSerializer):
     arguments = serializers.JSONField(required=False)
     # A question's answer (verdict "answer"): any JSON but null, checked against the question.
     answer = serializers.JSONField(required=False)
-    checkpoint_id = serializers.UUIDField()
+    checkpoint_id = StrictUUIDField()
     # With an approve: a standing grant (approvals.grants checks it with the decision).
     grant = serializers.JSONField(required=False)
     # A device-signed decision (issue 13): all three, or none.
-    signature = serializers.CharField(required=False, max_length=200)
-    key_id = serializers.CharField(required=False, max_length=64)
+    signature = StrictCharField(required=False, max_length=200)
+    key_id = StrictCharField(required=False, max_length=64)
     payload = serializers.DictField(required=False, help_text="the payload from /payload, as signed")
 
     def validate(self, attrs):
@@ -87,8 +104,8 @@ class DecisionPayloadQuerySerializer(StrictSerializer):
     """The decision about to be signed, as query parameters (`arguments` as JSON, for an edit)."""
 
     verdict = VerdictField(trim_whitespace=False)
-    key_id = serializers.CharField(max_length=64)
-    checkpoint_id = serializers.UUIDField()
+    key_id = StrictCharField(max_length=64)
+    checkpoint_id = StrictUUIDField()
     reason = DecisionTextField(required=False, allow_blank=True, default="")
     note = DecisionTextField(required=False, allow_blank=True, default="")
     external_ref = ExternalRefField(required=False, allow_blank=True, default="")
@@ -99,5 +116,5 @@ class DecisionPayloadQuerySerializer(StrictSerializer):
 class HandoverSerializer(StrictSerializer):
     """Only parsed here: who may receive the item is `approvals.handover`'s to judge (422)."""
 
-    to = serializers.CharField(max_length=160, trim_whitespace=False)
+    to = StrictCharField(max_length=160, trim_whitespace=False)
     note = DecisionTextField(required=False, allow_blank=True, default="", trim_whitespace=False)

@@ -174,15 +174,25 @@ def test_an_edit_that_fails_the_tools_schema_is_422(interrupted_run, personas, a
     [
         {"verdict": "maybe"},
         {"checkpoint_id": "not-a-uuid"},
+        {"checkpoint_id": 123},  # DRF reads an integer as a UUID: this was a 409 stale
         {"verdict": "approve", "arguments": {"a": 1}},
         {"extra": 1},
+        {"reason": 5},
     ],
-    ids=["unknown verdict", "bad checkpoint id", "arguments without edit", "unknown field"],
+    ids=[
+        "unknown verdict",
+        "bad checkpoint id",
+        "checkpoint id a number",
+        "arguments without edit",
+        "unknown field",
+        "reason a number",
+    ],
 )
 def test_invalid_decision_bodies_are_422(interrupted_run, personas, api_as, task_queue, decide, body):
     _, approval = interrupted_run()
     unchanged = Unchanged(approval, task_queue)
-    assert decide(api_as(personas.alice, "review"), approval, **body).status_code == 422
+    response = decide(api_as(personas.alice, "review"), approval, **body)
+    assert response.status_code == 422, response.json()
     unchanged.assert_holds()
 
 

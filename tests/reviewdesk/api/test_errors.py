@@ -168,6 +168,9 @@ def test_the_parser_refuses_a_body_longer_than_its_content_length_claimed():
         ({**VALID, "metadata": [1, 2]}, "metadata"),
         ({**VALID, "reviewers": "alice"}, "reviewers"),
         ({**VALID, "surprise": True}, "surprise"),
+        ({**VALID, "input": 5}, "input"),  # DRF's CharField reads a number as its str()
+        ({**VALID, "agent": 1.5}, "agent"),
+        ({**VALID, "reviewers": ["alice", 7]}, "reviewers"),
     ],
     ids=[
         "input not a string",
@@ -175,6 +178,9 @@ def test_the_parser_refuses_a_body_longer_than_its_content_length_claimed():
         "metadata not an object",
         "reviewers not a list",
         "unknown field",
+        "input a number",
+        "agent a number",
+        "a reviewer a number",
     ],
 )
 def test_wrong_types_and_unknown_fields_are_422_invalid_naming_the_field(carol, nothing_changes, body, field):

@@ -96,3 +96,16 @@ def test_a_submitter_signing_in_lands_on_their_runs_and_anyone_else_without_a_ro
     assert logged_in(personas.carol).get("/runs/").status_code == 200
     assert logged_in(personas.olivia).get("/").status_code == 403
     assert logged_in(personas.alice).get("/").status_code == 200
+
+
+def test_a_page_not_yours_or_not_there_says_why_and_leads_back(personas):
+    """Django's bare "Not Found" / "403 Forbidden" left a reviewer on a page with no way out."""
+    import uuid
+
+    missing = logged_in(personas.alice).get(f"/approvals/{uuid.uuid4()}/")
+    page = missing.content.decode()
+    assert missing.status_code == 404
+    assert "No such approval: it does not exist, or it is not yours to see" in page
+    assert 'href="/"' in page and 'href="/runs/"' in page
+    refused = logged_in(personas.olivia).get("/")
+    assert refused.status_code == 403 and "The desk is for reviewers." in refused.content.decode()

@@ -92,7 +92,62 @@ def public_key_from_b64(encoded: str) -> Ed25519PublicKey:
         raise ValueError("a public key is 32 raw bytes in base64") from exc
     if len(raw) != 32:
         raise ValueError("a public key is 32 raw bytes in base64")
+    if _weak_point(raw):
+        raise ValueError("not a usable Ed25519 public key: a small-order or non-canonical point")
     return Ed25519PublicKey.from_public_bytes(raw)
+
+
+# --- weak keys ------------------------------------------------------------------------------
+# OpenSSL takes any 32 bytes as an Ed25519 public key. For a point of small order (the
+# identity, say: 0x01 and 31 zeros) one fixed signature (R the identity, S = 0) verifies every
+# message, so such a key, once endorsed, lets anyone sign as its owner; as a root, it would
+# sign any endorsement. The arithmetic below is RFC 8032's (section 5.1.3 decoding, extended
+# coordinates), used only to refuse those keys: an encoding that is no point, one whose y is
+# not reduced mod p, and a point the cofactor (8) takes to the identity.
+_P = 2**255 - 19
+_D = -121665 * pow(121666, _P - 2, _P) % _P
+_SQRT_M1 = pow(2, (_P - 1) // 4, _P)
+
+
+def _weak_point(raw: bytes) -> bool:
+    """Whether `raw` is no point, a non-canonical encoding, or a point of order 1, 2, 4 or 8."""
+    y = int.from_bytes(raw, "little") & ((1 << 255) - 1)
+    sign = raw[31] >> 7
+    if y >= _P:
+        return True  # non-canonical: RFC 8032 decoding refuses it
+    x = _recover_x(y, sign)
+    if x is None:
+        return True
+    point = (x, y, 1, x * y % _P)
+    for _ in range(3):  # times the cofactor, 8
+        point = _double(point)
+    x8, y8, z8, _t = point
+    return x8 % _P == 0 and (y8 - z8) % _P == 0  # the identity (0, 1)
+
+
+def _recover_x(y: int, sign: int) -> int | None:
+    x2 = (y * y - 1) * pow(_D * y * y + 1, _P - 2, _P) % _P
+    if x2 == 0:
+        return None if sign else 0
+    x = pow(x2, (_P + 3) // 8, _P)
+    if (x * x - x2) % _P != 0:
+        x = x * _SQRT_M1 % _P
+    if (x * x - x2) % _P != 0:
+        return None
+    if x & 1 != sign:
+        x = _P - x
+    return x
+
+
+def _double(point: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+    x, y, z, _t = point
+    a, b = x * x % _P, y * y % _P
+    c = 2 * z * z % _P
+    h = a + b
+    e = (h - (x + y) * (x + y)) % _P
+    g = (a - b) % _P
+    f = (c + g) % _P
+    return e * f % _P, g * h % _P, f * g % _P, e * h % _P
 
 
 def fingerprint(public_key: Ed25519PublicKey) -> str:

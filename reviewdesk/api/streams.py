@@ -27,9 +27,10 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from rest_framework.exceptions import AuthenticationFailed
 
-from reviewdesk.accounts.authentication import BearerTokenAuthentication
+from reviewdesk.accounts.authentication import BearerTokenAuthentication, session_user_now
 from reviewdesk.errors import ERROR_CODES, DeskError, NotFound
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.events.services import latest_seq
@@ -70,20 +71,26 @@ def _authenticate(headers: dict[bytes, bytes], session_user: Any):
     raise StreamRefused(401, "not_authenticated", "send Authorization: Bearer <token>")
 
 
-def _still_allowed(user, token, run_id) -> bool:
+def _still_allowed(user, token, run_id, session_key: str | None):
+    """The stream's user as they are now, or None once it must end: the token revoked or
+    expired; the session logged out or its password changed (a stream opened with a browser
+    session: the desk socket's own check); the user deactivated; the run no longer theirs.
+    Fresh from the database, so a role taken away (an admin demoted) narrows the next scan."""
     if token is not None:
         token.refresh_from_db(fields=["revoked_at", "expires_at"])
         if not token.is_usable():  # revoked, or expired since the stream opened
-            return False
-    user.refresh_from_db(fields=["is_active"])
-    if not user.is_active:
-        return False
+            return None
+        now = get_user_model().objects.filter(pk=user.pk, is_active=True).first()
+    else:
+        now = session_user_now(user.pk, session_key)
+    if now is None:
+        return None
     if run_id is not None:
         try:
-            run_get_for_user(run_id=run_id, user=user)
+            run_get_for_user(run_id=run_id, user=now)
         except NotFound:
-            return False
-    return True
+            return None
+    return now
 
 
 def _events_after(user, run_id, after: int) -> tuple[list[DeskEvent], int]:
@@ -150,7 +157,9 @@ async def event_stream_app(scope, receive, send) -> None:
         }
     )
     await send({"type": "http.response.body", "body": b"retry: 2000\n\n", "more_body": True})
-    streaming = asyncio.ensure_future(_stream(send, user, token, run_id, after))
+    session = scope.get("session")
+    session_key = getattr(session, "session_key", None) if token is None else None
+    streaming = asyncio.ensure_future(_stream(send, user, token, run_id, after, session_key))
     leaving = asyncio.ensure_future(_until_disconnect(receive))
     await asyncio.wait({streaming, leaving}, return_when=asyncio.FIRST_COMPLETED)
     for task in (streaming, leaving):
@@ -182,18 +191,33 @@ async def _refuse(send, refused: StreamRefused) -> None:
     await send({"type": "http.response.body", "body": json.dumps(problem).encode()})
 
 
-async def _stream(send, user, token, run_id, after: int) -> None:
+def _poll(user, token, run_id, after: int, session_key: str | None, check: bool):
+    """(the user now, or None: the stream ends; the events to send; the sequence covered).
+    When `check`, rights are checked first, in the same call as the scan: no event committed
+    after a logout or a demotion is sent on the strength of rights checked before it."""
+    if check:
+        user = _still_allowed(user, token, run_id, session_key)
+        if user is None:
+            return None, [], after
+    events, covered = _events_after(user, run_id, after)
+    return user, events, covered
+
+
+async def _stream(send, user, token, run_id, after: int, session_key: str | None) -> None:
     loop = asyncio.get_running_loop()
     last_beat = loop.time()
     while True:
-        events, covered = await database_sync_to_async(_events_after)(user, run_id, after)
+        due = loop.time() - last_beat >= settings.DESK_SSE_HEARTBEAT_SECONDS
+        user, events, covered = await database_sync_to_async(_poll)(
+            user, token, run_id, after, session_key, due
+        )
+        if user is None:
+            await send({"type": "http.response.body", "body": b"event: end\ndata: {}\n\n"})
+            return
         for event in events:
             await send({"type": "http.response.body", "body": sse_message(event), "more_body": True})
         after = max(after, covered)
-        if loop.time() - last_beat >= settings.DESK_SSE_HEARTBEAT_SECONDS:
-            if not await database_sync_to_async(_still_allowed)(user, token, run_id):
-                await send({"type": "http.response.body", "body": b"event: end\ndata: {}\n\n"})
-                return
+        if due:
             beat = f": keep-alive seq={after}\n\n".encode()
             await send({"type": "http.response.body", "body": beat, "more_body": True})
             last_beat = loop.time()

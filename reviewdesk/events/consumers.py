@@ -7,17 +7,15 @@ import contextlib
 import json
 import logging
 from collections.abc import Mapping
-from importlib import import_module
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
-from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.db import DatabaseError
-from django.utils.crypto import constant_time_compare
 
+from reviewdesk.accounts.authentication import session_user_now
 from reviewdesk.accounts.roles import is_admin, is_reviewer
 from reviewdesk.approvals.queue import (
     QUEUE_PAGE_SIZE,
@@ -81,13 +79,8 @@ def _header(scope: dict[str, Any], name: bytes) -> str | None:
 def _rights_now(user_pk: Any, session_key: str | None) -> tuple[bool, bool]:
     """(may hold the desk socket, is admin) now: the session still logs this user in (not
     logged out, password unchanged) and the user is still an active reviewer or admin."""
-    user = get_user_model().objects.filter(pk=user_pk, is_active=True).first()
-    if user is None or session_key is None:
-        return False, False
-    data = import_module(settings.SESSION_ENGINE).SessionStore(session_key).load()
-    if str(data.get(SESSION_KEY)) != str(user.pk) or not constant_time_compare(
-        data.get(HASH_SESSION_KEY, ""), user.get_session_auth_hash()
-    ):
+    user = session_user_now(user_pk, session_key)
+    if user is None:
         return False, False
     return is_reviewer(user) or is_admin(user), is_admin(user)
 

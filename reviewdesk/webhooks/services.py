@@ -185,7 +185,11 @@ def webhooks_enqueue_for(event: DeskEvent) -> list[WebhookDelivery]:
     owner_id = Subquery(Run.objects.filter(pk=event.run_id).values("submitted_by_id")[:1])
     endpoints = [
         endpoint
-        for endpoint in WebhookEndpoint.objects.filter(owner_id=owner_id, disabled_at__isnull=True)
+        # Not for an owner who was deactivated: offboarding ends their feed as it ends their
+        # logins, tokens, streams and sockets.
+        for endpoint in WebhookEndpoint.objects.filter(
+            owner_id=owner_id, owner__is_active=True, disabled_at__isnull=True
+        )
         if webhook_type in endpoint.events
     ]
     deliveries = []
@@ -250,10 +254,13 @@ def webhook_deliver(*, delivery_id) -> str:
     """
     import httpx
 
-    delivery = WebhookDelivery.objects.select_related("endpoint").filter(pk=delivery_id).first()
+    delivery = WebhookDelivery.objects.select_related("endpoint__owner").filter(pk=delivery_id).first()
     if delivery is None or delivery.status != DeliveryStatus.PENDING:
         return "skipped"
     endpoint = delivery.endpoint
+    if not endpoint.owner.is_active:  # deactivated since it was queued, a resend included
+        _finish(delivery, DeliveryStatus.FAILED)
+        return "owner deactivated"
     if endpoint.disabled_at is not None and delivery.resend_of_id is None:
         _finish(delivery, DeliveryStatus.FAILED)
         return "endpoint disabled"

@@ -7,10 +7,11 @@ import base64
 import json
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from django.test import Client
 
-from agents.trust import public_key_b64
+from agents.decisions import signature_valid
+from agents.trust import public_key_b64, public_key_from_b64
 from reviewdesk.accounts.models import DeviceKey, Endorsement, Revocation
 from reviewdesk.audit.models import AuditEvent
 
@@ -45,6 +46,36 @@ def test_a_reviewer_registers_a_public_key_and_sees_only_their_own(personas, dev
 def test_a_public_key_that_is_not_32_bytes_is_refused(personas):
     status, body = post(logged_in(personas.alice), "/keys/register", {"label": "x", "public_key": "AAAA"})
     assert status == 422 and "32 raw bytes" in body["detail"]
+
+
+# The identity (order 1), (0, -1) (order 2), an order-8 point, and y = p + 1, the identity
+# written unreduced: for each, one fixed signature would verify every message.
+WEAK_KEYS = [
+    bytes([1]) + bytes(31),
+    bytes.fromhex("ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f"),
+    bytes.fromhex("26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05"),
+    bytes.fromhex("eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f"),
+]
+
+
+@pytest.mark.parametrize("raw", WEAK_KEYS, ids=["identity", "order 2", "order 8", "unreduced"])
+def test_a_small_order_public_key_is_refused(personas, raw):
+    """OpenSSL takes it, and then R = identity, S = 0 verifies any payload: with such a key
+    endorsed, anyone could sign as alice."""
+    if raw == WEAK_KEYS[0]:  # why it matters, shown on the identity
+        universal = base64.b64encode(bytes([1]) + bytes(63)).decode()
+        assert signature_valid(Ed25519PublicKey.from_public_bytes(raw), {"verdict": "approve"}, universal)
+    encoded = base64.b64encode(raw).decode()
+    with pytest.raises(ValueError, match="small-order or non-canonical"):
+        public_key_from_b64(encoded)
+    status, body = post(logged_in(personas.alice), "/keys/register", {"label": "x", "public_key": encoded})
+    assert status == 422 and "small-order" in body["detail"]
+
+
+def test_real_keys_are_not_mistaken_for_weak_ones():
+    for _ in range(50):
+        key = Ed25519PrivateKey.generate().public_key()
+        assert public_key_b64(public_key_from_b64(public_key_b64(key))) == public_key_b64(key)
 
 
 @pytest.mark.parametrize("depth", [100, 5000], ids=["past the limit", "past the decoder"])

@@ -222,6 +222,31 @@ def test_a_delivery_still_queued_when_its_endpoint_is_disabled_is_not_sent(perso
     assert delivery.status == "failed" and receiver.requests == []
 
 
+def test_a_deactivated_owner_is_sent_nothing_more_queued_or_new(personas, receiver, settings):
+    """Offboarding ends a user's logins, tokens, streams and sockets; their webhooks too: a
+    delivery queued before is not sent, and no new one is made for their runs' events."""
+    from django.db import transaction
+
+    from reviewdesk.events.services import event_emit
+    from reviewdesk.runs.services import run_submit
+
+    settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True
+    queued = _pending_delivery(personas.carol, receiver.url)
+    run = run_submit(
+        submitter=personas.carol,
+        agent="demo",
+        input="x",
+        model={"provider": "scripted", "script": SEND_EMAIL_SCRIPT},
+    )
+    personas.carol.is_active = False
+    personas.carol.save()
+    assert webhook_deliver(delivery_id=queued.id) == "owner deactivated"
+    with transaction.atomic():
+        event_emit(type="run.updated", data={"status": "succeeded"}, run_id=run.id)
+    assert WebhookDelivery.objects.exclude(pk=queued.pk).count() == 0
+    assert receiver.requests == []
+
+
 def test_a_duplicated_delivery_task_sends_once(personas, receiver, settings):
     """Two workers handed the same delivery (a redelivered message): the second arrives while
     the first's request is in flight, reads the claimed row, and is turned away by the lease."""

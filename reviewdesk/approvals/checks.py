@@ -18,7 +18,7 @@ from agents.state import AgentState, CallStatus
 from agents.tools import Tool
 from reviewdesk.accounts.roles import group_names_of, is_reviewer
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus, Verdict
-from reviewdesk.approvals.routing import user_qualifies
+from reviewdesk.approvals.routing import named_by, targets_for_call, user_qualifies
 from reviewdesk.approvals.selectors import approval_get_for_reviewer
 from reviewdesk.approvals.validation import decision_input_check
 from reviewdesk.errors import Conflict, Forbidden, Gone, Invalid
@@ -90,11 +90,29 @@ def approval_check_decide(
         _check_quorum_vote(approval, reviewer, verdict)
     if verdict == Verdict.EDIT:
         _check_edit(run, approval, arguments)
+        _check_edit_stays_with(reviewer, run, approval, arguments, group_names)
     if verdict == Verdict.RERUN:
         _check_stale_attempt_is_over(run, approval)
     if verdict == Verdict.ANSWER:
         _check_answer(approval, answer)
     return approval, run
+
+
+def _check_edit_stays_with(
+    reviewer: Any, run: Run, approval: ApprovalRequest, arguments: Any, group_names: set[str]
+) -> None:
+    """An edit may not move a call to where others must decide it: a refund of 150, anyone's,
+    edited to 5,000, which the demo routes to finance. Routing was applied to the arguments the
+    request was raised with; asked again for the edited ones, it must name the same deciders,
+    or name this reviewer (as a standing grant is asked at each use)."""
+    before = targets_for_call(run=run, tool_name=approval.tool, arguments=approval.arguments)
+    after = targets_for_call(run=run, tool_name=approval.tool, arguments=arguments)
+    if sorted(after) == sorted(before) or named_by(reviewer, after, group_names=group_names):
+        return
+    raise Forbidden(
+        f"the edited call is for {', '.join(after) or 'any reviewer'} to decide, not you: "
+        "reject it with a reason, or hand it over"
+    )
 
 
 def _check_answer(approval: ApprovalRequest, answer: Any) -> None:

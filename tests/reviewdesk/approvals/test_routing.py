@@ -141,3 +141,50 @@ def test_a_run_is_seen_whole_though_its_other_calls_stay_off_the_reviewers_desk(
         format="json",
     )
     assert decided.status_code == 404
+
+
+def test_an_edit_may_not_move_a_call_to_where_others_must_decide_it(
+    interrupted_run, personas, dave, monkeypatch
+):
+    """A refund of 150 is anyone's; edited to 5,000 it is finance's (the demo's rule): alice,
+    not in finance, is refused that edit (403, nothing decided) and may still make one that
+    keeps the call where it was; dave, in finance, may make it."""
+    from agents.demo import ORDERS
+    from reviewdesk.approvals.models import ApprovalRequest
+    from reviewdesk.demo.models import DemoRefund
+
+    monkeypatch.setitem(ORDERS["A-1001"], "amount", "10000.00")  # room for a large refund
+    run, approval = interrupted_run(script=refund_script(150))
+    assert approval.assignees == []
+
+    def edit(reviewer, amount):
+        return approval_decide(
+            approval_id=approval.id,
+            reviewer=reviewer,
+            verdict="edit",
+            reason="adjusted",
+            arguments={"order_id": "A-1001", "amount": amount},
+            checkpoint_id=str(approval.checkpoint_id),
+        )
+
+    with pytest.raises(Forbidden, match="group:finance to decide, not you"):
+        edit(personas.alice, 5000)
+    assert ApprovalRequest.objects.get(pk=approval.pk).status == ApprovalStatus.PENDING
+    edit(dave, 5000)
+    run_execute(run_id=run.id, worker="test")
+    assert list(DemoRefund.objects.values_list("amount", flat=True)) == [5000]
+
+
+def test_an_edit_that_keeps_the_call_where_it_was_is_anyones_who_may_decide_it(interrupted_run, personas):
+    run, approval = interrupted_run(script=refund_script(150))
+    approval_decide(
+        approval_id=approval.id,
+        reviewer=personas.alice,
+        verdict="edit",
+        reason="a little less",
+        arguments={"order_id": "A-1001", "amount": 120},
+        checkpoint_id=str(approval.checkpoint_id),
+    )
+    run_execute(run_id=run.id, worker="test")
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.error

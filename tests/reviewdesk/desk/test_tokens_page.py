@@ -132,13 +132,13 @@ def test_create_token_takes_an_expiry_in_days(personas):
 
 
 def test_an_open_streams_recheck_refuses_a_token_that_expired_since_it_opened(personas):
-    """The SSE stream re-checks its caller at each keep-alive (`_still_allowed`); this asserts
+    """The SSE stream re-checks its caller at each keep-alive (`_still_allowed`, the user now or None); this asserts
     that check's answer, not a stream on the wire (tests/e2e/test_api_stream.py has those)."""
     from reviewdesk.api.streams import _still_allowed
 
     token, _ = token_create(
         user=personas.carol, scopes=["submit"], expires_at=timezone.now() + timedelta(hours=1)
     )
-    assert _still_allowed(personas.carol, token, None)
+    assert _still_allowed(personas.carol, token, None, None) == personas.carol
     ApiToken.objects.filter(pk=token.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
-    assert not _still_allowed(personas.carol, token, None)
+    assert _still_allowed(personas.carol, token, None, None) is None

@@ -235,8 +235,12 @@ class ApprovalGate(DecisionVerifier):
                 mode="retry",
                 grant=grant if decision is None else None,
             )
-        # The decision was consumed with the first `pending`; the row goes back to pending
-        # before the effect is tried, so a crash from here on leaves it for a human.
+        # The decision was consumed with the first `pending`, or the grant's use counted with
+        # it: a grant revoked or expired since allows no second try ("revocable at once").
+        if grant is not None and decision is None and not self.ledger.grant_live(grant.grant_id):
+            raise GrantRefused("the grant was revoked or has expired since this call's first try")
+        # The row goes back to pending before the effect is tried, so a crash from here on
+        # leaves it for a human.
         with self.ledger.atomic():
             if not self.ledger.resume_retry(binding.idempotency_key):
                 raise EffectUnknown(f"another attempt is already retrying {binding.tool_call_id}")

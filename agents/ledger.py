@@ -90,6 +90,11 @@ class Ledger(Protocol):
         is revoked, expired or has `max_uses` uses already (compare-and-set, race-safe)."""
         ...
 
+    def grant_live(self, grant_id: str) -> bool:
+        """Whether the grant is neither revoked nor expired now (its uses aside): asked before an
+        external call it allowed is tried again, whose use its first try counted."""
+        ...
+
     def reopen(self, key: str) -> None:
         """unknown -> pending, for a re-run a reviewer authorised."""
         ...

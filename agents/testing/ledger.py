@@ -96,6 +96,10 @@ class InMemoryLedger:
             self.consumed.add(decision_id)
             return True
 
+    def grant_live(self, grant_id: str) -> bool:
+        with self._lock:
+            return grant_id not in self.revoked
+
     def use_grant(self, grant_id: str, *, binding: CallBinding, max_uses: int) -> bool:
         # Like the desk's conditional UPDATE: not revoked, fewer than max_uses uses so far.
         with self._lock:

@@ -259,6 +259,11 @@ def signed_grant(grant_id: str) -> SignedGrant | None:
     )
 
 
+def grant_is_live(grant_id: str) -> bool:
+    """Neither revoked nor expired now, its uses aside (see `Ledger.grant_live`)."""
+    return Grant.objects.filter(pk=grant_id, revoked_at__isnull=True, expires_at__gt=timezone.now()).exists()
+
+
 def grant_use(*, grant_id: str, binding: CallBinding, max_uses: int, attempt: Attempt | None) -> bool:
     """Count one use of the grant for this call; False when it is revoked, expired or has
     `max_uses` (the signed limit) uses already. Audited with the grant that allowed the call.

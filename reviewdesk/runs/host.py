@@ -44,7 +44,13 @@ from agents.tools import ToolContext
 from reviewdesk import faults
 from reviewdesk.accounts.devicekeys import DatabaseTrust
 from reviewdesk.approvals.device import device_decision_required
-from reviewdesk.approvals.grants import grant_matching_call, grant_use, grantor_may_decide_run, signed_grant
+from reviewdesk.approvals.grants import (
+    grant_is_live,
+    grant_matching_call,
+    grant_use,
+    grantor_may_decide_run,
+    signed_grant,
+)
 from reviewdesk.approvals.lifecycle import approval_raise
 from reviewdesk.approvals.selectors import (
     RequestDeciders,
@@ -335,6 +341,9 @@ class DatabaseLedger:
     def use_grant(self, grant_id: str, *, binding: CallBinding, max_uses: int) -> bool:
         # Inside the caller's fenced transaction, with the ledger row it authorises.
         return grant_use(grant_id=grant_id, binding=binding, max_uses=max_uses, attempt=self.host.attempt)
+
+    def grant_live(self, grant_id: str) -> bool:
+        return grant_is_live(grant_id)
 
     def reopen(self, key: str) -> None:
         # Fenced: only the attempt that owns the run may start the effect again.

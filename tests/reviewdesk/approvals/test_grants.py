@@ -261,3 +261,37 @@ def test_a_grant_never_allows_a_call_routed_to_others_than_its_maker(personas, d
     assert not grantor_may_decide_run("alice", str(run.id), "refund_payment", refund)
     assert grantor_may_decide_run("dave", str(run.id), "refund_payment", refund)
     assert grantor_may_decide_run("alice", str(run.id), "refund_payment", {**refund, "amount": 150})
+
+
+def test_a_grant_revoked_while_its_email_waits_for_a_retry_sends_nothing(
+    personas, mailoutbox, monkeypatch, settings
+):
+    """A grant is revocable at once: an email it allowed whose first try failed (the mail server
+    refused the connection: certainly unsent) is not sent by the retry after the revoke: a
+    reviewer is asked instead. Its use was counted by that first try, so the retry asks
+    whether the grant still lives."""
+    from reviewdesk.demo.world import DjangoDemoWorld
+
+    settings.DESK_TOOL_RETRY_INLINE_SECONDS = 0  # a transient failure releases the run at once
+    grant = approve_with_grant(personas, scope="agent", max_uses=5)
+    run_execute(run_id=Run.objects.get(approvals__grants=grant).id, worker="test")  # the approved one
+    mailoutbox.clear()
+    send = DjangoDemoWorld.send_email
+
+    def refused(self, **arguments):
+        raise ConnectionRefusedError("mail server down")
+
+    monkeypatch.setattr(DjangoDemoWorld, "send_email", refused)
+    run = run_until_it_stops(personas)  # allowed by the grant; its send fails
+    assert run.status == RunStatus.QUEUED
+    assert list(SideEffect.objects.filter(run=run).values_list("status", flat=True)) == ["retrying"]
+
+    grant_revoke(grant_id=grant.id, user=personas.alice)
+    monkeypatch.setattr(DjangoDemoWorld, "send_email", send)
+    Run.objects.filter(pk=run.pk).update(next_attempt_at=None)
+    run_execute(run_id=run.id, worker="test")
+    run.refresh_from_db()
+    assert mailoutbox == []
+    # Nothing allows the call now: a reviewer is asked, as for a call no grant covers.
+    assert run.status == RunStatus.INPUT_REQUIRED, run.error
+    assert run.approvals.filter(status=ApprovalStatus.PENDING, tool="send_email").count() == 1

@@ -11,6 +11,9 @@ import pytest
 
 from reviewdesk.api.streams import event_stream_app
 
+# A refusal reads nothing, but the app's database_sync_to_async closes stale connections first.
+pytestmark = pytest.mark.django_db
+
 
 def refusal(headers: list[tuple[bytes, bytes]], query: bytes = b"") -> tuple[int, dict]:
     sent: list[dict] = []

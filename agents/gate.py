@@ -130,6 +130,10 @@ class ApprovalGate(DecisionVerifier):
                     status=LedgerStatus.PENDING,
                     decision_id=_decision_id(decision),
                 )
+        else:
+            # An idempotent effect an earlier attempt left `pending` (its decision consumed
+            # then): tried again under the same key, so this attempt's confirm must find it.
+            self.ledger.adopt(key)
         return self._external(tool=tool, binding=binding, arguments=arguments, decision=decision, ctx=ctx)
 
     def _in_transaction(

@@ -95,6 +95,11 @@ class Ledger(Protocol):
         external call it allowed is tried again, whose use its first try counted."""
         ...
 
+    def adopt(self, key: str) -> None:
+        """A `pending` row an earlier attempt left, made this attempt's: an idempotent external
+        effect tried again under its key, whose `confirm` must then find it."""
+        ...
+
     def reopen(self, key: str) -> None:
         """unknown -> pending, for a re-run a reviewer authorised."""
         ...

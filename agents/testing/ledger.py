@@ -157,6 +157,9 @@ class InMemoryLedger:
     def retries_spent(self, run_id: str) -> int:
         return sum(row.retries for row in self.rows.values() if row.run_id == run_id)
 
+    def adopt(self, key: str) -> None:
+        pass  # rows here belong to no attempt: confirm finds a pending row whoever wrote it
+
     def reopen(self, key: str) -> None:
         self._transition(key, LedgerStatus.UNKNOWN, status=LedgerStatus.PENDING)
 

@@ -345,6 +345,13 @@ class DatabaseLedger:
     def grant_live(self, grant_id: str) -> bool:
         return grant_is_live(grant_id)
 
+    def adopt(self, key: str) -> None:
+        # Fenced: only the attempt that owns the run may try the effect again.
+        with self.atomic():
+            SideEffect.objects.filter(idempotency_key=key, status=EffectStatus.PENDING).update(
+                attempt=self.host.attempt, updated_at=timezone.now()
+            )
+
     def reopen(self, key: str) -> None:
         # Fenced: only the attempt that owns the run may start the effect again.
         with self.atomic():

@@ -139,6 +139,12 @@ class Host(GrantSource, Protocol):
 
     def messages(self, count: int) -> list[dict[str, Any]]: ...
 
+    def set_aside_messages(self) -> list[dict[str, Any]]:
+        """The messages a retry from an earlier checkpoint set aside, oldest first. What their
+        calls did stays done: approval policies count them with the live history, so a limit
+        "per run" is not reset by going back (two refunds of 90 are 180)."""
+        ...
+
     def commit_step(
         self,
         *,
@@ -207,7 +213,8 @@ def advance(
                 _commit(host, state, [turn.as_message()])
                 continue
             state.step = Step.TOOLS
-            state.batch = prepare_batch(agent, turn.tool_calls, call_history(messages))
+            history = call_history([*host.set_aside_messages(), *messages])
+            state.batch = prepare_batch(agent, turn.tool_calls, history)
             state.batch_message = turn.as_message()  # the checkpoint refers to it for what it holds
             allow_by_grants(agent, host, state.batch)  # a call a standing grant allows asks no one
             state.invalid_calls += len(state.open_calls(CallStatus.INVALID))

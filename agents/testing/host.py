@@ -90,6 +90,9 @@ class InMemoryHost:
         checkpoint = self.checkpoints.latest(self.run_id)
         return AgentState.from_snapshot(copy.deepcopy(checkpoint.snapshot)) if checkpoint else None
 
+    def set_aside_messages(self) -> list[dict[str, Any]]:
+        return []  # no retry from an earlier checkpoint here
+
     def messages(self, count: int) -> list[dict[str, Any]]:
         return copy.deepcopy(self.log[:count])
 

@@ -167,6 +167,14 @@ class DatabaseHost:
             self._log = [row.body for row in rows]
         return copy.deepcopy(self._log[:count])
 
+    def set_aside_messages(self) -> list[dict[str, Any]]:
+        # Only a retry from an earlier checkpoint sets messages aside, and it starts a branch:
+        # a run on its first branch reads nothing here.
+        if not self.run.branch:
+            return []
+        rows = Message.objects.filter(run_id=self.run.pk, superseded_at__isnull=False)
+        return [row.body for row in rows.order_by("superseded_at", "position")]
+
     def commit_step(
         self,
         *,

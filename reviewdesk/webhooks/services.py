@@ -101,9 +101,26 @@ def resolve_target(url: str) -> tuple[str | None, str | None]:
     addresses = [ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos]
     if not settings.DESK_WEBHOOKS_ALLOW_PRIVATE:
         for address in addresses:
-            if not address.is_global:
+            if not all(inner.is_global for inner in (address, *_embedded_ipv4(address))):
                 return f"the host {parts.hostname!r} resolves to a non-public address ({address})", None
     return None, str(addresses[0]) if addresses else None
+
+
+# NAT64's well-known prefixes (RFC 6052, RFC 8215): a gateway there forwards to the IPv4 address
+# in the last 32 bits. Python counts 64:ff9b::a00:1 as global although it reaches 10.0.0.1.
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+
+
+def _embedded_ipv4(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address reaches through a translator or a tunnel: mapped
+    (::ffff:a.b.c.d), compatible (::a.b.c.d), 6to4 (2002::/16), Teredo (2001::/32), NAT64."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return []
+    inner = [address.ipv4_mapped, address.sixtofour, *(address.teredo or ())]
+    low = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if int(address) >> 32 == 0 or any(address in network for network in _NAT64):
+        inner.append(low)
+    return [a for a in inner if a is not None]
 
 
 def _pinned(url: str, address: str) -> tuple[str, dict[str, str], dict[str, str]]:

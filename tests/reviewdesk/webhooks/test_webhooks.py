@@ -128,6 +128,19 @@ def test_a_private_address_is_refused_without_the_setting(personas, api_as, sett
     assert WebhookEndpoint.objects.count() == 0
 
 
+@pytest.mark.parametrize(
+    "host",
+    ["64:ff9b::a00:1", "64:ff9b:1::a00:1", "2002:7f00:1::", "::127.0.0.1", "::ffff:10.0.0.1"],
+    ids=["NAT64 to 10.0.0.1", "local NAT64", "6to4 of 127.0.0.1", "IPv4-compatible", "IPv4-mapped"],
+)
+def test_an_ipv6_address_that_reaches_a_private_ipv4_one_is_refused(host, settings):
+    """Python calls the first four global; a translator or tunnel takes them to the inside."""
+    from reviewdesk.webhooks.services import url_refusal
+
+    settings.DESK_WEBHOOKS_ALLOW_PRIVATE = False
+    assert "resolves to a non-public address" in (url_refusal(f"http://[{host}]/hook") or "")
+
+
 def test_a_host_that_turned_private_is_refused_at_delivery_time(
     personas, api_as, receiver, celery_worker, settings
 ):

@@ -9,8 +9,10 @@ from reviewdesk.approvals.models import Verdict
 from reviewdesk.approvals.validation import EXTERNAL_REF_MAX, TEXT_MAX
 
 
-class StrictCharField(serializers.CharField):
-    """A string, not whatever str() makes of a number: `"input": 5` is a client's mistake."""
+class _StringsOnly:
+    """A field whose JSON value must be a string: DRF's own read a number as its str(), and a
+    UUIDField an integer as a UUID (123 is 00000000-…-00007b), which made a mistyped
+    checkpoint_id a 409 `stale` instead of a 422 naming the field."""
 
     def to_internal_value(self, data):
         if not isinstance(data, str):
@@ -18,14 +20,12 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
-class StrictUUIDField(serializers.UUIDField):
-    """A UUID as a string. DRF also reads an integer as one (123 is 00000000-…-00007b), which
-    made a mistyped checkpoint_id a 409 `stale` instead of a 422 naming the field."""
+class StrictCharField(_StringsOnly, serializers.CharField):
+    pass
 
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
+
+class StrictUUIDField(_StringsOnly, serializers.UUIDField):
+    pass
 
 
 class StrictSerializer(serializers.Serializer):

@@ -18,10 +18,10 @@ def interrupted_run(personas):
     and the API, and `tests/e2e` covers the same path through a real worker.
     """
 
-    def make(script=SEND_EMAIL_SCRIPT, **fields) -> tuple[Run, ApprovalRequest]:
+    def make(script=SEND_EMAIL_SCRIPT, agent="demo", **fields) -> tuple[Run, ApprovalRequest]:
         run = run_submit(
             submitter=personas.carol,
-            agent="demo",
+            agent=agent,
             input="Tell Ada her refund is on its way.",
             model={"provider": "scripted", "script": script},
             **fields,

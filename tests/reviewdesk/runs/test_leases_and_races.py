@@ -246,7 +246,7 @@ def test_an_agent_whose_policy_is_fail_ends_the_run_when_an_approval_expires(per
 
 
 def test_an_idempotent_effect_an_earlier_attempt_left_pending_is_confirmed_by_the_one_that_ran_it(
-    personas, mailoutbox
+    personas, mailoutbox, interrupted_run
 ):
     """An idempotent external call is safe to try again under its key, so a `pending` row a
     dead attempt left is tried again, not put to a human. The new attempt takes the row as its
@@ -255,7 +255,7 @@ def test_an_idempotent_effect_an_earlier_attempt_left_pending_is_confirmed_by_th
     from dataclasses import replace
 
     from agents.tools import Effect
-    from tests.conftest import SEND_EMAIL_SCRIPT
+    from tests.reviewdesk.runs.test_reconcile import approved_then_left_pending
 
     demo = get_agent("demo")
     tools = tuple(
@@ -263,30 +263,8 @@ def test_an_idempotent_effect_an_earlier_attempt_left_pending_is_confirmed_by_th
         for tool in demo.tools
     )
     register(Agent(name="idempotent-mail", system_prompt="", tools=tools))
-    run = run_submit(
-        submitter=personas.carol,
-        agent="idempotent-mail",
-        input="go",
-        model={"provider": "scripted", "script": SEND_EMAIL_SCRIPT},
-    )
-    run_execute(run_id=run.id)
-    approval = run.approvals.get()
-    decision = approval_decide(
-        approval_id=approval.id,
-        reviewer=personas.alice,
-        verdict="approve",
-        checkpoint_id=str(approval.checkpoint_id),
-    )
-    # As an attempt leaves it that wrote `pending`, consumed the decision and died before the send.
-    SideEffect.objects.create(
-        run=run,
-        idempotency_key=f"{run.id}:{approval.tool_call_id}",
-        tool_call_id=approval.tool_call_id,
-        tool="send_email",
-        status="pending",
-        decision=decision,
-        attempt=run.attempts.order_by("number").first(),
-    )
+    run, approval = interrupted_run(agent="idempotent-mail")
+    approved_then_left_pending(run, approval, personas.alice, attempt=run.attempts.order_by("number").first())
     run_execute(run_id=run.id)
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED, run.error

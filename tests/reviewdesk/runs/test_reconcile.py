@@ -14,24 +14,31 @@ from reviewdesk.runs.models import RunStatus, SideEffect
 pytestmark = pytest.mark.django_db
 
 
+def approved_then_left_pending(run, approval, reviewer, *, attempt=None) -> SideEffect:
+    """`approval` approved by `reviewer`, and its ledger row left `pending`, as an attempt
+    leaves it that consumed the decision and died before the effect."""
+    decision = approval_decide(
+        approval_id=approval.id,
+        reviewer=reviewer,
+        verdict="approve",
+        checkpoint_id=str(approval.checkpoint_id),
+    )
+    return SideEffect.objects.create(
+        run=run,
+        idempotency_key=f"{run.id}:{approval.tool_call_id}",
+        tool_call_id=approval.tool_call_id,
+        tool=approval.tool,
+        status="pending",
+        decision=decision,
+        attempt=attempt,
+    )
+
+
 @pytest.fixture
 def interrupted(interrupted_run, personas, mailoutbox):
     """send_email approved, then its worker 'died' after writing pending: the next attempt must not resend."""
     run, approval = interrupted_run()
-    decision = approval_decide(
-        approval_id=approval.id,
-        reviewer=personas.alice,
-        verdict="approve",
-        checkpoint_id=str(approval.checkpoint_id),
-    )
-    SideEffect.objects.create(
-        run=run,
-        idempotency_key=f"{run.id}:{approval.tool_call_id}",
-        tool_call_id=approval.tool_call_id,
-        tool="send_email",
-        status="pending",
-        decision=decision,
-    )
+    approved_then_left_pending(run, approval, personas.alice)
     run_execute(run_id=run.id)
     run.refresh_from_db()
     assert run.status == RunStatus.INPUT_REQUIRED

@@ -18,6 +18,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.db import connection  # noqa: F401 - read by a skipif condition
 from django.utils import timezone
 
 from agents.gate import CallBinding
@@ -30,7 +31,7 @@ from reviewdesk.runs.execution import run_claim, run_execute, run_finish
 from reviewdesk.runs.host import DatabaseHost, LeaseLost
 from reviewdesk.runs.leases import LeaseKeeper
 from reviewdesk.runs.models import Attempt, Checkpoint, Run, RunStatus, SideEffect
-from reviewdesk.runs.services import run_submit
+from reviewdesk.runs.services import run_cancel, run_submit
 from tests.conftest import SEND_EMAIL_SCRIPT
 
 pytestmark = pytest.mark.django_db
@@ -312,3 +313,36 @@ def test_cancel_fences_out_the_worker_holding_the_run(personas, api_as):
         commit_one_step(host(attempt))
     assert LeaseKeeper(attempt, cancel_epoch=0).renew() is False
     assert Attempt.objects.get(pk=attempt.pk).status == Attempt.Status.CANCELLED
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="SQLite serialises every writer")
+def test_a_cancel_waits_for_the_step_write_that_fenced_the_run_then_fences_the_next_one_out(personas):
+    """The fence holds the run row to the step's commit: a cancel arriving between the fence's
+    check and the commit waits for it (PostgreSQL; two real connections). Without the lock the
+    cancel would commit first and the step, checked before it, would land after it."""
+    from tests.reviewdesk.test_writers_lock import Holder, waits_for
+
+    run = queued_run(personas)
+    attempt = run_claim(run_id=run.id, worker="w")
+    worker = host(attempt)
+    worker.commit_step(
+        checkpoint_id=str(uuid.uuid4()),
+        state=AgentState(message_count=1),
+        new_messages=[{"role": "system", "content": "written before the cancel"}],
+        raise_approvals=[],
+    )
+
+    def fenced_step_write():
+        worker.fence()
+        worker.write_unsaved_fenced()
+
+    step = Holder(fenced_step_write)
+    step.start()
+    waits_for(step, lambda: run_cancel(run_id=run.id, user=personas.carol))
+
+    assert step.error is None, step.error
+    assert [m.body["content"] for m in run.messages.all()] == ["written before the cancel"]
+    assert Run.objects.get(pk=run.pk).status == RunStatus.CANCELLED
+    with pytest.raises(LeaseLost):
+        commit_one_step(host(attempt))

@@ -67,6 +67,10 @@ def text_parameter(request: Request, name: str) -> str | None:
     value = request.query_params.get(name)
     if value is not None and not (0 < len(value) <= 200):
         raise BadRequest(f"{name} must be 1 to 200 characters", code="bad_parameter")
+    if value is not None and "\x00" in value:
+        # `%00` decodes to U+0000, which PostgreSQL text cannot hold: comparing a column with
+        # it raised DataError, a 500. No stored name or id contains one, so it matches nothing.
+        raise BadRequest(f"{name} may not contain a NUL character", code="bad_parameter")
     return value
 
 

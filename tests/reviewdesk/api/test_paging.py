@@ -179,6 +179,26 @@ def test_a_bad_cursor_or_parameter_is_400(personas, api_as, url, code):
     assert response.json()["code"] == code
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/v1/runs?agent=%00",
+        "/api/v1/approvals?tool=send%00email",
+        "/api/v1/approvals?agent=%00",
+        "/api/v1/grants?tool=%00",
+        "/api/v1/audit?actor=%00",
+        "/api/v1/audit?subject_id=%00",
+        "/api/v1/runs/{run}/events?type=run.updated%00",
+    ],
+)
+def test_a_nul_character_in_a_text_filter_is_400_not_a_500(personas, api_as, interrupted_run, url):
+    """PostgreSQL text cannot hold U+0000: a filter comparing a column with it raised DataError."""
+    run, _ = interrupted_run()
+    response = api_as(personas.admin, "review", "audit").get(url.format(run=run.id))
+    assert response.status_code == 400, response.content
+    assert response.json()["code"] == "bad_parameter"
+
+
 def test_a_cursor_whose_time_has_an_offset_postgresql_refuses_pages_from_that_instant(
     personas, api_as, interrupted_run
 ):

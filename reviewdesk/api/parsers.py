@@ -7,6 +7,7 @@ that is not JSON is 400 `malformed_json`, and so is JSON that no response could 
 NaN and Infinity (not JSON, though Python reads them), a number too large for a float (1e999
 reads as infinity) and a lone surrogate escape ("\ud800": no UTF-8 encodes it). Stored in a
 run's metadata or model on SQLite, such a value made every runs list that showed it a 500.
+So is a string holding "\u0000": PostgreSQL's text and jsonb cannot store it (a 500 on insert).
 """
 
 from __future__ import annotations
@@ -50,7 +51,30 @@ def loads_limited(raw: bytes) -> Any:
             "the body is not JSON a response can carry: a string holds a lone surrogate (\\ud800-\\udfff)",
             code="malformed_json",
         ) from None
+    if _holds_nul(value):
+        raise ParseError(
+            "the body is not JSON the desk can store: a string holds a NUL character (\\u0000)",
+            code="malformed_json",
+        )
     return value
+
+
+def _holds_nul(value: Any) -> bool:
+    """Whether a string or a key anywhere in `value` holds U+0000, which PostgreSQL's text and
+    jsonb cannot store: a run's metadata or model holding one was a 500 on the insert.
+    Iterative, like the depth check (the value may nest up to DESK_JSON_MAX_DEPTH)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _not_json(constant: str) -> float:

@@ -76,6 +76,10 @@ def test_malformed_json_is_400_malformed_json(carol, nothing_changes):
         ('"metadata": {"n": NaN}', "NaN is not a JSON number"),
         ('"metadata": {"n": -Infinity}', "-Infinity is not a JSON number"),
         ('"metadata": {"n": 1e999}', "1e999 is too large"),
+        # U+0000: PostgreSQL's jsonb cannot store it (DataError, a 500 on the insert).
+        ('"metadata": {"a": "x\\u0000"}', "NUL"),
+        ('"metadata": {"\\u0000": 1}', "NUL"),  # in a key
+        ('"model": {"provider": "scripted", "script": [{"content": "\\u0000"}]}', "NUL"),
     ],
     ids=[
         "surrogate in metadata",
@@ -84,6 +88,9 @@ def test_malformed_json_is_400_malformed_json(carol, nothing_changes):
         "NaN",
         "-Infinity",
         "1e999",
+        "NUL in metadata",
+        "NUL in a key",
+        "NUL in the model",
     ],
 )
 def test_json_no_response_could_carry_back_is_400_malformed_json_and_stores_nothing(
@@ -101,6 +108,13 @@ def test_a_surrogate_pair_escaped_is_one_character_and_accepted(carol):
     assert response.status_code == 201, response.content
     assert response.json()["metadata"] == {"face": "\U0001f600"}
     assert carol.get("/api/v1/runs").status_code == 200
+
+
+def test_an_escaped_backslash_before_u0000_is_no_nul_and_accepted(carol):
+    raw = b'{"agent": "demo", "input": "x", "metadata": {"path": "C:\\\\u0000"}, "model": {"provider": "scripted", "script": [{"content": "hi"}]}}'
+    response = post_raw(carol, "/api/v1/runs", raw)
+    assert response.status_code == 201, response.content
+    assert response.json()["metadata"] == {"path": "C:\\u0000"}
 
 
 def test_a_body_that_is_not_utf8_is_400_malformed_json(carol, nothing_changes):

@@ -8,6 +8,7 @@ from rest_framework.response import Response
 
 from reviewdesk.api import paging
 from reviewdesk.api import schema as doc
+from reviewdesk.api.idempotency import idempotent
 from reviewdesk.api.permissions import CanSubmit
 from reviewdesk.api.serializers import StrictSerializer
 from reviewdesk.api.views import DeskAPIView
@@ -91,9 +92,11 @@ class WebhookListCreateView(DeskAPIView):
         description=(
             "Scope: submit. The endpoint receives events of runs this user submitted. The URL must "
             "resolve to public addresses (422 otherwise, unless DESK_WEBHOOKS_ALLOW_PRIVATE). "
-            "The response carries the secret, once. " + SIGNATURE_NOTE
+            "The response carries the secret, once (a repeat with the same Idempotency-Key replays "
+            "that response, to the same client). " + SIGNATURE_NOTE
         ),
         request=WebhookCreateSerializer,
+        parameters=[doc.IDEMPOTENCY_KEY],
         responses={201: WebhookCreatedSerializer, **doc.WRITE_PROBLEMS},
         examples=[
             OpenApiExample(
@@ -105,14 +108,18 @@ class WebhookListCreateView(DeskAPIView):
         extensions=doc.scopes("submit"),
     )
     def post(self, request):
-        serializer = WebhookCreateSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        endpoint, secret = webhook_register(owner=request.user, **serializer.validated_data)
-        return Response(
-            {**webhook_data(endpoint), "secret": secret},
-            status=201,
-            headers={"Location": f"/api/v1/webhooks/{endpoint.id}/deliveries"},
-        )
+        def register() -> Response:
+            serializer = WebhookCreateSerializer(data=request.data)
+            serializer.is_valid(raise_exception=True)
+            endpoint, secret = webhook_register(owner=request.user, **serializer.validated_data)
+            return Response(
+                {**webhook_data(endpoint), "secret": secret},
+                status=201,
+                headers={"Location": f"/api/v1/webhooks/{endpoint.id}/deliveries"},
+            )
+
+        # A client retrying after a lost answer must not register a second receiver.
+        return idempotent(request, register)
 
 
 class WebhookDeliveriesView(DeskAPIView):
@@ -141,12 +148,17 @@ class WebhookResendView(DeskAPIView):
         summary="Send a delivery's body again, as a new delivery",
         description=(
             "Scope: submit (the webhook's owner). Allowed on a disabled webhook: a successful "
-            "re-send enables it again."
+            "re-send enables it again. Idempotency-Key honoured."
         ),
         request=None,
+        parameters=[doc.IDEMPOTENCY_KEY],
         responses={202: DeliveryOutSerializer, **doc.WRITE_PROBLEMS},
         extensions=doc.scopes("submit"),
     )
     def post(self, request, webhook_id, delivery_id):
-        delivery = webhook_resend(webhook_id=webhook_id, delivery_id=delivery_id, owner=request.user)
-        return Response(delivery_data(delivery), status=202)
+        def resend() -> Response:
+            delivery = webhook_resend(webhook_id=webhook_id, delivery_id=delivery_id, owner=request.user)
+            return Response(delivery_data(delivery), status=202)
+
+        # A repeated click or a client's retry under one key sends the body once, not twice.
+        return idempotent(request, resend)

@@ -286,3 +286,32 @@ def test_a_url_with_credentials_and_a_twenty_first_webhook_are_refused(personas,
     one_more = register(carol, "http://127.0.0.1:9/hook", "run.failed")
     assert one_more.status_code == 422 and "at most 20" in one_more.json()["detail"]
     assert WebhookEndpoint.objects.count() == 20
+
+
+def test_an_idempotency_key_registers_one_webhook_and_re_sends_once(personas, api_as, settings):
+    """`Idempotency-Key` on a POST replays the first response (README, API v1): a client that
+    retries a registration after a dropped answer must not get a second webhook, nor its
+    receiver a second copy of a re-sent delivery."""
+    settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True
+    carol = api_as(personas.carol, "submit")
+    body = {"url": "http://127.0.0.1:9/hook", "events": ["run.failed"]}
+    first = carol.post("/api/v1/webhooks", body, format="json", HTTP_IDEMPOTENCY_KEY="hook-1")
+    again = carol.post("/api/v1/webhooks", body, format="json", HTTP_IDEMPOTENCY_KEY="hook-1")
+    assert first.status_code == again.status_code == 201, again.content
+    assert again.json() == first.json() and again["Idempotent-Replayed"] == "true"
+    assert WebhookEndpoint.objects.count() == 1
+    other = carol.post(
+        "/api/v1/webhooks",
+        {**body, "events": ["run.succeeded"]},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="hook-1",
+    )
+    assert other.status_code == 422 and other.json()["code"] == "idempotency_key_reused"
+
+    endpoint = WebhookEndpoint.objects.get()
+    original = WebhookDelivery.objects.create(endpoint=endpoint, event_type="run.failed", body="{}")
+    url = f"/api/v1/webhooks/{endpoint.id}/deliveries/{original.id}/resend"
+    resent = [carol.post(url, HTTP_IDEMPOTENCY_KEY="resend-1") for _ in range(2)]
+    assert [r.status_code for r in resent] == [202, 202]
+    assert resent[1].json() == resent[0].json()
+    assert WebhookDelivery.objects.filter(resend_of=original).count() == 1

@@ -100,6 +100,20 @@ class DecisionSerializer(StrictSerializer):
         return attrs
 
 
+class QueryJSONField(serializers.JSONField):
+    """JSON sent as a query parameter's text (binary). No body parser limited it: nested past
+    ~1000 levels json.loads raises RecursionError, which DRF's field let through as a 500."""
+
+    def __init__(self, **kwargs):
+        super().__init__(binary=True, **kwargs)
+
+    def to_internal_value(self, data):
+        try:
+            return super().to_internal_value(data)
+        except RecursionError:
+            self.fail("invalid")
+
+
 class DecisionPayloadQuerySerializer(StrictSerializer):
     """The decision about to be signed, as query parameters (`arguments` as JSON, for an edit)."""
 
@@ -109,8 +123,8 @@ class DecisionPayloadQuerySerializer(StrictSerializer):
     reason = DecisionTextField(required=False, allow_blank=True, default="")
     note = DecisionTextField(required=False, allow_blank=True, default="")
     external_ref = ExternalRefField(required=False, allow_blank=True, default="")
-    arguments = serializers.JSONField(required=False, binary=True)
-    answer = serializers.JSONField(required=False, binary=True)  # a question's answer, as JSON
+    arguments = QueryJSONField(required=False)
+    answer = QueryJSONField(required=False)  # a question's answer, as JSON
 
 
 class HandoverSerializer(StrictSerializer):

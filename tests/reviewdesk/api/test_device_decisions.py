@@ -39,6 +39,26 @@ def test_the_payload_is_the_exact_bytes_to_sign(interrupted_run, personas, api_a
     assert not Decision.objects.exists()  # nothing stored
 
 
+@pytest.mark.parametrize("field", ["arguments", "answer"])
+def test_json_in_the_query_nested_past_the_decoder_is_422_never_a_500(
+    interrupted_run, personas, api_as, device_keys, field
+):
+    """`arguments` and `answer` are JSON in a query string, which no body parser has limited:
+    past ~1000 levels json.loads raised RecursionError, and the payload view answered 500."""
+    _, approval = interrupted_run()
+    response = api_as(personas.alice, "review").get(
+        f"/api/v1/approvals/{approval.id}/payload",
+        {
+            "verdict": "edit" if field == "arguments" else "answer",
+            "checkpoint_id": str(approval.checkpoint_id),
+            "key_id": device_keys.alice_key_id,
+            field: "[" * 5000 + "]" * 5000,
+        },
+    )
+    assert response.status_code == 422, response.content
+    assert response.json()["code"] == "invalid" and field in response.json()["errors"]
+
+
 def test_alice_decides_with_her_key_file_and_the_decision_is_device_signed(
     interrupted_run, personas, api_as, device_keys
 ):

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiExample, extend_schema
-from rest_framework import serializers
 from rest_framework.response import Response
 
 from reviewdesk.api import schema as doc
 from reviewdesk.api.idempotency import idempotent
 from reviewdesk.api.permissions import CanSubmit
 from reviewdesk.api.representations import run_detail
-from reviewdesk.api.serializers import StrictSerializer
+from reviewdesk.api.serializers import StrictCharField, StrictSerializer
 from reviewdesk.api.views import DeskAPIView, _with_details
 from reviewdesk.runs.models import Run
 from reviewdesk.runs.threads import run_follow_up
 
 
 class FollowUpSerializer(StrictSerializer):
-    input = serializers.CharField(max_length=100_000)
+    input = StrictCharField(max_length=100_000)  # as a submit's: a number is no message
 
 
 class RunMessagesView(DeskAPIView):

@@ -132,6 +132,16 @@ def test_a_follow_up_refuses_unknown_fields_and_an_empty_input(finished_run, per
     assert not finished_run.follow_ups.exists()
 
 
+@pytest.mark.parametrize("value", [42, 4.5])
+def test_a_follow_up_whose_input_is_no_string_is_422_like_a_submit(finished_run, personas, api_as, value):
+    """DRF's CharField reads a number as its str(): {"input": 42} became the message "42",
+    where POST /api/v1/runs refuses the same field (422 `invalid`, naming it)."""
+    response = follow_up(api_as(personas.carol, "submit"), finished_run, text=value)
+    assert response.status_code == 422, response.content
+    assert response.json()["code"] == "invalid" and "input" in response.json()["errors"]
+    assert not finished_run.follow_ups.exists()
+
+
 def test_a_repeated_idempotency_key_posts_once(finished_run, personas, api_as):
     carol = api_as(personas.carol, "submit")
     first = follow_up(carol, finished_run, HTTP_IDEMPOTENCY_KEY="f1")

@@ -29,7 +29,10 @@ class GrantListView(DeskAPIView):
     @extend_schema(
         operation_id="grants_list",
         summary="List standing grants, newest first",
-        description="Scope: any; reviewers and admins see every grant, others none. Paged.",
+        description=(
+            "Scope: any. Admins see every grant; a reviewer the grants they made and those made on "
+            "runs they may see (a grant carries its call's arguments); anyone else none. Paged."
+        ),
         parameters=[
             doc.query("status", str, "only grants in this state", enum=list(GRANT_STATUSES)),
             doc.query("tool", str, "only grants for this tool"),

@@ -109,16 +109,20 @@ def resolve_target(url: str) -> tuple[str | None, str | None]:
 # NAT64's well-known prefixes (RFC 6052, RFC 8215): a gateway there forwards to the IPv4 address
 # in the last 32 bits. Python counts 64:ff9b::a00:1 as global although it reaches 10.0.0.1.
 _NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+# SIIT's IPv4-translated addresses (RFC 2765, ::ffff:0:a.b.c.d): a stateless translator takes
+# them to the IPv4 address in the last 32 bits, and Python counts ::ffff:0:a00:1 as global too.
+_IPV4_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")
 
 
 def _embedded_ipv4(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
     """The IPv4 addresses an IPv6 address reaches through a translator or a tunnel: mapped
-    (::ffff:a.b.c.d), compatible (::a.b.c.d), 6to4 (2002::/16), Teredo (2001::/32), NAT64."""
+    (::ffff:a.b.c.d), compatible (::a.b.c.d), 6to4 (2002::/16), Teredo (2001::/32), NAT64,
+    IPv4-translated (::ffff:0:a.b.c.d)."""
     if not isinstance(address, ipaddress.IPv6Address):
         return []
     inner = [address.ipv4_mapped, address.sixtofour, *(address.teredo or ())]
     low = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    if int(address) >> 32 == 0 or any(address in network for network in _NAT64):
+    if int(address) >> 32 == 0 or any(address in network for network in (*_NAT64, _IPV4_TRANSLATED)):
         inner.append(low)
     return [a for a in inner if a is not None]
 

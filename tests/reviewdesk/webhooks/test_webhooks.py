@@ -130,8 +130,22 @@ def test_a_private_address_is_refused_without_the_setting(personas, api_as, sett
 
 @pytest.mark.parametrize(
     "host",
-    ["64:ff9b::a00:1", "64:ff9b:1::a00:1", "2002:7f00:1::", "::127.0.0.1", "::ffff:10.0.0.1"],
-    ids=["NAT64 to 10.0.0.1", "local NAT64", "6to4 of 127.0.0.1", "IPv4-compatible", "IPv4-mapped"],
+    [
+        "64:ff9b::a00:1",
+        "64:ff9b:1::a00:1",
+        "2002:7f00:1::",
+        "::127.0.0.1",
+        "::ffff:10.0.0.1",
+        "::ffff:0:a00:1",
+    ],
+    ids=[
+        "NAT64 to 10.0.0.1",
+        "local NAT64",
+        "6to4 of 127.0.0.1",
+        "IPv4-compatible",
+        "IPv4-mapped",
+        "IPv4-translated (SIIT) of 10.0.0.1",
+    ],
 )
 def test_an_ipv6_address_that_reaches_a_private_ipv4_one_is_refused(host, settings):
     """Python calls the first four global; a translator or tunnel takes them to the inside."""

@@ -127,6 +127,10 @@ def answer_problem(arguments: Mapping[str, Any], answer: Any) -> str | None:
             errors = sorted(validator.iter_errors(answer), key=lambda e: list(e.path))
         except Unresolvable as exc:  # asked before refs were checked at ask time
             return f"the question's schema cannot be checked: {exc}"
+        except RecursionError:
+            # A $ref inside the schema may still lead back to itself ({"$ref": "#"}): valid,
+            # and it resolves, but checking any answer against it never ends.
+            return "the question's schema cannot be checked: it refers to itself without end"
         if errors:
             where = "/".join(str(p) for p in errors[0].path) or "(root)"
             return f"the answer does not match the question's schema: {where}: {errors[0].message}"

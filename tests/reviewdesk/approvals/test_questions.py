@@ -141,6 +141,25 @@ def test_an_answer_to_a_schema_that_cannot_be_resolved_is_422_not_500(interrupte
     assert not Decision.objects.exists()
 
 
+@pytest.mark.parametrize(
+    "schema",
+    [{"$ref": "#"}, {"anyOf": [{"type": "integer"}, {"$ref": "#"}]}],
+    ids=["refers to itself", "refers to itself on one branch"],
+)
+def test_an_answer_to_a_schema_that_refers_to_itself_without_end_is_422_not_500(
+    interrupted_run, personas, api_as, schema
+):
+    """A valid schema whose $ref stays inside it, so the model may ask with it; validating any
+    answer against it recursed until RecursionError, a 500 for every reviewer who answered."""
+    _run, question = interrupted_run(asking(question="Anything?", schema=schema))
+
+    response = answer(api_as, personas.alice, question, answer="a")
+
+    assert response.status_code == 422, response.content
+    assert response.json()["code"] == "invalid_answer" and "itself" in response.json()["detail"]
+    assert not Decision.objects.exists()
+
+
 def test_an_answer_changed_in_the_database_is_refused_by_the_gate(interrupted_run, personas, api_as):
     run, question = interrupted_run(asking(**COLOUR))
     assert answer(api_as, personas.alice, question, answer="blue").status_code == 201

@@ -26,6 +26,8 @@ from reviewdesk.errors import DeskError
 
 HEADER = "Idempotency-Key"
 IN_FLIGHT = IdempotencyRecord.State.IN_FLIGHT
+# Part of the first response a replay repeats besides status and body: where the created thing is.
+REPLAYED_HEADERS = ("Location",)
 
 
 def idempotent(request, handler: Callable[[], Response]) -> Response:
@@ -76,7 +78,7 @@ def _repeat(record: IdempotencyRecord, fingerprint: str) -> Response:
         return problem(
             409, "Conflict", f"a request with this {HEADER} is still in progress", code="in_flight"
         )
-    replay = Response(record.response_body, status=record.response_status)
+    replay = Response(record.response_body, status=record.response_status, headers=record.response_headers)
     replay["Idempotent-Replayed"] = "true"
     if record.response_status >= 400:
         replay.content_type = "application/problem+json"
@@ -101,6 +103,7 @@ def _run_once(record: IdempotencyRecord, handler: Callable[[], Response]) -> Res
                     state=IdempotencyRecord.State.DONE,
                     response_status=response.status_code,
                     response_body=response.data,
+                    response_headers={name: response[name] for name in REPLAYED_HEADERS if name in response},
                 )
     except Exception:
         mine.delete()  # nothing was committed for it: let the client retry

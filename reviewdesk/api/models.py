@@ -20,6 +20,8 @@ class IdempotencyRecord(models.Model):
     state = models.CharField(max_length=20, choices=State.choices, default=State.IN_FLIGHT)
     response_status = models.PositiveSmallIntegerField(null=True)
     response_body = models.JSONField(null=True)
+    # The headers a replay must repeat (`idempotency.REPLAYED_HEADERS`): a 201's Location.
+    response_headers = models.JSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

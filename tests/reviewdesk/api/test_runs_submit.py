@@ -129,6 +129,16 @@ def test_an_idempotency_key_replays_the_first_response_and_creates_one_run(perso
     assert Run.objects.count() == 1
 
 
+def test_a_replayed_submit_carries_the_first_responses_location(personas, api_as):
+    """The replay is the first response: a client that lost the 201 and retries reads the new
+    run's address where the first one said it, not a 201 without it."""
+    client = api_as(personas.carol, "submit")
+    first = submit(client, VALID, HTTP_IDEMPOTENCY_KEY="k-loc")
+    again = submit(client, VALID, HTTP_IDEMPOTENCY_KEY="k-loc")
+    assert again["Idempotent-Replayed"] == "true"
+    assert again.get("Location") == first["Location"] == f"/api/v1/runs/{first.json()['id']}"
+
+
 def test_an_idempotency_key_reused_with_another_body_is_422(personas, api_as):
     client = api_as(personas.carol, "submit")
     submit(client, VALID, HTTP_IDEMPOTENCY_KEY="k-2")

@@ -110,6 +110,13 @@ def _live_hooks() -> set[Callable[[], None]]:
     return {entry[1] for entry in connection.run_on_commit}
 
 
+def comparable_text(value: str) -> str:
+    """`value` as a filter may compare it with a text column: U+0000, which PostgreSQL text
+    cannot hold (psycopg raises DataError, a 500), reads as U+FFFD, which no stored name or id
+    holds either: a filter typed with one matches nothing, on either database."""
+    return value.replace("\x00", "\ufffd")
+
+
 def prefetched_as(instance: Any, relation: str, rows: list[Any]) -> None:
     """Give `instance` its reverse relation `relation` as if prefetched, holding `rows`: for
     rows the caller already has (issue 11: no query, and no SQL compiled for it)."""

@@ -13,7 +13,7 @@ from django.db.models import QuerySet
 from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.approvals.routing import in_queue_order, queue_tiers
 from reviewdesk.approvals.selectors import approvals_pending_for
-from reviewdesk.db import NamesAny
+from reviewdesk.db import NamesAny, comparable_text
 from reviewdesk.events.builders import approval_rows
 
 # The desk's queue: one page at a time, whatever the number pending. Twenty cards keep the
@@ -43,7 +43,9 @@ QUEUE_MAX_OFFSET = 10**9
 def queue_view_from(params: Mapping[str, str]) -> tuple[QueueFilters, int]:
     """The filters and the offset a query asks for (`agent`, `tool`, `run`, `assignee`,
     `offset`); what is missing, malformed or out of range reads as "none" or 0."""
-    filters = QueueFilters(**{name: str(params.get(name, "")).strip()[:200] for name in QUEUE_FILTER_NAMES})
+    filters = QueueFilters(
+        **{name: comparable_text(str(params.get(name, ""))).strip()[:200] for name in QUEUE_FILTER_NAMES}
+    )
     try:
         offset = int(str(params.get("offset", 0)))
     except ValueError:

@@ -26,7 +26,7 @@ from reviewdesk.audit.models import AuditEvent
 from reviewdesk.audit.services import audit_verify
 
 # What the decision templates compare with and limit to, so that they spell no enum value or limit.
-from reviewdesk.desk.paging import paged
+from reviewdesk.desk.paging import filter_text, paged
 
 
 class AuditFilterError(ValueError):
@@ -43,7 +43,7 @@ def _audit_rows(request: HttpRequest) -> tuple[QuerySet[AuditEvent], dict[str, s
     matching the run's own rows and those of its approvals; since/until: local times
     (YYYY-MM-DDTHH:MM), until exclusive. A malformed filter raises AuditFilterError.
     """
-    kept = {name: request.GET.get(name, "").strip()[:100] for name in AUDIT_FILTERS}
+    kept = {name: filter_text(request, name) for name in AUDIT_FILTERS}
     kept = {name: value for name, value in kept.items() if value}
     rows = AuditEvent.objects.select_related("actor").order_by("-id")
     if "actor" in kept:

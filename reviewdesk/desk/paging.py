@@ -6,7 +6,15 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.http import urlencode
 
+from reviewdesk.db import comparable_text
+
 MAX_OFFSET = 10**9  # past it, an offset is malformed (a 64-bit OFFSET would overflow: a 500)
+
+
+def filter_text(request: HttpRequest, name: str) -> str:
+    """The URL's filter `name` as a list compares it: trimmed, at most 100 characters, a NUL
+    matching nothing (`comparable_text`)."""
+    return comparable_text(request.GET.get(name, "")).strip()[:100]
 
 
 def page_offset(request: HttpRequest) -> int:

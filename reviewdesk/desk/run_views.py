@@ -20,7 +20,7 @@ from reviewdesk.approvals.models import ApprovalStatus
 from reviewdesk.audit.models import AuditEvent
 
 # What the decision templates compare with and limit to, so that they spell no enum value or limit.
-from reviewdesk.desk.paging import paged
+from reviewdesk.desk.paging import filter_text, paged
 from reviewdesk.desk.thread_views import may_follow_up, run_thread
 from reviewdesk.desk.views import DESK_SOCKET_PATH, DONE
 from reviewdesk.errors import DeskError, Forbidden, NotFound
@@ -33,7 +33,7 @@ from reviewdesk.runs.services import run_cancel, run_retry
 def run_list(request: HttpRequest) -> HttpResponse:
     """The runs the user may see, newest first, filtered by the URL's status and agent, a page
     at a time: the same number of queries whatever the number of runs."""
-    kept = {name: request.GET.get(name, "").strip()[:100] for name in ("status", "agent")}
+    kept = {name: filter_text(request, name) for name in ("status", "agent")}
     kept = {name: value for name, value in kept.items() if value}
     runs = runs_visible_to(request.user)
     if "status" in kept:

@@ -143,6 +143,29 @@ def test_only_admins_see_the_audit_page_and_its_export(personas):
     assert Client().get(reverse("audit-export")).status_code == 302  # to the login page
 
 
+@pytest.mark.parametrize(
+    ("who", "path", "query"),
+    [
+        ("carol", "runs", {"agent": "demo\x00"}),
+        ("carol", "runs", {"status": "\x00"}),
+        ("admin", "audit", {"actor": "bob\x00", "action": "\x00decision."}),
+    ],
+    ids=["runs agent", "runs status", "audit actor and action"],
+)
+def test_a_nul_character_in_a_pages_filter_matches_nothing_and_is_no_500(decided, personas, who, path, query):
+    """`%00` decodes to U+0000, which PostgreSQL text cannot hold: compared with a column as
+    typed, it raised DataError (a 500). No name holds one, so the filter matches no row (the
+    desk page's queue: test_snapshot_window.py)."""
+    response = logged_in(getattr(personas, who)).get(reverse(path), query)
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert run_ids(page) == [] and audit_ids(page) == []
+    assert run_ids(logged_in(getattr(personas, who)).get(reverse(path)).content.decode()) or audit_ids(
+        logged_in(getattr(personas, who)).get(reverse(path)).content.decode()
+    ), "control: the same page unfiltered lists rows"
+
+
 def test_the_admin_filters_the_audit_by_actor_action_and_run(decided, personas):
     first, _second = decided
     client = logged_in(personas.admin)

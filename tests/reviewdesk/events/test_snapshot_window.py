@@ -133,6 +133,16 @@ def test_a_malformed_query_gets_a_page_never_a_closed_socket(personas, a_long_qu
     assert len(data["approvals"]) == (0 if query.startswith("run=") else QUEUE_PAGE_SIZE)
 
 
+def test_a_nul_character_in_the_socket_urls_filter_matches_nothing(personas, a_long_queue):
+    """`%00` is U+0000, which PostgreSQL text cannot hold: the snapshot's query raised
+    DataError and the socket closed (the desk page: a 500). It reads as a filter no approval
+    matches."""
+    data = snapshot_for(personas.alice, "/ws/desk/?tool=send_email%00&agent=%00&assignee=%00")["data"]
+    assert (data["approvals"], data["matching"], data["total"]) == ([], 0, a_long_queue)
+    assert desk_page_ids(personas.alice, {"tool": "send_email\x00", "assignee": "\x00"}) == []
+    assert desk_page_ids(personas.alice, {"tool": "send_email"}), "control: without the NUL it matches"
+
+
 def test_a_filter_in_the_socket_url_never_widens_what_she_may_see(personas, a_long_queue):
     data = snapshot_for(personas.alice, "/ws/desk/?assignee=bob")["data"]
     assert (data["approvals"], data["matching"], data["total"]) == ([], 0, a_long_queue)

@@ -50,8 +50,9 @@ OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
 
 
 def is_target(name: Any) -> bool:
-    """A username, or "group:" and a group name; neither may be empty or carry spaces."""
-    if not isinstance(name, str) or not name or name != name.strip() or " " in name:
+    """A username, or "group:" and a group name; neither may be empty or carry spaces, nor a
+    NUL (no stored name can: PostgreSQL text cannot hold one)."""
+    if not isinstance(name, str) or not name or name != name.strip() or " " in name or "\x00" in name:
         return False
     return name != GROUP_PREFIX
 

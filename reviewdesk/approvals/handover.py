@@ -22,7 +22,7 @@ from reviewdesk.accounts.roles import is_reviewer
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
 from reviewdesk.approvals.routing import approval_audience, named_by, qualified_users, user_qualifies
 from reviewdesk.approvals.selectors import approval_get_for_reviewer
-from reviewdesk.approvals.validation import TEXT_MAX
+from reviewdesk.approvals.validation import NUL_REFUSED, TEXT_MAX
 from reviewdesk.audit.services import audit_record
 from reviewdesk.errors import Conflict, Forbidden, Gone, Invalid
 from reviewdesk.events.builders import approval_data
@@ -50,6 +50,8 @@ def approval_check_handover(*, approval_id: Any, by: Any, to: Any, note: Any) ->
         )
     if not isinstance(note, str) or len(note) > TEXT_MAX:
         raise Invalid(f"note is text of at most {TEXT_MAX} characters", errors={"note": ["invalid"]})
+    if "\x00" in note:
+        raise Invalid(f"note: {NUL_REFUSED}", errors={"note": [NUL_REFUSED]})
     if approval.status == ApprovalStatus.EXPIRED or (
         approval.status == ApprovalStatus.PENDING and approval.expires_at <= timezone.now()
     ):

@@ -22,6 +22,10 @@ from reviewdesk.jsonlimits import json_depth_exceeds
 TEXT_MAX = 10_000  # a reason or a note
 EXTERNAL_REF_MAX = 200
 
+# A text holding U+0000: PostgreSQL text cannot store it (the insert raised DataError, a 500).
+# DRF's words, so the API's own fields and the desk's forms say the same.
+NUL_REFUSED = "Null characters are not allowed."
+
 # The problem+json detail of a body that breaks a field rule, as the API has always said it.
 FIELD_ERRORS_DETAIL = "the request body does not match what this endpoint accepts"
 
@@ -56,6 +60,8 @@ def decision_input_check(
             errors[field] = ["Not a valid string."]
         elif len(value) > limit:
             errors[field] = [f"Ensure this field has no more than {limit} characters."]
+        elif "\x00" in value:
+            errors[field] = [NUL_REFUSED]
     if errors:
         raise Invalid(FIELD_ERRORS_DETAIL, code="invalid", errors=errors)
 

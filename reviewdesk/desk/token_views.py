@@ -55,6 +55,8 @@ def _create(request: HttpRequest) -> tuple[tuple[ApiToken, str] | None, list[str
     errors = []
     if len(name) > NAME_MAX:
         errors.append(f"The name is at most {NAME_MAX} characters.")
+    if "\x00" in name:
+        errors.append("The name may not hold a NUL character.")
     if not scopes or set(scopes) - set(Scope.values):
         errors.append("Choose at least one scope: " + ", ".join(Scope.values) + ".")
     try:

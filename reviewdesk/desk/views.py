@@ -7,7 +7,7 @@ import json
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_http_methods
@@ -215,10 +215,18 @@ def _decide(request: HttpRequest, approval: ApprovalRequest) -> HttpResponse:
     if _wants_json(request):  # desk.js decides in place and keeps the reviewer in the queue
         return JsonResponse({"decided": True, "detail": done})
     messages.success(request, done)
-    next_url = request.POST.get("next", "")
-    if not url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()}):
-        next_url = "desk"
-    return redirect(next_url)
+    return _back_to(request.POST.get("next", ""), request)
+
+
+def _back_to(next_url: str, request: HttpRequest) -> HttpResponse:
+    """Back to the page the form came from (the desk's path, with its filters): a path on this
+    host only. Anything else is the desk: `redirect` would take a bare word such as "ab" for a
+    view's name and fail (a 500 after the decision was stored)."""
+    if next_url.startswith("/") and url_has_allowed_host_and_scheme(
+        next_url, allowed_hosts={request.get_host()}
+    ):
+        return HttpResponseRedirect(next_url)
+    return redirect("desk")
 
 
 def _decided_by(approval: ApprovalRequest, exc: DeskError) -> str:

@@ -109,3 +109,29 @@ def test_a_page_not_yours_or_not_there_says_why_and_leads_back(personas):
     assert 'href="/"' in page and 'href="/runs/"' in page
     refused = logged_in(personas.olivia).get("/")
     assert refused.status_code == 403 and "The desk is for reviewers." in refused.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("next_url", "lands_on"),
+    [
+        ("/?tool=send_email", "/?tool=send_email"),
+        ("https://evil.example/", "/"),
+        ("//evil.example/", "/"),
+        ("desk-page", "/"),  # a bare word: `redirect` read it as a view's name, a 500
+        ("", "/"),
+    ],
+    ids=["the desk's own path", "another site", "scheme-relative", "a bare word", "none"],
+)
+def test_after_a_decision_the_form_goes_back_to_its_page_on_this_site_only(
+    interrupted_run, personas, next_url, lands_on
+):
+    _, approval = interrupted_run()
+    form = {
+        "checkpoint_id": str(approval.checkpoint_id),
+        "verdict": "reject",
+        "reason": "no",
+        "next": next_url,
+    }
+    response = logged_in(personas.alice).post(f"/approvals/{approval.id}/", form)
+    assert (response.status_code, response["Location"]) == (302, lands_on)
+    assert Decision.objects.filter(request=approval, verdict="reject").count() == 1

@@ -67,6 +67,19 @@ def test_the_hand_over_form_says_why_it_refused(interrupted_run, personas):
     assert not AuditEvent.objects.filter(action="approval.handed_over").exists()
 
 
+@pytest.mark.parametrize(
+    "form", [{"to": "bob\x00"}, {"to": "bob", "note": "your\x00 customer"}], ids=["to", "note"]
+)
+def test_a_nul_in_the_hand_over_form_is_refused_with_its_reason_not_a_500(interrupted_run, personas, form):
+    """U+0000, which PostgreSQL text cannot hold: looked up or stored as typed, it was a 500."""
+    _, approval = interrupted_run()
+    response = logged_in(personas.alice).post(f"/approvals/{approval.id}/handover/", form, follow=True)
+    page = response.content.decode()
+    assert response.status_code == 200 and "Not handed over: " in page
+    assert ("to: invalid" in page) if "note" not in form else ("Null characters are not allowed." in page)
+    assert not AuditEvent.objects.filter(action="approval.handed_over").exists()
+
+
 def test_an_outsider_cannot_post_the_hand_over_form(interrupted_run, personas):
     _, approval = interrupted_run()
     response = logged_in(personas.olivia).post(f"/approvals/{approval.id}/handover/", {"to": "bob"})

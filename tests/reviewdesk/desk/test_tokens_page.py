@@ -52,6 +52,9 @@ def test_a_token_needs_a_known_scope_and_an_offered_expiry(personas):
     assert page.post("/tokens/", {"name": "x", "expires_in_days": "0"}).status_code == 422
     assert page.post("/tokens/", {"scopes": ["root"], "expires_in_days": "0"}).status_code == 422
     assert page.post("/tokens/", {"scopes": ["submit"], "expires_in_days": "3"}).status_code == 422
+    # U+0000, which PostgreSQL text cannot hold: stored as typed, it was a 500.
+    refused = page.post("/tokens/", {"name": "ci\x00", "scopes": ["submit"], "expires_in_days": "0"})
+    assert refused.status_code == 422 and "may not hold a NUL" in refused.content.decode()
     assert not ApiToken.objects.exists()
 
 

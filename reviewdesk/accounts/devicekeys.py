@@ -244,26 +244,40 @@ def device_trust_problems() -> list[str]:
     return []
 
 
+def _pinned_before(path: Path) -> tuple[Roots, frozenset[str]]:
+    """The roots and revoked key ids of the trust file about to be replaced (none if unreadable)."""
+    try:
+        roots: Roots = load_trust_file(path)
+    except TrustFileError:
+        roots = {}
+    return roots, load_trust_revoked(path)
+
+
 def trust_pin(*, keys: list[DeviceKey], path: Path | None = None) -> Path:
     """Write these admin device keys as the pinned roots, read-only (0444), with every device
-    key a revocation signed by one of them names: revoked in the file, a deleted revocation
-    row cannot bring a key back."""
+    key a revocation names that is signed by one of them or by a root the file it replaces
+    pinned: revoked in the file, a deleted revocation row cannot bring a key back.
+
+    A revocation only takes trust away, so nothing here lapses: the replaced file's revoked ids
+    are kept (rebuilt from the rows alone, a row a database writer deleted un-revoked its key at
+    the next pin), and so are revocations by a root this pin retires (an admin's old key)."""
     path = Path(path or settings.DESK_TRUST_FILE)
     for key in keys:
         if not key.user.is_staff:
             raise ValueError(f"{key.user} is not an admin: only admin keys are roots")
     roots = {k.key_id: public_key_from_b64(k.public_key) for k in keys}
-    revoked = [
+    roots_before, revoked_before = _pinned_before(path)
+    revokers = {**roots_before, **roots}
+    revoked = revoked_before | {
         row.device_key.key_id
         for row in Revocation.objects.select_related("device_key")
-        if signed_under_root(SignedRecord(record=row.record, signature=row.signature), roots)
-    ]
-    roots = {k.key_id: public_key_from_b64(k.public_key) for k in keys}
-    revoked = [
-        row.device_key.key_id
-        for row in Revocation.objects.select_related("device_key")
-        if signed_under_root(SignedRecord(record=row.record, signature=row.signature), roots)
-    ]
+        if signed_under_root(SignedRecord(record=row.record, signature=row.signature), revokers)
+    }
+    if revoked & roots.keys():
+        raise ValueError(
+            f"revoked keys cannot be roots: {', '.join(sorted(revoked & roots.keys()))} "
+            "(its revocation row is gone: revoke it again with manage.py trust revoke)"
+        )
     text = trust_file_text(
         [
             {"key_id": k.key_id, "public_key": k.public_key, "user": k.user.get_username(), "label": k.label}
@@ -283,6 +297,6 @@ def trust_pin(*, keys: list[DeviceKey], path: Path | None = None) -> Path:
         action="trust.pinned",
         subject_type="trust_file",
         subject_id=str(path),
-        data={"roots": [k.key_id for k in keys], "revoked": revoked, "via": "manage.py trust pin"},
+        data={"roots": [k.key_id for k in keys], "revoked": sorted(revoked), "via": "manage.py trust pin"},
     )
     return path

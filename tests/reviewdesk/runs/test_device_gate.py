@@ -5,12 +5,14 @@ decision and a failed run that says why."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.utils import timezone
 
+from agents.decisions import key_id_for
 from agents.testing.trust import endorse, revoke
 from agents.trust import public_key_b64
 from reviewdesk.accounts.models import DeviceKey, Endorsement, Revocation
@@ -181,3 +183,68 @@ def test_a_revocation_pinned_in_the_trust_file_holds_when_its_row_is_deleted(
     call_command("trust", "pin", "--user", "admin")
     Revocation.objects.all().delete()
     assert_refused(run, "is revoked in the trust file", mailoutbox)
+
+
+def test_a_pinned_revocation_survives_the_next_pin_after_its_row_is_deleted(
+    interrupted_run, alice, device_keys, mailoutbox
+):
+    """As above, and then the operator pins again (the README asks for it after adding an admin
+    key or revoking any key): the new file must still name the key, whatever the database now
+    says. It was rebuilt from the revocation rows alone, and the deleted row un-revoked alice."""
+    from django.core.management import call_command
+
+    run, approval = interrupted_run()
+    assert device_decide(alice, approval, device_keys.alice).status_code == 201
+    call_command(
+        "trust", "revoke", "--key-id", device_keys.alice_key_id, "--signer", str(device_keys.admin_file)
+    )
+    call_command("trust", "pin", "--user", "admin")
+    Revocation.objects.all().delete()
+    call_command("trust", "pin", "--user", "admin")
+    assert_refused(run, "is revoked in the trust file", mailoutbox)
+
+
+def test_a_revocation_by_a_root_later_retired_still_holds(
+    interrupted_run, alice, device_keys, tmp_path, mailoutbox
+):
+    """The admin holds two pinned keys; alice's key, endorsed by both, is revoked with the first;
+    the first is then retired (revoked with the second) and the roots pinned again. Her key's
+    revocation was signed by a root the workers pinned: it must not lapse with that root."""
+    from django.core.management import call_command
+
+    second = tmp_path / "admin-second.pem"
+    call_command("trust", "keygen", str(second))
+    call_command("trust", "register", "--user", "admin", "--key", str(second), "--label", "admin desktop")
+    call_command("trust", "pin", "--user", "admin")
+    call_command(
+        "trust", "enroll", "--user", "alice", "--key", str(device_keys.alice_file), "--signer", str(second)
+    )
+    run, approval = interrupted_run()
+    assert device_decide(alice, approval, device_keys.alice).status_code == 201
+    call_command(
+        "trust", "revoke", "--key-id", device_keys.alice_key_id, "--signer", str(device_keys.admin_file)
+    )
+    first_key_id = key_id_for(device_keys.admin.public_key())
+    call_command("trust", "revoke", "--key-id", first_key_id, "--signer", str(second))
+    call_command("trust", "pin", "--user", "admin")
+    assert_refused(run, "revoked", mailoutbox)
+
+
+def test_a_revoked_root_whose_row_is_deleted_is_not_pinned_again(device_keys, tmp_path):
+    """The same for a root: once a file names the admin's old key revoked, deleting its row does
+    not make the next pin trust it again."""
+    from django.core.management import CommandError, call_command
+
+    second = tmp_path / "admin-second.pem"
+    call_command("trust", "keygen", str(second))
+    call_command("trust", "register", "--user", "admin", "--key", str(second), "--label", "admin desktop")
+    call_command("trust", "pin", "--user", "admin")
+    first_key_id = key_id_for(device_keys.admin.public_key())
+    call_command("trust", "revoke", "--key-id", first_key_id, "--signer", str(second))
+    call_command("trust", "pin", "--user", "admin")
+    Revocation.objects.all().delete()
+    with pytest.raises(CommandError, match="revoked keys cannot be roots"):
+        call_command("trust", "pin", "--user", "admin")
+    pinned = json.loads(device_keys.trust_file.read_text())
+    assert first_key_id not in [root["key_id"] for root in pinned["roots"]]
+    assert first_key_id in pinned["revoked"]

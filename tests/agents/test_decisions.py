@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from agents.canonical import canonical_json
 from agents.decisions import (
     SignedDecision,
     answer_matches,
@@ -297,3 +298,19 @@ def test_a_signature_is_not_valid_for_anything_but_its_payload_and_key(spoil, ke
 
     assert signature_valid(GOLDEN_KEY.public_key(), GOLDEN_PAYLOAD, GOLDEN_SIGNATURE)  # the control
     assert not signature_valid(key.public_key(), payload, signature)
+
+
+def test_a_large_integer_is_hashed_as_the_double_its_digits_write():
+    """A JSON number is a double (RFC 8785, 3.2.2.3): PostgreSQL's jsonb returns the double 1e16
+    as the integer 10000000000000000, whose canonical form is the same. An integer no double
+    writes (2**53 + 1) is still refused rather than rounded."""
+    assert (
+        canonical_json({"amount": 10**16})
+        == canonical_json({"amount": 1e16})
+        == b'{"amount":10000000000000000}'
+    )
+    assert canonical_json([123456789012345680000]) == canonical_json([1.2345678901234568e20])
+    assert canonical_json([10**21, 15 * 10**24, 10**300]) == b"[1e+21,1.5e+25,1e+300]"
+    with pytest.raises(ValueError):
+        canonical_json({"amount": 2**53 + 1})
+    assert canonical_json([True, 1, -(10**17)]) == b"[true,1,-100000000000000000]"

@@ -18,6 +18,7 @@ import hmac
 
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import Group
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
@@ -206,3 +207,28 @@ def test_an_unkeyed_row_after_keyed_rows_is_a_downgrade_and_fails():
         version=ChainVersion.PLAIN, hash=plain_hash(last.prev_hash, row_fields(last))
     )
     assert "unkeyed row after keyed rows" in verify_audit_fails_at(last.pk)
+
+
+def test_a_grant_bound_of_1e16_leaves_the_trail_verifiable(interrupted_run, personas, api_as):
+    """Any reviewer's grant constraints reach the trail as sent: a bound of 1e16 (a double RFC
+    8785 writes, so the desk takes it) comes back from PostgreSQL's jsonb as the integer
+    10000000000000000. Its row's hash could not be computed at all: /audit/ and verify_audit
+    failed, and beat anchored nothing more, for every row after it."""
+    personas.alice.groups.add(Group.objects.get_or_create(name="finance")[0])
+    script = [
+        {"tool_calls": [{"name": "refund_payment", "arguments": {"order_id": "A-1001", "amount": 150}}]},
+        {"content": "Done."},
+    ]
+    _, approval = interrupted_run(script)
+    decided = api_as(personas.alice, "review").post(
+        f"/api/v1/approvals/{approval.id}/decision",
+        {
+            "verdict": "approve",
+            "checkpoint_id": str(approval.checkpoint_id),
+            "grant": {"match": {"amount": {"lte": 1e16}}, "scope": "run"},
+        },
+        format="json",
+    )
+    assert decided.status_code == 201, decided.json()
+    assert audit_anchor().intact
+    assert audit_verify() == (True, None)

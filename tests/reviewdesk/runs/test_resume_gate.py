@@ -290,3 +290,27 @@ def test_a_retry_in_the_same_task_checks_the_reviewer_again(approved_run, settin
     assert (run.status, run.error_kind) == (RunStatus.FAILED, "approval")
     assert "no longer allowed" in run.error
     assert SideEffect.objects.get(run=run).status == "retrying"
+
+
+def test_an_edit_with_a_large_number_still_verifies_once_stored(interrupted_run, personas):
+    """An edited amount of 1e16 passes every desk check (it is a double RFC 8785 can write) and
+    is signed as such; PostgreSQL's jsonb hands it back as the integer 10000000000000000, which
+    the canonical JSON refused (beyond 2**53), so the gate failed the run as an internal error."""
+    personas.alice.groups.add(Group.objects.get_or_create(name="finance")[0])
+    script = [
+        {"tool_calls": [{"name": "refund_payment", "arguments": {"order_id": "A-1001", "amount": 150}}]},
+        {"content": "Done."},
+    ]
+    run, approval = interrupted_run(script)
+    approval_decide(
+        approval_id=approval.id,
+        reviewer=personas.alice,
+        verdict="edit",
+        arguments={"order_id": "A-1001", "amount": 1e16},
+        checkpoint_id=str(approval.checkpoint_id),
+    )
+    run_execute(run_id=run.id, worker="in-process")
+    run.refresh_from_db()
+    assert run.error_kind != "internal", run.error
+    # The gate verified the decision and ran the tool, which refused to refund that much.
+    assert "exceeds what is left to refund" in str(run.messages.filter(role="tool").last().body)

@@ -15,9 +15,10 @@ before storing (422 `bad_signature` otherwise); the worker checks it again, with
 endorsement of your key, before the tool runs.
 
 It does not take the server's word for what it signs: the bytes must be the payload it was
-given, and the payload must name this approval, this verdict, this key, and the SHA-256 of the
-arguments shown here (computed here, over their RFC 8785 form). A web tier that swaps the call
-gets no signature (exit 3).
+given, and the payload must name this approval, the call shown here (its tool, run, checkpoint
+and tool call), this verdict, this key, the SHA-256 of the arguments shown here (computed here,
+over their RFC 8785 form) and of the reason and note given here. A web tier that swaps the call
+or the words gets no signature (exit 3).
 
 Exit status: 0 decided, 1 when the key file cannot be read, 2 on a usage or API error, 3 when
 the payload is not what was asked for.
@@ -63,10 +64,27 @@ def fail(response: httpx.Response) -> None:
     raise SystemExit(2)
 
 
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def payload_mismatches(
-    *, signed: bytes, payload: dict, approval_id: str, verdict: str, key_id: str, to_run: object
+    *,
+    signed: bytes,
+    payload: dict,
+    approval_id: str,
+    verdict: str,
+    key_id: str,
+    to_run: object,
+    shown: dict,
+    reason: str = "",
+    note: str = "",
 ) -> list[str]:
-    """What about the bytes to sign differs from the decision asked for (empty: sign them)."""
+    """What about the bytes to sign differs from the decision asked for (empty: sign them).
+
+    `shown` is the approval as GET /api/v1/approvals/{id} returned it and this script shows it:
+    the bytes must be for that call (tool, run, checkpoint, tool call), not another one with the
+    same arguments, and carry the reason and note typed here, which reach the model in your name."""
     try:
         parsed = json.loads(signed)
     except ValueError:
@@ -74,10 +92,17 @@ def payload_mismatches(
     wrong = [] if parsed == payload else ["the bytes to sign are not the payload shown"]
     expected = {
         "request_id": approval_id,
+        "run_id": shown.get("run"),
+        "checkpoint_id": shown.get("checkpoint_id"),
+        "tool_call_id": shown.get("tool_call_id"),
+        "tool": shown.get("tool"),
         "verdict": verdict,
         "key_id": key_id,
         "signer": "device",
         "arguments_sha256": hashlib.sha256(rfc8785.dumps(to_run)).hexdigest(),
+        # As the API reads them (it trims a text's surrounding whitespace) and signs them.
+        "reason_sha256": text_sha256(reason.strip()),
+        "note_sha256": text_sha256(note.strip()),
     }
     for field, value in expected.items():
         if parsed.get(field) != value:
@@ -133,6 +158,9 @@ def main() -> int:
             verdict=args.verdict,
             key_id=key_id,
             to_run=to_run,
+            shown=approval.json(),
+            reason=args.reason,
+            note=args.note,
         )
         if wrong:
             print("refusing to sign:", "; ".join(wrong), file=sys.stderr)

@@ -286,17 +286,32 @@ def trust_pin(*, keys: list[DeviceKey], path: Path | None = None) -> Path:
         revoked,
     )
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists():
-        path.chmod(0o644)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)
     os.chmod(tmp, 0o444)
-    tmp.replace(path)
-    audit_record(
-        actor=None,
-        action="trust.pinned",
-        subject_type="trust_file",
-        subject_id=str(path),
-        data={"roots": [k.key_id for k in keys], "revoked": sorted(revoked), "via": "manage.py trust pin"},
-    )
+    # The file replaced last, in the audit row's transaction: the roots workers trust never
+    # change without the row (a failed write leaves the old file; a failed replace, no row).
+    try:
+        _replace_audited(path, tmp, keys=keys, revoked=revoked)
+    finally:
+        tmp.unlink(missing_ok=True)  # read-only: a next pin could not write over it
     return path
+
+
+def _replace_audited(path: Path, tmp: Path, *, keys: list[DeviceKey], revoked: frozenset[str]) -> None:
+    with transaction.atomic():
+        audit_record(
+            actor=None,
+            action="trust.pinned",
+            subject_type="trust_file",
+            subject_id=path.name,  # the whole path, in data, may be longer than a subject holds
+            data={
+                "path": str(path),
+                "roots": [k.key_id for k in keys],
+                "revoked": sorted(revoked),
+                "via": "manage.py trust pin",
+            },
+        )
+        if path.exists():
+            path.chmod(0o644)
+        tmp.replace(path)

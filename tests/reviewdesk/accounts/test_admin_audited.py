@@ -162,3 +162,42 @@ def test_the_create_token_command_is_audited(personas):
         "name": "ci",
         "via": "manage.py create_token",
     }
+
+
+def pinned_trust_file(settings, tmp_path, directory: str = "") -> tuple:
+    """The admin's key file registered, and the path `trust pin --out` is to write."""
+    admin_file = tmp_path / "admin.pem"
+    call_command("trust", "keygen", str(admin_file))
+    call_command("trust", "register", "--user", "admin", "--key", str(admin_file))
+    out = tmp_path / directory / "trust.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("the file the workers pin now\n")
+    return out
+
+
+def test_a_trust_pin_whose_audit_row_fails_leaves_the_trust_file_as_it_was(
+    personas, settings, tmp_path, monkeypatch
+):
+    """The roots the workers trust change only with their audit row: the file was replaced
+    first, then audited, so a failed audit write left new roots that no admin could see."""
+    from reviewdesk.accounts import devicekeys
+
+    out = pinned_trust_file(settings, tmp_path)
+
+    def audit_write_fails(**_):
+        raise RuntimeError("the audit row could not be written")
+
+    monkeypatch.setattr(devicekeys, "audit_record", audit_write_fails)
+    with pytest.raises(RuntimeError):
+        call_command("trust", "pin", "--user", "admin", "--out", str(out))
+    assert out.read_text() == "the file the workers pin now\n"
+
+
+def test_a_trust_file_with_a_long_path_is_pinned_and_audited(personas, settings, tmp_path):
+    """A volume's path (/var/lib/docker/volumes/<64 hex digits>/_data/trust.json) is over the
+    100 characters an audit row's subject holds: on PostgreSQL the row failed, after the file."""
+    out = pinned_trust_file(settings, tmp_path, directory="d" * 100)
+    call_command("trust", "pin", "--user", "admin", "--out", str(out))
+    row = AuditEvent.objects.get(action="trust.pinned")
+    assert row.data["path"] == str(out)
+    assert '"roots"' in out.read_text()

@@ -58,7 +58,10 @@ def _audit_rows(request: HttpRequest) -> tuple[QuerySet[AuditEvent], dict[str, s
         rows = rows.filter(Q(subject_type="run", subject_id=run_id) | Q(data__run=run_id))
     for name, lookup in (("since", "at__gte"), ("until", "at__lt")):
         if name in kept:
-            moment = parse_datetime(kept[name])
+            try:
+                moment = parse_datetime(kept[name])
+            except ValueError:  # well formed but no time (month 13): Django raises
+                moment = None
             if moment is None:
                 raise AuditFilterError(f"{name}: {kept[name]!r} is not a time (YYYY-MM-DDTHH:MM)")
             if timezone.is_naive(moment):

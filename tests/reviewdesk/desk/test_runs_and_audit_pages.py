@@ -207,6 +207,10 @@ def test_the_audit_filters_by_time_and_says_when_a_time_is_malformed(decided, pe
     assert "since: &#x27;yesterday&#x27; is not a time" in bad.content.decode()
     assert client.get(reverse("audit"), {"run": "not-a-run"}).status_code == 400
     assert client.get(reverse("audit-export"), {"until": "soon"}).status_code == 400
+    # Well formed, but no time: Django's parse_datetime raises rather than saying None (a 500).
+    for impossible in ("2026-13-01T00:00", "2026-02-30T10:00", "2026-01-01T24:00"):
+        assert client.get(reverse("audit"), {"since": impossible}).status_code == 400, impossible
+        assert client.get(reverse("audit-export"), {"until": impossible}).status_code == 400, impossible
 
 
 def test_each_decision_row_shows_its_signature_checked_and_a_forged_one_is_flagged(decided, personas):

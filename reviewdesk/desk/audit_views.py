@@ -17,7 +17,13 @@ from django.utils.dateparse import parse_datetime
 from django.utils.http import urlencode
 
 from agents.canonical import canonical_json
-from agents.decisions import is_device_signed, signature_valid
+from agents.decisions import (
+    answer_matches,
+    is_device_signed,
+    payload_version,
+    signature_valid,
+    signed_texts_mismatch,
+)
 from reviewdesk.accounts.devicekeys import device_public_key
 from reviewdesk.accounts.roles import is_admin
 from reviewdesk.approvals.models import Decision
@@ -93,8 +99,9 @@ def _is_uuid(text: str) -> bool:
 
 def _signatures(events: Iterable[AuditEvent]) -> dict[int, str]:
     """For each decision row among `events` (id → badge): whether the Decision it names
-    carries the desk's valid signature over a payload that is that decision's, with the
-    arguments hash the audit row recorded. One query for all the rows' decisions."""
+    carries the desk's valid signature over a payload that is that decision's (its verdict,
+    arguments, texts and answer), with the arguments hash the audit row recorded. One query for all the
+    rows' decisions."""
     named = {e.id: str(e.data.get("decision", "")) for e in events if e.action.startswith("decision.")}
     wanted = [decision_id for decision_id in named.values() if _is_uuid(decision_id)]
     decisions = {str(d.id): d for d in Decision.objects.filter(id__in=wanted)}
@@ -122,6 +129,12 @@ def _signatures(events: Iterable[AuditEvent]) -> dict[int, str]:
             and payload.get("arguments_sha256") == decision.arguments_sha256
             and payload.get("arguments_sha256") == data[event_id].get("arguments_sha256")
             and payload.get("key_id") == decision.key_id
+            # The words that reach the model in the reviewer's name, as stored now.
+            and signed_texts_mismatch(
+                payload, reason=decision.reason, note=decision.note, external_ref=decision.external_ref
+            )
+            is None
+            and _answer_agrees(payload, decision)
         )
         badges[event_id] = (
             (SIGNATURE_VALID_DEVICE if device else SIGNATURE_VALID)
@@ -129,6 +142,13 @@ def _signatures(events: Iterable[AuditEvent]) -> dict[int, str]:
             else SIGNATURE_INVALID
         )
     return badges
+
+
+def _answer_agrees(payload: dict, decision: Decision) -> bool:
+    """The stored answer is the one signed; payloads before version 3 signed none (nor held one)."""
+    if payload_version(payload) in (1, 2):
+        return decision.answer is None
+    return answer_matches(payload, decision.answer)
 
 
 def _subject_url(event: AuditEvent) -> str:

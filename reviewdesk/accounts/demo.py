@@ -12,7 +12,7 @@ from django.db import transaction
 
 from reviewdesk import embedded
 from reviewdesk.accounts.roles import REVIEWERS, SUBMITTERS
-from reviewdesk.accounts.services import user_groups_set, user_save
+from reviewdesk.accounts.services import group_save, user_groups_set, user_save
 
 VIA = "manage.py seed_demo"
 
@@ -42,16 +42,25 @@ def demo_users_seed() -> str:
     password = demo_password()
     users = get_user_model()
     for name in (REVIEWERS, SUBMITTERS, FINANCE):
-        Group.objects.get_or_create(name=name)
+        if not Group.objects.filter(name=name).exists():
+            group_save(group=Group(name=name), by=None, created=True, via=VIA)
     for username, groups, staff in DEMO_USERS:
         user = users.objects.filter(username=username).first()
         created = user is None
         if created:
             user = users(username=username)
         changed = [] if created or user.is_staff == staff else ["is_staff", "is_superuser"]
-        user.email = f"{username}@reviewdesk.local"
+        email = f"{username}@reviewdesk.local"
+        if not created and user.email != email:
+            changed.append("email")
+        # A reset is audited when it changes the password (a production desk's own `admin`,
+        # say), not on every `make run`, which finds the same one (one hash either way).
+        if not user.check_password(password):  # a new user has none
+            user.set_password(password)
+            if not created:
+                changed.append("password")
+        user.email = email
         user.is_staff = user.is_superuser = staff
-        user.set_password(password)  # a demo reset, on every `make run`: not audited each time
         user_save(user=user, by=None, created=created, changed=changed, via=VIA)
         user_groups_set(user=user, groups=Group.objects.filter(name__in=groups), by=None, via=VIA)
     return password

@@ -57,3 +57,31 @@ def test_seed_demo_before_anything_listens_pushes_nothing(monkeypatch):
     assert pushed == []
     User.objects.get(username="alice").save()  # outside seed_demo, a save does push
     assert pushed == [[User.objects.get(username="alice").pk]]
+
+
+def test_seed_demo_audits_a_password_it_resets_and_only_then(monkeypatch):
+    """seed_demo may run on a production desk, which has an `admin` of its own: resetting that
+    account's password (or its email) to the demo's left no audit row, nor did creating its
+    groups, though the README says seed_demo's changes to users and groups are audited. A run
+    that changes nothing adds no row."""
+    from reviewdesk.audit.models import AuditEvent
+
+    monkeypatch.setenv("DESK_DEMO_PASSWORD", "correct horse")
+    call_command("seed_demo")
+    created = AuditEvent.objects.filter(action="group.created").values_list("data__name", flat=True)
+    assert sorted(created) == sorted([REVIEWERS, SUBMITTERS, FINANCE])
+    admin = User.objects.get(username="admin")
+    admin.set_password("the real admin's own")
+    admin.email = "ops@example.com"
+    admin.save()
+    last = AuditEvent.objects.order_by("id").last().id
+
+    call_command("seed_demo")
+    written = AuditEvent.objects.filter(id__gt=last)
+    assert [(e.action, e.data["username"], e.data["fields"]) for e in written] == [
+        ("user.changed", "admin", ["email", "password"])
+    ]
+
+    last = AuditEvent.objects.order_by("id").last().id
+    call_command("seed_demo")
+    assert not AuditEvent.objects.filter(id__gt=last).exists()

@@ -55,6 +55,23 @@ admin.site.unregister(User)
 admin.site.unregister(Group)
 
 
+def _audited_own_password_change(site_view: Any) -> Any:
+    """The admin site's own page for the signed-in user's password (/admin/password_change/),
+    audited like the user admin's form for anyone's: Django's view saves the form itself."""
+
+    def password_change(request: Any, extra_context: Any = None) -> Any:
+        with transaction.atomic():
+            response = site_view(request, extra_context)
+            if request.method == "POST" and response.status_code == 302:
+                services.user_password_changed(user=request.user, by=request.user, via=VIA)
+        return response
+
+    return password_change
+
+
+admin.site.password_change = _audited_own_password_change(admin.site.password_change)
+
+
 @admin.register(User)
 class AuditedUserAdmin(UserAdmin):
     def save_model(self, request: Any, obj: User, form: Any, change: bool) -> None:

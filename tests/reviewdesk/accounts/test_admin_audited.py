@@ -201,3 +201,35 @@ def test_a_trust_file_with_a_long_path_is_pinned_and_audited(personas, settings,
     row = AuditEvent.objects.get(action="trust.pinned")
     assert row.data["path"] == str(out)
     assert '"roots"' in out.read_text()
+
+
+def test_a_password_changed_in_the_admin_is_audited_whoever_it_belongs_to(client, personas):
+    """The user admin's form for another user's password was audited; the admin site's own
+    page for the signed-in admin's password (/admin/password_change/) changed it with no trace."""
+    personas.admin.set_password("old horse battery")
+    personas.admin.save()
+    client.force_login(personas.admin)
+
+    response = client.post(
+        "/admin/password_change/",
+        {
+            "old_password": "old horse battery",
+            "new_password1": "a new staple of 2026",
+            "new_password2": "a new staple of 2026",
+        },
+    )
+
+    assert response.status_code == 302, response.content.decode()[:2000]
+    row = AuditEvent.objects.get(action="user.password_changed")
+    assert (row.actor, row.subject_id, row.data["via"]) == (personas.admin, str(personas.admin.pk), "admin")
+
+    response = client.post(
+        f"/admin/auth/user/{personas.bob.pk}/password/",
+        {
+            "password1": "bob's new staple 2026",
+            "password2": "bob's new staple 2026",
+            "usable_password": "true",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert AuditEvent.objects.filter(action="user.password_changed", subject_id=str(personas.bob.pk)).exists()

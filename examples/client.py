@@ -57,6 +57,11 @@ def follow(client: httpx.Client, run_id: str, *, until_end: bool) -> str:
                     raise SystemExit(f"stream refused: {response.status_code} {response.text}")
                 for event_id, kind, message in sse_events(response):
                     last_id = event_id or last_id
+                    if kind == "end":  # the server ended it: the token or the run is no longer ours
+                        raise SystemExit(
+                            "the desk ended the stream: the token was revoked or expired, or the run "
+                            "is no longer yours to follow"
+                        )
                     data = message["data"]
                     if kind == "approval.created":
                         print(

@@ -78,6 +78,13 @@ def approval_do_decide(
     else:
         key = device_key_for_signing(reviewer=reviewer, key_id=device.key_id)
         decision_id, issued_at, nonce = device_payload_fields(device.payload, now=now)
+        if Decision.objects.filter(pk=decision_id).exists():
+            # The server chose it in /payload, but the device signs what it sends: an id
+            # already stored would collide on the primary key (a 500), not be a decision.
+            raise Invalid(
+                "the signed payload's decision id was used already: fetch the payload again",
+                code="bad_signature",
+            )
         key_id = key.key_id
     payload = decision_payload_for(
         approval=approval,

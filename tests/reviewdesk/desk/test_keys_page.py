@@ -141,3 +141,35 @@ def test_the_admin_lists_device_keys_and_records_read_only(personas, device_keys
         assert admin.get(f"/admin/accounts/{model}/").status_code == 200
     assert device_keys.alice_key_id in admin.get("/admin/accounts/devicekey/").content.decode()
     assert admin.get("/admin/accounts/devicekey/add/").status_code == 403
+
+
+def test_a_device_payload_naming_a_decision_id_already_used_is_refused_not_a_500(
+    interrupted_run, personas, api_as, device_keys
+):
+    """The decision id is the server's choice in /payload, but the device signs the payload it
+    sends: one that names an id already stored collided on the primary key (IntegrityError)."""
+    from agents.decisions import payload_bytes
+    from reviewdesk.approvals.models import Decision
+    from tests.reviewdesk.device_keys import device_decide, key_id_for
+
+    client = api_as(personas.alice, "review")
+    _, first = interrupted_run()
+    assert device_decide(client, first, device_keys.alice).status_code == 201
+    taken = str(Decision.objects.get(request=first).id)
+    _, second = interrupted_run()
+    query = {
+        "verdict": "approve",
+        "checkpoint_id": str(second.checkpoint_id),
+        "key_id": key_id_for(device_keys.alice.public_key()),
+    }
+    payload = client.get(f"/api/v1/approvals/{second.id}/payload", query).json()["payload"]
+    payload["decision_id"] = taken
+    signature = base64.b64encode(device_keys.alice.sign(payload_bytes(payload))).decode()
+    response = client.post(
+        f"/api/v1/approvals/{second.id}/decision",
+        {**query, "signature": signature, "payload": payload},
+        format="json",
+    )
+    assert response.status_code == 422, response.content
+    assert response.json()["code"] == "bad_signature" and "decision id" in response.json()["detail"]
+    assert not Decision.objects.filter(request=second).exists()

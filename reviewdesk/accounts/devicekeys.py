@@ -11,6 +11,8 @@ forged record harmless.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from agents.trust import (
     fingerprint,
     load_trust_file,
     load_trust_revoked,
+    public_key_b64,
     public_key_from_b64,
     record_signed_by,
     revocation_record,
@@ -253,10 +256,26 @@ def _pinned_before(path: Path) -> tuple[Roots, frozenset[str]]:
     return roots, load_trust_revoked(path)
 
 
-def trust_pin(*, keys: list[DeviceKey], path: Path | None = None) -> Path:
+@dataclass(frozen=True)
+class Pinned:
+    """What `trust_pin` wrote: the file, the keys it pinned, and the admin's keys it left out
+    (not in the file it replaced, and not named to be added)."""
+
+    path: Path
+    keys: list[DeviceKey]
+    left_out: list[DeviceKey]
+
+
+def trust_pin(*, keys: list[DeviceKey], path: Path | None = None, add: Iterable[str] = ()) -> Pinned:
     """Write these admin device keys as the pinned roots, read-only (0444), with every device
     key a revocation names that is signed by one of them or by a root the file it replaces
     pinned: revoked in the file, a deleted revocation row cannot bring a key back.
+
+    Only a first pin (no trust file with roots yet: the bootstrap, fingerprints compared by the
+    operator) takes every key given. A pin over a file keeps the keys it pinned (with the public keys it pinned,
+    whatever the rows now say) and adds only those whose ids are named in `add`: a key row a
+    database writer inserts for an admin is not a root until the operator, having compared its
+    fingerprint, names it (`left_out` lists the others).
 
     A revocation only takes trust away, so nothing here lapses: the replaced file's revoked ids
     are kept (rebuilt from the rows alone, a row a database writer deleted un-revoked its key at
@@ -265,8 +284,24 @@ def trust_pin(*, keys: list[DeviceKey], path: Path | None = None) -> Path:
     for key in keys:
         if not key.user.is_staff:
             raise ValueError(f"{key.user} is not an admin: only admin keys are roots")
-    roots = {k.key_id: public_key_from_b64(k.public_key) for k in keys}
     roots_before, revoked_before = _pinned_before(path)
+    named = set(add)
+    unknown = named - {k.key_id for k in keys}
+    if unknown:
+        raise ValueError(f"not a device key of this admin: {', '.join(sorted(unknown))}")
+    if roots_before:
+        chosen = [k for k in keys if k.key_id in roots_before or k.key_id in named]
+    else:
+        chosen = list(keys)
+    left_out = [k for k in keys if k not in chosen]
+    keys = chosen
+    if not keys:
+        raise ValueError(
+            "none of these keys is pinned already or named to be added: compare a key's "
+            "fingerprint, then name it with --add KEY_ID"
+        )
+    # A root keeps the public key it was pinned with: a row whose key was swapped cannot move it.
+    roots = {k.key_id: roots_before.get(k.key_id) or public_key_from_b64(k.public_key) for k in keys}
     revokers = {**roots_before, **roots}
     revoked = revoked_before | {
         row.device_key.key_id
@@ -280,7 +315,12 @@ def trust_pin(*, keys: list[DeviceKey], path: Path | None = None) -> Path:
         )
     text = trust_file_text(
         [
-            {"key_id": k.key_id, "public_key": k.public_key, "user": k.user.get_username(), "label": k.label}
+            {
+                "key_id": k.key_id,
+                "public_key": public_key_b64(roots[k.key_id]),
+                "user": k.user.get_username(),
+                "label": k.label,
+            }
             for k in keys
         ],
         revoked,
@@ -295,7 +335,7 @@ def trust_pin(*, keys: list[DeviceKey], path: Path | None = None) -> Path:
         _replace_audited(path, tmp, keys=keys, revoked=revoked)
     finally:
         tmp.unlink(missing_ok=True)  # read-only: a next pin could not write over it
-    return path
+    return Pinned(path=path, keys=keys, left_out=left_out)
 
 
 def _replace_audited(path: Path, tmp: Path, *, keys: list[DeviceKey], revoked: frozenset[str]) -> None:

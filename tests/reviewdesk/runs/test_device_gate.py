@@ -15,6 +15,7 @@ from django.utils import timezone
 from agents.decisions import key_id_for
 from agents.testing.trust import endorse, revoke
 from agents.trust import public_key_b64
+from reviewdesk.accounts.management.commands.trust import load_key_file
 from reviewdesk.accounts.models import DeviceKey, Endorsement, Revocation
 from reviewdesk.approvals.models import Decision
 from reviewdesk.approvals.services import approval_decide
@@ -215,7 +216,8 @@ def test_a_revocation_by_a_root_later_retired_still_holds(
     second = tmp_path / "admin-second.pem"
     call_command("trust", "keygen", str(second))
     call_command("trust", "register", "--user", "admin", "--key", str(second), "--label", "admin desktop")
-    call_command("trust", "pin", "--user", "admin")
+    second_id = key_id_for(load_key_file(str(second)).public_key())
+    call_command("trust", "pin", "--user", "admin", "--add", second_id)  # its fingerprint compared
     call_command(
         "trust", "enroll", "--user", "alice", "--key", str(device_keys.alice_file), "--signer", str(second)
     )
@@ -238,13 +240,87 @@ def test_a_revoked_root_whose_row_is_deleted_is_not_pinned_again(device_keys, tm
     second = tmp_path / "admin-second.pem"
     call_command("trust", "keygen", str(second))
     call_command("trust", "register", "--user", "admin", "--key", str(second), "--label", "admin desktop")
-    call_command("trust", "pin", "--user", "admin")
+    second_id = key_id_for(load_key_file(str(second)).public_key())
+    call_command("trust", "pin", "--user", "admin", "--add", second_id)  # its fingerprint compared
     first_key_id = key_id_for(device_keys.admin.public_key())
     call_command("trust", "revoke", "--key-id", first_key_id, "--signer", str(second))
     call_command("trust", "pin", "--user", "admin")
     Revocation.objects.all().delete()
+    call_command("trust", "pin", "--user", "admin")  # not pinned before, not named: left out
     with pytest.raises(CommandError, match="revoked keys cannot be roots"):
-        call_command("trust", "pin", "--user", "admin")
+        call_command("trust", "pin", "--user", "admin", "--add", first_key_id)  # named, and still refused
     pinned = json.loads(device_keys.trust_file.read_text())
     assert first_key_id not in [root["key_id"] for root in pinned["roots"]]
     assert first_key_id in pinned["revoked"]
+
+
+def test_a_key_row_inserted_for_the_admin_is_no_root_at_the_next_pin_until_named(
+    interrupted_run, alice, personas, device_keys, mailoutbox
+):
+    """A database writer inserts a key of their own as the admin's and endorses alice's key
+    with it (a forged endorsement for a key the admin never endorsed). The routine re-pin
+    pinned every key row of the admin's: the writer's key became a root and its endorsement
+    held. A re-pin keeps the roots pinned and adds only keys the operator names."""
+    from django.core.management import call_command
+
+    from reviewdesk.accounts.devicekeys import device_key_register
+
+    writer = Ed25519PrivateKey.generate()
+    writer_row = device_key_register(
+        user=personas.admin, label="not the admin's", public_key=public_key_b64(writer.public_key())
+    )
+    Endorsement.objects.all().delete()  # the admin's real endorsement of alice, withheld
+    forged = endorse(writer, device_keys.alice, user="alice", issued_at=timezone.now() - timedelta(minutes=1))
+    Endorsement.objects.create(
+        device_key=DeviceKey.objects.get(key_id=device_keys.alice_key_id),
+        signed_by=personas.admin,
+        signer_key_id=writer_row.key_id,
+        record=forged.record,
+        signature=forged.signature,
+    )
+
+    call_command("trust", "pin", "--user", "admin")
+
+    pinned = json.loads(device_keys.trust_file.read_text())
+    assert [root["key_id"] for root in pinned["roots"]] == [key_id_for(device_keys.admin.public_key())]
+    run, approval = interrupted_run()
+    assert device_decide(alice, approval, device_keys.alice).status_code == 201
+    assert_refused(run, "endorse", mailoutbox)
+
+
+def test_a_re_pin_keeps_a_roots_pinned_public_key_when_its_row_is_swapped(device_keys):
+    """A database writer swaps the public key in the admin's pinned key row: the next pin
+    wrote the row's key into the file under the pinned id."""
+    from django.core.management import call_command
+
+    admin_id = key_id_for(device_keys.admin.public_key())
+    DeviceKey.objects.filter(key_id=admin_id).update(
+        public_key=public_key_b64(Ed25519PrivateKey.generate().public_key())
+    )
+    call_command("trust", "pin", "--user", "admin")
+    pinned = json.loads(device_keys.trust_file.read_text())
+    assert pinned["roots"] == [
+        {
+            **pinned["roots"][0],
+            "key_id": admin_id,
+            "public_key": public_key_b64(device_keys.admin.public_key()),
+        }
+    ]
+
+
+def test_control_a_key_named_with_add_is_pinned_beside_the_roots(device_keys, tmp_path):
+    from django.core.management import CommandError, call_command
+
+    second = tmp_path / "admin-second.pem"
+    call_command("trust", "keygen", str(second))
+    call_command("trust", "register", "--user", "admin", "--key", str(second), "--label", "admin desktop")
+    second_id = key_id_for(load_key_file(str(second)).public_key())
+    call_command("trust", "pin", "--user", "admin")
+    assert second_id not in device_keys.trust_file.read_text()
+    call_command("trust", "pin", "--user", "admin", "--add", second_id)
+    pinned = json.loads(device_keys.trust_file.read_text())
+    assert sorted(r["key_id"] for r in pinned["roots"]) == sorted(
+        [key_id_for(device_keys.admin.public_key()), second_id]
+    )
+    with pytest.raises(CommandError, match="not a device key of this admin"):
+        call_command("trust", "pin", "--user", "admin", "--add", device_keys.alice_key_id)

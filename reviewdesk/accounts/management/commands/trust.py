@@ -3,7 +3,10 @@ roots workers pin.
 
     manage.py trust keygen PATH                      a new Ed25519 key file (0600), prints its fingerprint
     manage.py trust register --user U --key PATH     register PATH's public key as U's device key
-    manage.py trust pin --user ADMIN [--out FILE]    pin ADMIN's device keys as the roots (read-only file)
+    manage.py trust pin --user ADMIN [--out FILE] [--add KEY_ID ...]
+                                                     pin ADMIN's device keys as the roots (read-only file):
+                                                     the first pin takes them all; a later one keeps the
+                                                     pinned ones and adds only the keys named
     manage.py trust enroll --user U --key PATH --signer ADMIN_KEY
                                                      register U's key if needed and endorse it,
                                                      signed with the admin's key file
@@ -74,6 +77,13 @@ class Command(BaseCommand):
         pin = sub.add_parser("pin")
         pin.add_argument("--user", required=True, help="the admin whose device keys become the roots")
         pin.add_argument("--out", default=None, help="default: DESK_TRUST_FILE")
+        pin.add_argument(
+            "--add",
+            action="append",
+            default=[],
+            metavar="KEY_ID",
+            help="a key to pin beside those pinned already, once its fingerprint is compared (repeatable)",
+        )
         enroll = sub.add_parser("enroll")
         enroll.add_argument("--user", required=True)
         enroll.add_argument("--key", required=True, help="the user's key file")
@@ -114,18 +124,23 @@ class Command(BaseCommand):
         device_key = self._registered(self._user(user), load_key_file(key), label)
         self.stdout.write(f"{device_key.key_id}  {device_key.fingerprint}")
 
-    def do_pin(self, *, user, out, **_):
+    def do_pin(self, *, user, out, add, **_):
         admin = self._user(user)
         keys = list(DeviceKey.objects.filter(user=admin).exclude(revocation__isnull=False))
         if not keys:
             raise CommandError(f"{user} has no device key: create one on /keys/ or with trust register")
         try:
-            path = trust_pin(keys=keys, path=Path(out) if out else None)
+            pinned = trust_pin(keys=keys, path=Path(out) if out else None, add=add)
         except ValueError as exc:
             raise CommandError(str(exc)) from None
-        for key in keys:
+        for key in pinned.keys:
             self.stdout.write(f"pinned {key.key_id}  {key.fingerprint}  ({key.label})")
-        self.stdout.write(f"wrote {path} (read-only); give it to every worker as DESK_TRUST_FILE")
+        for key in pinned.left_out:
+            self.stdout.write(
+                f"not pinned {key.key_id}  {key.fingerprint}  ({key.label}): compare its fingerprint "
+                f"with {user}'s, then pin again with --add {key.key_id}"
+            )
+        self.stdout.write(f"wrote {pinned.path} (read-only); give it to every worker as DESK_TRUST_FILE")
 
     def _signer(self, path: str):
         signer_key = load_key_file(path)

@@ -220,10 +220,13 @@ def _decide(request: HttpRequest, approval: ApprovalRequest) -> HttpResponse:
 
 def _back_to(next_url: str, request: HttpRequest) -> HttpResponse:
     """Back to the page the form came from (the desk's path, with its filters): a path on this
-    host only. Anything else is the desk: `redirect` would take a bare word such as "ab" for a
-    view's name and fail (a 500 after the decision was stored)."""
-    if next_url.startswith("/") and url_has_allowed_host_and_scheme(
-        next_url, allowed_hosts={request.get_host()}
+    host only, printable (a line break cannot go in a Location header: a 500). Anything else is
+    the desk: `redirect` would take a bare word such as "ab" for a view's name and fail (a 500
+    after the decision was stored)."""
+    if (
+        next_url.startswith("/")
+        and next_url.isprintable()
+        and url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()})
     ):
         return HttpResponseRedirect(next_url)
     return redirect("desk")

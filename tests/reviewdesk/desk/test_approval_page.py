@@ -118,9 +118,10 @@ def test_a_page_not_yours_or_not_there_says_why_and_leads_back(personas):
         ("https://evil.example/", "/"),
         ("//evil.example/", "/"),
         ("desk-page", "/"),  # a bare word: `redirect` read it as a view's name, a 500
+        ("/\r\nSet-Cookie: a=b", "/"),  # no line break in a Location header: a 500
         ("", "/"),
     ],
-    ids=["the desk's own path", "another site", "scheme-relative", "a bare word", "none"],
+    ids=["the desk's own path", "another site", "scheme-relative", "a bare word", "a line break", "none"],
 )
 def test_after_a_decision_the_form_goes_back_to_its_page_on_this_site_only(
     interrupted_run, personas, next_url, lands_on

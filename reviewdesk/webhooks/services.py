@@ -101,9 +101,15 @@ def resolve_target(url: str) -> tuple[str | None, str | None]:
     addresses = [ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos]
     if not settings.DESK_WEBHOOKS_ALLOW_PRIVATE:
         for address in addresses:
-            if not all(inner.is_global for inner in (address, *_embedded_ipv4(address))):
+            if not all(_public(inner) for inner in (address, *_embedded_ipv4(address))):
                 return f"the host {parts.hostname!r} resolves to a non-public address ({address})", None
     return None, str(addresses[0]) if addresses else None
+
+
+def _public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Global and unicast: Python counts some multicast groups (224.0.0.1, ff02::1, every
+    host on the link) as global, and IPv6 site-local (fec0::/10, deprecated) too."""
+    return address.is_global and not address.is_multicast and not getattr(address, "is_site_local", False)
 
 
 # NAT64's well-known prefixes (RFC 6052, RFC 8215): a gateway there forwards to the IPv4 address

@@ -137,6 +137,9 @@ def test_a_private_address_is_refused_without_the_setting(personas, api_as, sett
         "::127.0.0.1",
         "::ffff:10.0.0.1",
         "::ffff:0:a00:1",
+        "ff02::1",
+        "::ffff:224.0.0.1",
+        "fec0::1",
     ],
     ids=[
         "NAT64 to 10.0.0.1",
@@ -145,10 +148,14 @@ def test_a_private_address_is_refused_without_the_setting(personas, api_as, sett
         "IPv4-compatible",
         "IPv4-mapped",
         "IPv4-translated (SIIT) of 10.0.0.1",
+        "every host on the link (multicast)",
+        "IPv4-mapped multicast",
+        "site-local",
     ],
 )
 def test_an_ipv6_address_that_reaches_a_private_ipv4_one_is_refused(host, settings):
-    """Python calls the first four global; a translator or tunnel takes them to the inside."""
+    """Python calls the first four global; a translator or tunnel takes them to the inside. And
+    Python calls some multicast groups and the old site-local range global too."""
     from reviewdesk.webhooks.services import url_refusal
 
     settings.DESK_WEBHOOKS_ALLOW_PRIVATE = False

@@ -25,7 +25,7 @@ def with_origin(headers, origin: bytes):
 
 async def connected_with_snapshot(headers):
     comm = communicator(headers)
-    connected, code = await comm.connect()
+    connected, code = await comm.connect(timeout=10)  # the default second ran out on a loaded machine
     assert connected, code
     assert (await comm.receive_json_from(timeout=5))["type"] == "snapshot"
     return comm

@@ -103,8 +103,11 @@ def run_claim(*, run_id: Any, worker: str) -> Attempt | None:
 
 
 def _lost_in_a_row(run: Run) -> int:
+    """The run's latest attempts that died, in a row, since it was last retried by hand: a
+    retry starts the count afresh (one death after it is one, not the give-up's N + 1)."""
     lost = 0
-    for status in run.attempts.order_by("-number").values_list("status", flat=True):
+    since_retry = run.attempts.filter(number__gt=run.retried_at_epoch)
+    for status in since_retry.order_by("-number").values_list("status", flat=True):
         if status != AttemptStatus.LOST:
             break
         lost += 1

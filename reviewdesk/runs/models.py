@@ -74,6 +74,9 @@ class Run(models.Model):
     task_id = models.CharField(max_length=64, blank=True)  # the last task enqueued, for revoke
     cancel_epoch = models.PositiveIntegerField(default=0)
     lease_epoch = models.PositiveIntegerField(default=0)
+    # The lease epoch when the run was last retried by hand: the attempts up to it died, if
+    # they did, before that retry, and do not count towards DESK_MAX_LOST_ATTEMPTS after it.
+    retried_at_epoch = models.PositiveIntegerField(default=0)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     revision = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -217,6 +217,7 @@ def run_retry(*, run_id: Any, user: User, checkpoint_id: str | None = None) -> R
         refused = run.error_kind == ErrorKind.APPROVAL  # the gate refused a decision: ask again
         run.status = RunStatus.QUEUED
         run.error, run.error_kind, run.next_attempt_at = None, "", None
+        run.retried_at_epoch = run.lease_epoch  # the attempts so far died, if they did, before it
         if start is not None and start != latest:
             _restart_from(run, start)
         run.revision += 1
@@ -227,6 +228,7 @@ def run_retry(*, run_id: Any, user: User, checkpoint_id: str | None = None) -> R
                 "error",
                 "error_kind",
                 "next_attempt_at",
+                "retried_at_epoch",
                 "branch",
                 "revision",
                 "task_id",

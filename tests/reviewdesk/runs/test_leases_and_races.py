@@ -90,6 +90,24 @@ def test_a_poison_run_is_failed_after_its_workers_die_too_often(personas, settin
     assert [a.status for a in run.attempts.all()] == ["lost"] * 3
 
 
+def test_a_retry_after_its_workers_died_too_often_gets_a_fresh_count_of_deaths(personas, settings):
+    from reviewdesk.runs.services import run_retry
+
+    settings.DESK_MAX_LOST_ATTEMPTS = 3
+    run = queued_run(personas)
+    for _ in range(3):
+        assert run_claim(run_id=run.id, worker="dies") is not None
+        expire_lease(run)
+    assert run_claim(run_id=run.id, worker="next") is None  # gave up: failed
+    run_retry(run_id=run.id, user=personas.carol)
+    # The retry's first worker dies once: one death in a row, not four.
+    assert run_claim(run_id=run.id, worker="dies again") is not None
+    expire_lease(run)
+    assert run_claim(run_id=run.id, worker="after the retry") is not None
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING
+
+
 # --- races ----------------------------------------------------------------------------
 
 

@@ -248,7 +248,15 @@ class ApprovalGate(DecisionVerifier):
         with self.ledger.atomic():
             if not self.ledger.resume_retry(binding.idempotency_key):
                 raise EffectUnknown(f"another attempt is already retrying {binding.tool_call_id}")
+            self._consume_unused(decision)
         return self._external(tool=tool, binding=binding, arguments=arguments, decision=decision, ctx=ctx)
+
+    def _consume_unused(self, decision: SignedDecision | None) -> None:
+        """Consume what the first try did not: a grant allowed it, and the decision was asked
+        for when the grant no longer did. Votes the first try consumed stay as they are; the
+        compare-and-set on the row (`resume_retry`) is what keeps tries one at a time."""
+        for vote in () if decision is None else (decision, *decision.co_decisions):
+            self.ledger.consume(vote.decision_id)
 
     def _transient(
         self, binding: CallBinding, decision: SignedDecision | None, exc: Exception

@@ -295,3 +295,41 @@ def test_a_grant_revoked_while_its_email_waits_for_a_retry_sends_nothing(
     # Nothing allows the call now: a reviewer is asked, as for a call no grant covers.
     assert run.status == RunStatus.INPUT_REQUIRED, run.error
     assert run.approvals.filter(status=ApprovalStatus.PENDING, tool="send_email").count() == 1
+
+
+@pytest.mark.django_db
+def test_the_approval_asked_after_a_revoke_is_consumed_by_the_retry_it_authorises(
+    personas, mailoutbox, monkeypatch, settings
+):
+    """After the revoke above a reviewer approves the call; its retry sends the email once,
+    on that decision, which is consumed with it like any decision that lets a call run."""
+    from reviewdesk.approvals.models import Decision
+    from reviewdesk.demo.world import DjangoDemoWorld
+
+    settings.DESK_TOOL_RETRY_INLINE_SECONDS = 0
+    grant = approve_with_grant(personas, scope="agent", max_uses=5)
+    run_execute(run_id=Run.objects.get(approvals__grants=grant).id, worker="test")
+    mailoutbox.clear()
+    send = DjangoDemoWorld.send_email
+
+    def refused(self, **arguments):
+        raise ConnectionRefusedError("mail server down")
+
+    monkeypatch.setattr(DjangoDemoWorld, "send_email", refused)
+    run = run_until_it_stops(personas)
+    grant_revoke(grant_id=grant.id, user=personas.alice)
+    monkeypatch.setattr(DjangoDemoWorld, "send_email", send)
+    Run.objects.filter(pk=run.pk).update(next_attempt_at=None)
+    run_execute(run_id=run.id, worker="test")
+    approval = run.approvals.get(status=ApprovalStatus.PENDING, tool="send_email")
+    decision = approval_decide(
+        approval_id=approval.id,
+        reviewer=personas.bob,
+        verdict="approve",
+        checkpoint_id=str(approval.checkpoint_id),
+    )
+    run_execute(run_id=run.id, worker="test")
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert len(mailoutbox) == 1
+    assert Decision.objects.get(pk=decision.pk).consumed_at is not None

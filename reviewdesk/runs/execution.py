@@ -226,6 +226,8 @@ def run_finish(*, attempt: Attempt, outcome: Outcome, host: DatabaseHost | None 
             return False
         raised_now = _write_kept(host) if host is not None else set()
         attempt_status, attempt_error = AttemptStatus.RELEASED, ""
+        if not isinstance(outcome, Failed):
+            _clear_error_overcome(run)
         if isinstance(outcome, Finished):
             run.status, run.output = RunStatus.SUCCEEDED, outcome.output
             approvals_cancel_open(run=run, why="the run finished")
@@ -279,6 +281,14 @@ def run_finish(*, attempt: Attempt, outcome: Outcome, host: DatabaseHost | None 
         Attempt.objects.filter(pk=attempt.pk).update(status=attempt_status, ended_at=now, error=attempt_error)
         run_emit_updated(run)
     return True
+
+
+def _clear_error_overcome(run: Run) -> None:
+    """A running run's error can only be the transient one its automatic retry was queued
+    with (`_retry_automatically`; a failure or a cancel ends the run): an attempt that ended
+    otherwise than failing got past it, and the run, its page and its run.updated no longer
+    show it (a succeeded run with an error). run_finish saves both fields."""
+    run.error, run.error_kind = None, ""
 
 
 def _write_kept_alone(host: DatabaseHost, kept: list) -> None:

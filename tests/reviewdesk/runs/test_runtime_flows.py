@@ -193,6 +193,22 @@ def test_a_transient_model_error_is_retried_with_backoff_and_then_succeeds(opena
     assert [a.status for a in run.attempts.all()] == ["failed", "released"]
 
 
+def test_a_run_that_got_past_a_transient_error_no_longer_reports_it(openai_run, llm_server):
+    """The error an automatic retry is queued with says why the run waits; once the retry
+    succeeds the run has no error: not a succeeded run shown with one (and its run.updated)."""
+    from reviewdesk.events.models import DeskEvent
+    from tests.llm_server import error
+
+    llm_server.script(error(503, "overloaded"), text("Back again."))
+    run = advance(openai_run())
+    assert run.error and run.error_kind == "transient"
+    due_now(run)
+    run = advance(run)
+    assert (run.status, run.error, run.error_kind) == (RunStatus.SUCCEEDED, None, "")
+    last = DeskEvent.objects.filter(type="run.updated", run_id=run.pk).order_by("-id").first()
+    assert (last.data["status"], last.data["error"]) == ("succeeded", None)
+
+
 def test_the_same_transient_error_twice_in_a_row_stops_automatic_retries(openai_run, llm_server):
     from tests.llm_server import error
 

@@ -319,13 +319,7 @@ def _retry_automatically(run: Run, attempt: Attempt, outcome: Failed, now: datet
     """
     if outcome.kind != FailureKind.TRANSIENT or run.retries >= settings.DESK_AUTO_RETRIES:
         return False
-    previous = (
-        run.attempts.filter(number__lt=attempt.number, status=AttemptStatus.FAILED)
-        .order_by("-number")
-        .values_list("error", flat=True)
-        .first()
-    )
-    if previous == outcome.error:
+    if _failed_before_with(run, attempt, outcome.error):
         return False
     delay = settings.DESK_RETRY_BACKOFF_SECONDS * 2**run.retries
     run.retries += 1
@@ -342,6 +336,20 @@ def _retry_automatically(run: Run, attempt: Attempt, outcome: Failed, now: datet
     task_id_assign(run)  # run_finish saves it with the rest
     send_on_commit(RESUME_TASK, run, countdown=delay)
     return True
+
+
+def _failed_before_with(run: Run, attempt: Attempt, error: str) -> bool:
+    """Whether the attempt before this one failed with the same error: twice in a row. An
+    attempt that got further in between (to an approval, the end of a turn) breaks the row, as
+    a cancel does; one whose worker died says nothing either way and is looked past."""
+    previous = (
+        run.attempts.filter(number__lt=attempt.number)
+        .exclude(status=AttemptStatus.LOST)
+        .order_by("-number")
+        .values_list("status", "error")
+        .first()
+    )
+    return previous == (AttemptStatus.FAILED, error)
 
 
 def _fail(run: Run, error: str, *, kind: str, save: bool = True) -> None:

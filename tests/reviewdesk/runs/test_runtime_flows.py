@@ -220,6 +220,25 @@ def test_the_same_transient_error_twice_in_a_row_stops_automatic_retries(openai_
     assert len(llm_server.requests) == 2
 
 
+def test_the_same_transient_error_after_the_run_got_further_is_retried_again(
+    openai_run, llm_server, personas
+):
+    """'The same error twice in a row' is two attempts failing one after the other: a thread's
+    next turn that meets the overload its first turn got past is retried like any first one."""
+    from reviewdesk.runs.threads import run_follow_up
+    from tests.llm_server import error
+
+    llm_server.script(error(503, "overloaded"), text("Done."), error(503, "overloaded"), text("Again."))
+    run = advance(openai_run())
+    due_now(run)
+    assert advance(run).status == RunStatus.SUCCEEDED
+    run_follow_up(run_id=run.id, user=personas.carol, input="And once more?")
+    run = advance(run)
+    assert (run.status, run.error_kind) == (RunStatus.QUEUED, "transient")
+    due_now(run)
+    assert (advance(run).status, run.output) == (RunStatus.SUCCEEDED, "Again.")
+
+
 def test_automatic_retries_stop_at_the_budget(openai_run, llm_server, settings):
     from tests.llm_server import error
 

@@ -149,6 +149,14 @@ def approval_escalate(*, approval_id: Any, level: int, run: Run, now: datetime) 
                 subject_id=approval_id,
                 data={"level": level, "chain": chain},
             )
+            # Open desks still count down to the target the clock no longer has: tell them.
+            approval.refresh_from_db()
+            event_emit(
+                type="approval.updated",
+                data=approval_data(approval),
+                run_id=run.pk,
+                audience=approval_audience(approval),
+            )
         return 0
     entry = chain[level]
     joining = [user.get_username() for user in chain_entry_users(entry, run)]

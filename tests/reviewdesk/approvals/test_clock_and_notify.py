@@ -256,6 +256,9 @@ def test_when_the_chain_is_spent_the_clock_stops_and_the_item_waits(short_clock,
     approval.refresh_from_db()
     assert approval.status == "pending" and approval.respond_by is None and approval.escalation_level == 1
     assert AuditEvent.objects.filter(action="approval.overdue", subject_id=str(approval.pk)).exists()
+    # The cards on open desks stop counting down to the target too: the change is pushed.
+    last = DeskEvent.objects.filter(type="approval.updated").order_by("-id").first()
+    assert last.data["id"] == str(approval.pk) and last.data["respond_by"] is None
 
 
 def test_an_item_open_to_every_reviewer_stays_open_and_its_escalation_emails_the_chain(

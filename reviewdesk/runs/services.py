@@ -218,6 +218,7 @@ def run_retry(*, run_id: Any, user: User, checkpoint_id: str | None = None) -> R
         run.status = RunStatus.QUEUED
         run.error, run.error_kind, run.next_attempt_at = None, "", None
         run.retried_at_epoch = run.lease_epoch  # the attempts so far died, if they did, before it
+        run.retries = 0  # a new go at the run: the automatic-retry budget afresh, as a follow-up's
         if start is not None and start != latest:
             _restart_from(run, start)
         run.revision += 1
@@ -228,6 +229,7 @@ def run_retry(*, run_id: Any, user: User, checkpoint_id: str | None = None) -> R
                 "error",
                 "error_kind",
                 "next_attempt_at",
+                "retries",
                 "retried_at_epoch",
                 "branch",
                 "revision",

@@ -252,6 +252,24 @@ def test_automatic_retries_stop_at_the_budget(openai_run, llm_server, settings):
     assert [a.status for a in run.attempts.all()] == ["failed"] * 3
 
 
+def test_a_retry_by_hand_gets_the_automatic_retry_budget_afresh(openai_run, llm_server, personas, settings):
+    """The budget bounds one go at the run: after it ran out and the submitter retried, the
+    first transient error is retried again, not the end of the run."""
+    from reviewdesk.runs.services import run_retry
+    from tests.llm_server import error
+
+    settings.DESK_AUTO_RETRIES = 1
+    llm_server.script(error(503, "one"), error(502, "two"), error(500, "three"), text("Done."))
+    run = advance(openai_run())
+    due_now(run)
+    assert advance(run).status == RunStatus.FAILED  # the budget is spent
+    run_retry(run_id=run.id, user=personas.carol)
+    run = advance(run)
+    assert (run.status, run.error_kind) == (RunStatus.QUEUED, "transient")
+    due_now(run)
+    assert (advance(run).status, run.output) == (RunStatus.SUCCEEDED, "Done.")
+
+
 # --- edit ----------------------------------------------------------------------
 
 

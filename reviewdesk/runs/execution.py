@@ -13,6 +13,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.utils import timezone
 
@@ -160,6 +161,10 @@ def run_execute(*, run_id: Any, worker: str = "") -> Outcome | None:
     except LeaseLost as exc:
         record_stale_write(attempt, str(exc))
         return None
+    except SoftTimeLimitExceeded:
+        # Celery's warning before the hard kill: the task's time is up, the run is not broken.
+        run_hand_over(attempt=attempt, host=host)
+        return None
     except Exception as exc:  # a bug must end the run visibly, not leave it running
         outcome = _internal_error(run, exc)
     kept = host.kept()
@@ -289,6 +294,41 @@ def _clear_error_overcome(run: Run) -> None:
     otherwise than failing got past it, and the run, its page and its run.updated no longer
     show it (a succeeded run with an error). run_finish saves both fields."""
     run.error, run.error_kind = None, ""
+
+
+def run_hand_over(*, attempt: Attempt, host: DatabaseHost) -> bool:
+    """The attempt ran out of time (the task's soft time limit): write the steps it kept and
+    queue the run for a new attempt now, as the sweeper would after the hard kill, without
+    waiting for the lease to expire. The attempt counts as lost, so a run whose every attempt
+    runs out of time fails after DESK_MAX_LOST_ATTEMPTS like one whose workers die. Fenced
+    as a step's write is; False when the attempt no longer owned the run."""
+    now = timezone.now()
+    with atomic_appends_last():
+        try:
+            host.fence()  # the run's row locked, this attempt's lease and cancel epochs checked
+        except LeaseLost as exc:
+            record_stale_write(attempt, f"hand-over at the time limit: {exc}")
+            return False
+        run = Run.objects.select_for_update().get(pk=attempt.run_id)
+        _write_kept(host)
+        Attempt.objects.filter(pk=attempt.pk).update(
+            status=AttemptStatus.LOST, ended_at=now, error="the task's time limit ran out"
+        )
+        lost = _lost_in_a_row(run)
+        if lost >= settings.DESK_MAX_LOST_ATTEMPTS:
+            _fail(
+                run,
+                f"gave up: the worker died or ran out of time {lost} times in a row",
+                kind=ErrorKind.INTERNAL,
+            )
+            return True
+        run.status, run.lease_expires_at = RunStatus.QUEUED, None
+        run.revision += 1
+        task_id_assign(run)
+        run.save(update_fields=["status", "lease_expires_at", "task_id", "revision", "updated_at"])
+        run_emit_updated(run)
+        send_on_commit(RESUME_TASK, run)
+    return True
 
 
 def _write_kept_alone(host: DatabaseHost, kept: list) -> None:

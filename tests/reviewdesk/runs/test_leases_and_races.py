@@ -108,6 +108,63 @@ def test_a_retry_after_its_workers_died_too_often_gets_a_fresh_count_of_deaths(p
     assert run.status == RunStatus.RUNNING
 
 
+def test_a_task_out_of_time_hands_its_run_to_a_new_attempt_with_what_it_did(personas, monkeypatch):
+    """Celery raises SoftTimeLimitExceeded in a task a minute before its hard kill. That is
+    the worker's clock running out, not a bug in the run: the steps done so far are kept and
+    the run goes on in a new attempt, as after a dead worker, instead of failing as an
+    internal error."""
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from reviewdesk.runs.execution import _Guarded
+    from reviewdesk.runs.models import Message
+
+    script = [
+        {"tool_calls": [{"name": "lookup_customer", "arguments": {"email": "ada@example.com"}}]},
+        {"content": "Found her."},
+    ]
+    run = queued_run(personas, script)
+    complete, calls = _Guarded.complete, []
+
+    def out_of_time_at_the_second_call(self, messages, tools):
+        calls.append(len(messages))
+        if len(calls) == 2:
+            raise SoftTimeLimitExceeded()
+        return complete(self, messages, tools)
+
+    monkeypatch.setattr(_Guarded, "complete", out_of_time_at_the_second_call)
+    assert run_execute(run_id=run.id, worker="slow") is None
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED, run.error
+    assert [a.status for a in run.attempts.all()] == ["lost"]
+    assert Message.objects.filter(run=run, role="tool").count() == 1  # the lookup's result is kept
+
+    run_execute(run_id=run.id, worker="next")
+    run.refresh_from_db()
+    assert (run.status, run.output) == (RunStatus.SUCCEEDED, "Found her.")
+    assert calls == [2, 4, 4]  # the lookup was not asked for again
+
+
+def test_a_run_whose_attempts_keep_running_out_of_time_fails_like_one_whose_workers_die(
+    personas, monkeypatch, settings
+):
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from reviewdesk.runs.execution import _Guarded
+
+    def out_of_time(self, messages, tools):
+        raise SoftTimeLimitExceeded()
+
+    settings.DESK_MAX_LOST_ATTEMPTS = 2
+    monkeypatch.setattr(_Guarded, "complete", out_of_time)
+    run = queued_run(personas)
+    run_execute(run_id=run.id, worker="slow")
+    assert Run.objects.get(pk=run.pk).status == RunStatus.QUEUED
+    run_execute(run_id=run.id, worker="slow again")
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and "2 times in a row" in run.error
+    assert [a.status for a in run.attempts.all()] == ["lost", "lost"]
+
+
 # --- races ----------------------------------------------------------------------------
 
 

@@ -78,7 +78,10 @@ def approvals_remind(*, now: datetime) -> list[Any]:
     """Remind once per clock the assignees of items past half their target; the reminded ids."""
     reminded = []
     candidates = ApprovalRequest.objects.filter(
-        status=ApprovalStatus.PENDING, respond_by__isnull=False, reminded_at__isnull=True
+        status=ApprovalStatus.PENDING,
+        respond_by__isnull=False,
+        reminded_at__isnull=True,
+        expires_at__gt=now,  # past its expiry it cannot be decided: nobody to remind
     ).select_related("run")
     for approval in candidates:
         target = target_seconds(approval.run.agent, approval.tool)
@@ -120,6 +123,9 @@ def approval_remind(*, approval_id: Any, level: int, run: Run, now: datetime) ->
 def approvals_escalate(*, now: datetime) -> int:
     """Escalate every pending item past its target, each in its own transaction."""
     overdue = ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, respond_by__lte=now)
+    # Past its expiry (the sweeper expires it on its own beat) it cannot be decided: nobody is
+    # called in to decide it, and its clock is left for the expiry to end.
+    overdue = overdue.filter(expires_at__gt=now)
     escalated = 0
     for approval_id, run_id, level in overdue.values_list("id", "run_id", "escalation_level"):
         with transaction.atomic():

@@ -246,6 +246,21 @@ def test_a_link_past_its_lifetime_is_refused_as_expired(
     assert response.status_code == 410 and "expired" in response.content.decode()
 
 
+def test_an_item_past_its_expiry_is_neither_escalated_nor_reminded(short_clock, interrupted_run, mailoutbox):
+    """The expiry and the tick are separate beats: an item the sweeper has not expired yet but
+    whose expiry has passed cannot be decided (410), so nobody is called in or reminded to."""
+    _run, approval = interrupted_run(reviewers=["alice"])
+    ApprovalRequest.objects.filter(pk=approval.pk).update(expires_at=later(approval, 20))
+    mailoutbox.clear()
+
+    assert approvals_remind(now=later(approval, 31)) == []
+    assert approvals_escalate(now=later(approval, 61)) == 0
+
+    approval.refresh_from_db()
+    assert approval.escalation_level == 0 and approval.reminded_at is None
+    assert not AuditEvent.objects.filter(action__in=["approval.escalated", "approval.reminded"]).exists()
+
+
 def test_when_the_chain_is_spent_the_clock_stops_and_the_item_waits(short_clock, interrupted_run):
     _run, approval = interrupted_run(reviewers=["alice"])
     first = later(approval, 61)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, models
 
 from agents.gate import ApprovalGate, CallBinding, SignedGrant
 from agents.loop import DecisionState
@@ -76,16 +76,23 @@ class RunOwner:
     cancel_epoch: int
 
 
+def _run_column(name: str) -> str:
+    field = Run._meta.get_field(name)
+    assert isinstance(field, models.Field) and field.column
+    return field.column
+
+
 def run_owner(run_pk: Any, *, lock: bool) -> RunOwner:
     """The run's `OWNER_FIELDS` in one hand-written statement; with `lock`, the row stays
     locked until the transaction ends (FOR UPDATE; SQLite's writing transactions already
     exclude each other). Every fenced write reads these, several times a cycle: the ORM's
     query compilation and model building were about half of each fence's time (issue 11, #2
     and #4). Raises Run.DoesNotExist, as the ORM's `get` did."""
-    table = connection.ops.quote_name(Run._meta.db_table)
-    columns = ", ".join(connection.ops.quote_name(Run._meta.get_field(f).column) for f in OWNER_FIELDS)
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(_run_column(name)) for name in OWNER_FIELDS)
     pk = Run._meta.pk
-    sql = f"SELECT {columns} FROM {table} WHERE {connection.ops.quote_name(pk.column)} = %s"
+    assert pk is not None
+    sql = f"SELECT {columns} FROM {quote(Run._meta.db_table)} WHERE {quote(pk.column)} = %s"
     if lock and connection.features.has_select_for_update:
         sql += " FOR UPDATE"
     with connection.cursor() as cursor:

@@ -125,6 +125,30 @@
     return node;
   }
 
+  // A redrawn card (a colleague's vote, a hand-over, a snapshot) keeps what the reviewer was
+  // doing on it: the text typed in its fields, a pending `r`, and the focus and caret in a field.
+  // Without this the reason vanished mid-word and the keys typed next went to the card, where
+  // `a` approves and `o` opens. Returns the field to focus once `to` is on the page, or null.
+  function carryOver(from, to) {
+    if (!from) return null;
+    const fields = (node) => [...node.querySelectorAll("input[name]:not([type=hidden])")];
+    const was = fields(from);
+    const now = fields(to);
+    was.forEach((field, i) => {
+      if (now[i] && now[i].name === field.name) now[i].value = field.value;
+    });
+    if (from.dataset.intent) to.dataset.intent = from.dataset.intent;
+    const i = was.indexOf(document.activeElement);
+    if (i < 0 || !now[i]) return null;
+    return { field: now[i], start: was[i].selectionStart, end: was[i].selectionEnd };
+  }
+
+  function refocus(kept) {
+    if (!kept) return;
+    kept.field.focus({ preventScroll: true });
+    kept.field.setSelectionRange(kept.start, kept.end);
+  }
+
   // The card's approve/reject buttons are served disabled (data-arm="desk"): clicked before this
   // script holds the card, one posted its form natively, with no confirmation of an
   // irreversible call, and Enter in the reason field approved (marked done, on a reconcile).
@@ -296,8 +320,10 @@
     } else if (existing) {
       const wasSelected = existing === selected();
       const node = card(approval);
+      const kept = carryOver(existing, node);
       existing.replaceWith(node);
       if (wasSelected) select(node, { focus: listHasFocus() });
+      refocus(kept);
     } else if (matches(approval)) {
       // The keys act on the selected card: a queue that was empty has none until this one.
       if (place(card(approval)) && !selected()) select(cards()[0], { focus: false });
@@ -330,11 +356,19 @@
     cards().forEach((node) => {
       if (!inWindow.has(node.dataset.approvalId)) leftOnSnapshot.add(node.dataset.approvalId);
     });
-    list.replaceChildren(...approvals.map(card));
+    const drawnBefore = new Map(cards().map((node) => [node.dataset.approvalId, node]));
+    let kept = null;
+    const drawn = approvals.map((a) => {
+      const node = card(a);
+      kept = carryOver(drawnBefore.get(a.id), node) || kept;
+      return node;
+    });
+    list.replaceChildren(...drawn);
     drawBounds();
     const again = was && list.querySelector('[data-approval-id="' + was.dataset.approvalId + '"]');
     const all = cards();
     if (all.length) select(again || all[Math.min(Math.max(wasIndex, 0), all.length - 1)], { focus });
+    refocus(kept);
     showOffPage();
     refreshCount();
     tick();

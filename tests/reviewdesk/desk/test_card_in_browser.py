@@ -36,6 +36,7 @@ window.__socketUrls = [];
 window.WebSocket = class {
   constructor(url) {
     window.__socketUrls.push(url);
+    window.__socket = this; // a test pushes more through it later
     if (window.__snapshot) document.querySelectorAll("li.card").forEach((card) => { card.dataset.fromServer = "yes"; });
     this.readyState = 1;
     setTimeout(() => {
@@ -273,3 +274,36 @@ def test_a_card_refused_as_decided_elsewhere_stays_off(pending, personas):
         page.wait_for_timeout(500)
         expect(page.locator("#notices .flash")).to_have_count(1)
     assert len(posted) == 1
+
+
+def test_a_push_for_the_card_being_typed_in_keeps_the_reason_and_its_focus(pending, personas):
+    """bob pressed `r` and is typing a reason when a push redraws that card (a colleague's vote,
+    a hand-over note, a reconnect's snapshot): desk.js replaced the card, so the reason typed so
+    far vanished and the focus moved to the card itself, where the rest of the reason was read as
+    keys: the `a` of "amount" approved the call he meant to reject."""
+    approval = pending("tool_call")
+    client = Client()
+    client.force_login(personas.bob)
+    html = client.get("/").content.decode()
+    data = approval_data(approval)
+    snapshot = {"seq": 0, "type": "snapshot", "data": {"approvals": [data]}}
+    pushes = [
+        {"seq": 1, "type": "approval.updated", "data": data},
+        {"seq": 2, "type": "snapshot", "data": {"approvals": [data]}},
+    ]
+    posted: list = []
+    with desk_in_chromium(html, snapshot, answer=APPROVED, posted=posted) as page:
+        page.on("dialog", lambda dialog: dialog.accept())
+        page.keyboard.press("r")
+        page.keyboard.type("wrong ")
+        for push in pushes:
+            page.evaluate("(push) => window.__socket.onmessage({ data: JSON.stringify(push) })", push)
+            page.keyboard.type("amount ")
+        reason = page.locator(f"li.card[data-approval-id='{approval.id}'] input[name=reason]")
+        expect(reason).to_have_value("wrong amount amount ")
+        expect(reason).to_be_focused()
+        page.keyboard.press("Enter")  # still a reject: the `r` survived the redraw
+        expect(page.locator("#notices .flash.success")).to_have_count(1)
+    [(_, _, body)] = posted
+    assert 'name="verdict"\r\n\r\nreject\r\n' in body
+    assert "wrong amount amount" in body

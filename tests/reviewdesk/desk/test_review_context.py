@@ -267,6 +267,58 @@ def test_invisible_characters_in_arguments_are_escaped_and_flagged_on_every_page
     assert "contains invisible characters" in alice.get(f"/approvals/{approval.id}/").content.decode()
 
 
+# Two options that read alike: the second answers "keep it" with a zero-width space the model
+# may read as "no", and the third, reversed, reads as "delete it".
+LOOKALIKE_OPTIONS = ["keep it", "keep it\u200b", "\u202eti eteled"]
+QUESTION_SCRIPTS = {
+    "options": [
+        {
+            "tool_calls": [
+                {"name": "ask_human", "arguments": {"question": "Data?", "options": LOOKALIKE_OPTIONS}}
+            ]
+        },
+        {"content": "ok"},
+    ],
+    "schema": [
+        {
+            "tool_calls": [
+                {
+                    "name": "ask_human",
+                    "arguments": {
+                        "question": "Data?",
+                        "schema": {
+                            "type": "object",
+                            "properties": {"what\u202e": {"title": "Keep\u200b", "enum": LOOKALIKE_OPTIONS}},
+                        },
+                    },
+                }
+            ]
+        },
+        {"content": "ok"},
+    ],
+}
+
+
+@pytest.mark.parametrize("form", sorted(QUESTION_SCRIPTS))
+def test_a_questions_options_and_fields_show_their_invisible_characters_escaped(
+    interrupted_run, personas, form
+):
+    """The model writes a question's options, and a schema's titles and choices: shown raw on the
+    desk's card and the approval page, "keep it" and "keep it" + U+200B were two identical buttons
+    answering differently, and a reversed option read as its opposite (desk.js's live card already
+    escaped them)."""
+    _, question = interrupted_run(QUESTION_SCRIPTS[form])
+    alice = logged_in(personas.alice)
+    pages = [f"/approvals/{question.id}/"] + (["/"] if form == "options" else [])  # a card: options only
+    for url in pages:
+        html = alice.get(url).content.decode()
+        # The values posted stay as the model wrote them; what the reviewer reads is escaped.
+        assert ">keep it\u200b<" not in html and ">\u202eti eteled<" not in html, url
+        assert ">keep it\\u200b<" in html and ">\\u202eti eteled<" in html, url
+    if form == "schema":
+        assert "Keep\\u200b <select" in html and "Keep\u200b" not in html
+
+
 @pytest.mark.parametrize(
     ("text", "shown"),
     [

@@ -153,6 +153,7 @@
   document.addEventListener("keydown", (event) => {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
     if (typing(event.target) || (help && help.open)) return;
+    if (queue.keysHeld()) return; // typed for a field that is gone (desk.js): not a command
     if (event.key === "x") {
       event.preventDefault();
       toggle(queue.selected());

@@ -283,7 +283,27 @@
     counted.set(approval.id, now);
   }
 
+  // Keys typed for a field that vanished under them (its card decided elsewhere, or dropped by
+  // a snapshot) are no commands for the card selected next: the `a` of "amount" approved it,
+  // an `o` opened it. They stay off until the reviewer pauses for KEYS_HELD_MS.
+  const KEYS_HELD_MS = 1000;
+  let keysHeldUntil = 0;
+
+  function holdKeysIfTypingIn(node) {
+    if (node.contains(document.activeElement) && typing(document.activeElement)) {
+      keysHeldUntil = Date.now() + KEYS_HELD_MS;
+    }
+  }
+
+  // Whether a key now is still the typing that lost its field (each such key holds on longer).
+  function keysHeld() {
+    if (Date.now() >= keysHeldUntil) return false;
+    keysHeldUntil = Date.now() + KEYS_HELD_MS;
+    return true;
+  }
+
   function remove(node) {
+    holdKeysIfTypingIn(node);
     const wasSelected = node === selected();
     const index = cards().indexOf(node);
     node.remove();
@@ -363,6 +383,7 @@
       kept = carryOver(drawnBefore.get(a.id), node) || kept;
       return node;
     });
+    if (!kept) cards().forEach(holdKeysIfTypingIn);
     list.replaceChildren(...drawn);
     drawBounds();
     const again = was && list.querySelector('[data-approval-id="' + was.dataset.approvalId + '"]');
@@ -424,6 +445,7 @@
       return;
     }
     if (typing(event.target) || (help && help.open)) return;
+    if (keysHeld()) return; // typed for a field that is gone: not a command
     const node = selected();
     const actions = {
       j: () => move(1),
@@ -534,7 +556,7 @@
   }
 
   // For batch.js: the queue's cards, the current one, and one decision at a time.
-  window.DeskQueue = { cards, selected, notice, post, settle };
+  window.DeskQueue = { cards, selected, notice, post, settle, keysHeld };
 
   // --- countdowns ---------------------------------------------------------------------
   function tick() {

@@ -21,6 +21,8 @@ import pytest
 from django.test import Client
 from playwright.sync_api import expect
 
+from reviewdesk.approvals.models import Verdict
+from reviewdesk.approvals.services import approval_decide
 from reviewdesk.events.builders import approval_data
 from tests.reviewdesk.desk.chromium import desk_scripts, routed_page
 
@@ -307,3 +309,45 @@ def test_a_push_for_the_card_being_typed_in_keeps_the_reason_and_its_focus(pendi
     [(_, _, body)] = posted
     assert 'name="verdict"\r\n\r\nreject\r\n' in body
     assert "wrong amount amount" in body
+
+
+def test_keys_typed_for_a_card_decided_elsewhere_do_not_act_on_the_next(pending, personas):
+    """bob pressed `r` and is typing a reason when alice rejects that call: its card left, the
+    focus went to the next card, and the rest of his reason was read as keys there: the `a` of
+    "amount" approved a call he had not looked at, and its `o` opened another. Keys typed on
+    straight after stay off; after a pause they act again."""
+    first, second = pending("tool_call"), pending("tool_call")
+    client = Client()
+    client.force_login(personas.bob)
+    html = client.get("/").content.decode()
+    snapshot = {
+        "seq": 0,
+        "type": "snapshot",
+        "data": {"approvals": [approval_data(first), approval_data(second)]},
+    }
+    approval_decide(
+        approval_id=first.id,
+        reviewer=personas.alice,
+        verdict=Verdict.REJECT,
+        reason="no",
+        checkpoint_id=str(first.checkpoint_id),
+    )
+    first.refresh_from_db()
+    rejected = {"seq": 1, "type": "approval.updated", "data": approval_data(first)}
+    posted: list = []
+    with desk_in_chromium(html, snapshot, answer=APPROVED, posted=posted) as page:
+        page.on("dialog", lambda dialog: dialog.accept())
+        expect(page.locator("li.card").first).to_have_attribute("data-approval-id", str(first.id))
+        page.keyboard.press("r")
+        page.keyboard.type("wrong ")
+        page.evaluate("(push) => window.__socket.onmessage({ data: JSON.stringify(push) })", rejected)
+        page.keyboard.type("amount, check it", delay=50)
+        page.wait_for_timeout(300)
+        assert posted == []
+        assert page.url == f"{ORIGIN}/"
+        nxt = page.locator(f"li.card[data-approval-id='{second.id}']")
+        expect(nxt).to_have_attribute("aria-current", "true")
+        page.wait_for_timeout(1200)  # a pause: the keys are the reviewer's again
+        page.keyboard.press("j")
+        page.keyboard.press("r")
+        expect(nxt.locator("input[name=reason]")).to_be_focused()

@@ -1,6 +1,7 @@
 """The documented limit on JSON nesting, checked the same way wherever JSON comes in (the API's
 parser, the desk's edit form, the decision validator): deep nesting is refused with a 4xx,
-never left to reach a recursive encoder, validator or canonicaliser as a RecursionError."""
+never left to reach a recursive encoder, validator or canonicaliser as a RecursionError. And
+U+0000, which PostgreSQL cannot store, refused the same way wherever JSON comes in."""
 
 from __future__ import annotations
 
@@ -21,4 +22,23 @@ def json_depth_exceeds(value: Any, limit: int) -> bool:
         if depth + 1 > limit:
             return True
         stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def json_holds_nul(value: Any) -> bool:
+    """Whether a string or a key anywhere in `value` holds U+0000, which PostgreSQL's text and
+    jsonb cannot store: a run's metadata or model holding one was a 500 on the insert, and so
+    were a desk form's edited arguments, answer or grant constraints (\\u0000 in their JSON).
+    Iterative, like the depth check (the value may nest up to DESK_JSON_MAX_DEPTH)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
     return False

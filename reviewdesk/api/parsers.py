@@ -21,7 +21,7 @@ from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
 from reviewdesk.errors import TooLarge
-from reviewdesk.jsonlimits import json_depth_exceeds
+from reviewdesk.jsonlimits import json_depth_exceeds, json_holds_nul
 
 
 def body_too_large(length: int) -> TooLarge:
@@ -51,30 +51,12 @@ def loads_limited(raw: bytes) -> Any:
             "the body is not JSON a response can carry: a string holds a lone surrogate (\\ud800-\\udfff)",
             code="malformed_json",
         ) from None
-    if _holds_nul(value):
+    if json_holds_nul(value):
         raise ParseError(
             "the body is not JSON the desk can store: a string holds a NUL character (\\u0000)",
             code="malformed_json",
         )
     return value
-
-
-def _holds_nul(value: Any) -> bool:
-    """Whether a string or a key anywhere in `value` holds U+0000, which PostgreSQL's text and
-    jsonb cannot store: a run's metadata or model holding one was a 500 on the insert.
-    Iterative, like the depth check (the value may nest up to DESK_JSON_MAX_DEPTH)."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
 
 
 def _not_json(constant: str) -> float:

@@ -17,7 +17,7 @@ from django.conf import settings
 
 from reviewdesk.approvals.models import KIND_VERDICTS, Verdict
 from reviewdesk.errors import Invalid
-from reviewdesk.jsonlimits import json_depth_exceeds
+from reviewdesk.jsonlimits import json_depth_exceeds, json_holds_nul
 
 TEXT_MAX = 10_000  # a reason or a note
 EXTERNAL_REF_MAX = 200
@@ -61,6 +61,10 @@ def decision_input_check(
         elif len(value) > limit:
             errors[field] = [f"Ensure this field has no more than {limit} characters."]
         elif "\x00" in value:
+            errors[field] = [NUL_REFUSED]
+    # JSON the API's parser screens already; the desk's forms post theirs as text.
+    for field, value in (("arguments", arguments), ("answer", answer)):
+        if json_holds_nul(value):
             errors[field] = [NUL_REFUSED]
     if errors:
         raise Invalid(FIELD_ERRORS_DETAIL, code="invalid", errors=errors)

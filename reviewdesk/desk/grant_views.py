@@ -33,6 +33,7 @@ from reviewdesk.approvals.grants import (
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest
 from reviewdesk.desk.paging import paged
 from reviewdesk.errors import DeskError, Invalid, NotFound
+from reviewdesk.jsonlimits import json_holds_nul
 
 # The durations the form offers, in hours (the service caps them at DESK_GRANT_MAX_SECONDS).
 GRANT_DURATIONS = ((1, "1 hour"), (8, "8 hours"), (24, "1 day"), (168, "1 week"), (720, "30 days"))
@@ -65,6 +66,8 @@ def posted_grant(request: HttpRequest) -> dict[str, Any] | None:
             grant["match"] = json.loads(request.POST.get("grant_constraints", ""))
         except (json.JSONDecodeError, RecursionError):
             raise Invalid("the grant's constraints are not valid JSON") from None
+        if json_holds_nul(grant["match"]):  # PostgreSQL cannot store it: a 500 on the insert
+            raise Invalid("the grant's constraints may not hold a NUL character (\\u0000)")
     try:
         hours = int(request.POST.get("grant_hours", "24"))
         grant["max_uses"] = int(request.POST.get("grant_max_uses", settings.DESK_GRANT_DEFAULT_USES))

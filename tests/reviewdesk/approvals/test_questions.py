@@ -204,3 +204,31 @@ def test_the_desk_builds_a_form_from_a_simple_schema_and_reads_it_back(interrupt
 
     assert 'type="number" name="answer.size"' in page
     assert Decision.objects.get(request=question).answer == {"size": 4}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "form"),
+    [
+        ({"question": "Why?"}, {"answer": "because\x00"}),
+        (
+            {"question": "Who?", "schema": {"type": "object", "properties": {"name": {"type": "string"}}}},
+            {"answer.name": "ada\x00"},
+        ),
+    ],
+    ids=["a text answer", "a schema's field"],
+)
+def test_an_answer_holding_a_nul_from_the_desk_page_is_refused_not_a_500(
+    interrupted_run, personas, arguments, form
+):
+    """PostgreSQL's jsonb cannot hold U+0000: the answer was stored as typed, and the page a 500."""
+    _run, question = interrupted_run(asking(**arguments))
+    client = Client()
+    client.force_login(personas.alice)
+    response = client.post(
+        f"/approvals/{question.id}/",
+        {"checkpoint_id": str(question.checkpoint_id), "verdict": "answer", **form},
+        follow=True,
+    )
+    assert response.status_code == 200
+    assert "Null characters are not allowed." in response.content.decode()
+    assert not Decision.objects.filter(request=question).exists()

@@ -156,6 +156,14 @@ FORM_ONLY = [
         {"external_ref": [NUL]},
         kind="reconcile",
     ),
+    # The edit's JSON is text in the form: \u0000 in it decoded to a NUL that jsonb refused (a 500).
+    Bad(
+        "a NUL in the edited arguments",
+        {"verdict": "edit", "arguments": {"to": "ada@example.com", "subject": "Hi\x00", "body": "x"}},
+        NUL,
+        "invalid",
+        {"arguments": [NUL]},
+    ),
 ]
 
 

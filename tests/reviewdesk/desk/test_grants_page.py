@@ -64,6 +64,18 @@ def test_a_bad_grant_from_the_page_explains_itself_and_decides_nothing(personas)
     assert approval.status == ApprovalStatus.PENDING and not Grant.objects.exists()
 
 
+def test_grant_constraints_holding_a_nul_are_refused_not_a_500(personas):
+    """\\u0000 in the constraints' JSON decoded to a NUL that PostgreSQL's jsonb refused: a 500,
+    where the API's parser refuses such a body with 400."""
+    approval, response = approve_from_the_page(
+        personas, grant_match="constraints", grant_constraints='{"to": {"eq": "ada\\u0000"}}'
+    )
+    assert response.status_code == 200
+    assert "Not decided" in response.content.decode() and "NUL" in response.content.decode()
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.PENDING and not Grant.objects.exists()
+
+
 def test_the_grants_page_lists_uses_and_offers_revoke_to_the_owner_and_admins_only(personas):
     approve_from_the_page(personas)
     run_until_it_stops(personas)  # used once, no one asked

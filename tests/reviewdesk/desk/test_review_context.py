@@ -345,3 +345,16 @@ def test_a_questions_options_and_fields_show_their_invisible_characters_escaped(
 def test_visible_escapes_what_cannot_be_seen(text, shown):
     assert visible(text) == shown
     assert has_invisible({"k": [text]}) == (text != shown)
+
+
+def test_the_run_pages_input_and_output_show_their_invisible_characters_escaped(interrupted_run, personas):
+    """The submitter writes the input and the model the output: the run page's facts showed
+    them raw (its thread and the approval page escaped the same input), so a reversed span
+    (U+202E) read as something else to the reviewer judging the run's calls."""
+    run, _ = interrupted_run(BIDI_SCRIPT)
+    run.input = "Refund Ada\u202e0001 \u200b"
+    run.output = "Done\u202eenod ton"
+    run.save(update_fields=["input", "output"])
+    html = logged_in(personas.alice).get(f"/runs/{run.id}/").content.decode()
+    assert "\u202e" not in html and "\u200b" not in html
+    assert "<dd>Refund Ada\\u202e0001 \\u200b</dd>" in html and "<dd>Done\\u202eenod ton</dd>" in html

@@ -599,7 +599,20 @@
     const id = message.data.id;
     if ((applied.get(id) || 0) >= message.seq) return;
     applied.set(id, message.seq);
+    if (snapshotSeq !== null && message.seq <= snapshotSeq) {
+      sayWhyItLeft(message.data);
+      return;
+    }
     upsert(message.data, message.type, message.seq);
+  }
+
+  // An event up to the snapshot's seq is in the snapshot, which was read after it: drawn, it
+  // brought back a card the snapshot left out for a reason no event tells (a group the reviewer
+  // has left since) or an older state of one. It only says why a card the snapshot dropped left.
+  function sayWhyItLeft(approval) {
+    if (shown(approval) || !leftOnSnapshot.has(approval.id)) return;
+    leftOnSnapshot.delete(approval.id);
+    if (!decidedHere.has(approval.id)) notice(decidedText(approval), "info");
   }
 
   function handle(message) {

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from agents.canonical import canonical_json
 from agents.questions import answer_problem
-from agents.registry import get_agent
+from agents.registry import UnknownAgent, get_agent
 from agents.state import AgentState, CallStatus
 from agents.tools import Tool
 from reviewdesk.accounts.roles import group_names_of, is_reviewer
@@ -189,7 +189,11 @@ def _call_is_awaiting(run: Run, approval: ApprovalRequest) -> bool:
 
 def approval_tool(run: Run, approval: ApprovalRequest) -> Tool:
     """The agent's tool the approval's call names, or a stale-page Conflict when it is gone."""
-    tool = get_agent(run.agent).tool(approval.tool)
+    try:
+        agent = get_agent(run.agent)
+    except UnknownAgent:  # redeployed without this agent: nothing can run its calls either
+        raise Conflict(f"the agent {run.agent!r} is not deployed any more", code="stale") from None
+    tool = agent.tool(approval.tool)
     if tool is None:  # the agent was redeployed without it: nothing can run this call
         raise Conflict(f"the agent {run.agent!r} has no tool {approval.tool!r} any more", code="stale")
     return tool

@@ -89,6 +89,25 @@ def test_a_stale_page_cannot_approve(interrupted_run, personas):
     assert not Decision.objects.exists()
 
 
+@pytest.mark.parametrize("verdict", ["approve", "reject"])
+def test_a_call_whose_agent_is_no_longer_deployed_is_refused_as_stale_not_a_500(
+    interrupted_run, personas, verdict
+):
+    """The desk was redeployed without the run's agent: its pending calls stay on the desk, and
+    deciding one raised UnknownAgent from the decide service (a 500, after the checks passed),
+    where a tool the agent no longer has is refused as a stale page."""
+    run, approval = interrupted_run()
+    run.agent = "retired"
+    run.save(update_fields=["agent"])
+    alice = logged_in(personas.alice)
+    form = {"verdict": verdict, "checkpoint_id": str(approval.checkpoint_id)}
+    page = alice.post(f"/approvals/{approval.id}/", form, follow=True).content.decode()
+    assert "Not decided: the agent &#x27;retired&#x27; is not deployed any more" in page
+    answer = alice.post(f"/approvals/{approval.id}/", form, HTTP_ACCEPT="application/json")
+    assert answer.status_code == 409 and answer.json()["code"] == "stale"
+    assert not Decision.objects.exists()
+
+
 def test_a_submitter_signing_in_lands_on_their_runs_and_anyone_else_without_a_role_is_refused(personas):
     """Logging in lands everyone on the desk; carol reviews nothing, so her page is her runs."""
     response = logged_in(personas.carol).get("/")

@@ -529,13 +529,26 @@
         headers: { Accept: "application/json" },
         credentials: "same-origin",
       });
-      answer = await response.json();
+      answer = isJson(response) ? await response.json() : { decided: false, detail: "Not decided: " + pageAnswer(response) };
     } catch (error) {
       answer = { decided: false, detail: "Not decided: the desk did not answer (" + error.message + ")." };
     }
     delete node.dataset.busy;
     if (!answer.decided) decidedHere.delete(node.dataset.approvalId);
     return answer;
+  }
+
+  function isJson(response) {
+    return (response.headers.get("Content-Type") || "").startsWith("application/json");
+  }
+
+  // The approval's page answers a decision it refused with JSON, but some refusals come before
+  // it: a 404 page (handed over elsewhere, or a group left: no longer mine to see), the login
+  // page (the session ended). Read as JSON they were "the desk did not answer".
+  function pageAnswer(response) {
+    if (response.redirected) return "your session has ended: log in again, then reload this page.";
+    if (response.status === 404) return "this approval is no longer yours to see (handed over, or a group you left): reload.";
+    return "the desk answered " + response.status + " " + response.statusText + ".";
   }
 
   // A decided card leaves the page and the count (its approval.updated then finds it counted).

@@ -14,6 +14,7 @@ by batch.js: tested here with the script held back (404), as a script not run ye
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -114,7 +115,10 @@ def desk_in_chromium(
         if request.method == "POST":  # the desk's side of a decision: `answer`, as JSON
             path = request.url.removeprefix(ORIGIN)
             posted.append((path, request.headers.get("accept", ""), request.post_data or ""))
-            route.fulfill(status=answer[0], json=answer[1])
+            if isinstance(answer[1], str):  # a page, as Django's 404 or a login redirect answers
+                route.fulfill(status=answer[0], body=answer[1], content_type="text/html")
+            else:
+                route.fulfill(status=answer[0], json=answer[1])
             return
         body, content_type = files.get(request.url, ("", "text/plain"))
         route.fulfill(body=body, content_type=content_type, status=200 if body else 404)
@@ -373,3 +377,23 @@ def test_an_event_older_than_the_snapshot_does_not_bring_back_a_card_it_left_out
         expect(page.locator("li.card")).to_have_count(0)
         expect(page.locator("#empty")).to_be_visible()
         expect(page.locator("#count")).to_have_text("0")
+
+
+def test_a_batch_item_answered_with_a_page_rather_than_json_says_why(pending, personas):
+    """A call handed over to another group while it waited in bob's batch is no longer his to see:
+    its page answers 404, Django's HTML page, and a session that ended sends him to log in. desk.js
+    read those pages as JSON and reported the item as "the desk did not answer (Unexpected token
+    '<' ...)": it did answer, and bob was told neither why nor what to do."""
+    approval = pending("tool_call")
+    client = Client()
+    client.force_login(personas.bob)
+    html = client.get("/").content.decode()
+    not_found = client.post(f"/approvals/{uuid.uuid4()}/", HTTP_ACCEPT="application/json")
+    assert not_found.status_code == 404 and not not_found["Content-Type"].startswith("application/json")
+    with desk_in_chromium(html, None, answer=(404, not_found.content.decode())) as page:
+        page.locator(f"li.card[data-approval-id='{approval.id}'] input.batch-pick").check()
+        page.locator("#batch-reject").click()
+        error = page.locator("#notices .flash.error")
+        expect(error).to_contain_text("0 rejected, 1 refused: send_email (run ")
+        expect(error).to_contain_text("no longer yours to see")
+        expect(error).not_to_contain_text("Unexpected token")

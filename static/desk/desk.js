@@ -211,8 +211,11 @@
     if (filters.tool && approval.tool !== filters.tool) return false;
     if (filters.run && approval.run !== filters.run.toLowerCase()) return false;
     if (filters.assignee === "me" && !users.includes(me)) return false;
-    if (filters.assignee === "any" && users.length) return false;
-    if (filters.assignee && !["me", "any"].includes(filters.assignee) && !users.includes(filters.assignee)) return false;
+    // "any" and a name (a username or group:NAME) read the targets, as the server's filter
+    // does: a name keeps the calls that name it, not those reaching that user through a group.
+    const targets = (approval.reviewer && approval.reviewer.targets) || [];
+    if (filters.assignee === "any" && targets.length) return false;
+    if (filters.assignee && !["me", "any"].includes(filters.assignee) && !targets.includes(filters.assignee)) return false;
     return true;
   }
 

@@ -397,3 +397,30 @@ def test_a_batch_item_answered_with_a_page_rather_than_json_says_why(pending, pe
         expect(error).to_contain_text("0 rejected, 1 refused: send_email (run ")
         expect(error).to_contain_text("no longer yours to see")
         expect(error).not_to_contain_text("Unexpected token")
+
+
+@pytest.mark.parametrize(
+    ("assignee", "targets", "kept"),
+    [
+        ("group:finance", ["group:finance"], True),  # the server lists it: it names the group
+        ("bob", ["group:finance"], False),  # the server does not: it names bob only through a group
+        ("bob", ["bob"], True),
+    ],
+    ids=["a group's calls", "not a group member's", "a reviewer's by name"],
+)
+def test_a_live_call_joins_a_page_filtered_by_assignee_as_the_server_filters(
+    pending, personas, assignee, targets, kept
+):
+    """`?assignee=NAME` keeps the calls whose targets name NAME (a username or group:NAME), as
+    the server's queue reads them; desk.js compared NAME with the usernames the targets reach,
+    so a new call for group:finance never joined the finance page (dropped, not even counted as
+    on another page), and a call for the group joined a member's page, which the server's would not."""
+    client = Client()
+    client.force_login(personas.bob)
+    html = client.get("/", {"assignee": assignee}).content.decode()
+    data = approval_data(pending("tool_call"))
+    data["reviewer"] = {"targets": targets, "users": ["bob"]}
+    snapshot = {"seq": 0, "type": "snapshot", "data": {"approvals": []}}
+    created = {"seq": 1, "type": "approval.created", "data": data}
+    with desk_in_chromium(html, snapshot, [created]) as page:
+        expect(page.locator("li.card")).to_have_count(1 if kept else 0)

@@ -28,7 +28,7 @@ from reviewdesk.accounts.devicekeys import (
 from reviewdesk.accounts.models import DeviceKey
 from reviewdesk.accounts.roles import is_admin
 from reviewdesk.errors import DeskError
-from reviewdesk.jsonlimits import json_depth_exceeds
+from reviewdesk.jsonlimits import json_depth_exceeds, json_holds_nul
 
 BODY_MAX = 16 * 1024
 
@@ -46,11 +46,16 @@ def _body(request: HttpRequest) -> dict | None:
         return None
     if not isinstance(body, dict) or json_depth_exceeds(body, settings.DESK_JSON_MAX_DEPTH):
         return None
+    if json_holds_nul(body):  # PostgreSQL text cannot hold it: a label holding one was a 500
+        return None
     return body
 
 
 def _bad_body() -> JsonResponse:
-    return JsonResponse({"detail": "the body is a JSON object", "code": "invalid"}, status=400)
+    return JsonResponse(
+        {"detail": "the body is a JSON object, holding no NUL character (\\u0000)", "code": "invalid"},
+        status=400,
+    )
 
 
 @login_required
@@ -82,6 +87,8 @@ def key_register(request: HttpRequest) -> JsonResponse:
 
 
 def _device_key(key_id: str) -> DeviceKey | None:
+    if "\x00" in key_id:  # %00 in the path: no key's id, and PostgreSQL cannot compare it (a 500)
+        return None
     return DeviceKey.objects.select_related("user").filter(key_id=key_id).first()
 
 

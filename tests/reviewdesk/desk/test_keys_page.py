@@ -88,6 +88,20 @@ def test_deeply_nested_json_to_the_key_endpoints_is_a_400_not_a_500(personas, de
         assert response.json()["code"] == "invalid"
 
 
+def test_a_nul_in_a_key_endpoints_body_or_key_id_is_refused_not_a_500(personas):
+    """PostgreSQL's text cannot hold U+0000: a label holding one was stored as sent, and a key id
+    holding one (%00 in the path) was looked up as sent: a 500 each (the latter for any reviewer,
+    on the records endpoint)."""
+    alice, admin = logged_in(personas.alice), logged_in(personas.admin)
+    key = public_key_b64(Ed25519PrivateKey.generate().public_key())
+    status, body = post(alice, "/keys/register", {"label": "lap\u0000top", "public_key": key})
+    assert (status, body["code"]) == (400, "invalid") and "NUL" in body["detail"]
+    assert not DeviceKey.objects.exists()
+    for client, url in ((alice, "/keys/ab%00cd/records"), (admin, "/keys/ab%00cd/endorse")):
+        response = client.post(url, "{}", content_type="application/json")
+        assert (response.status_code, response.json()["code"]) == (404, "not_found"), url
+
+
 def test_a_reviewer_cannot_draft_or_store_an_endorsement(personas, device_keys):
     alice = logged_in(personas.alice)
     key_id = device_keys.alice_key_id

@@ -64,6 +64,9 @@ def run_follow_up_post(request: HttpRequest, run_id) -> HttpResponse:
     if not text or len(text) > FOLLOW_UP_MAX:
         messages.error(request, f"Write a message of 1 to {FOLLOW_UP_MAX} characters.")
         return redirect("run", run_id=run_id)
+    if "\x00" in text:  # PostgreSQL cannot store it: the message was a 500 on the insert
+        messages.error(request, "The message may not hold a NUL character.")
+        return redirect("run", run_id=run_id)
     try:
         run_follow_up(run_id=run_id, user=request.user, input=text)
     except NotFound:

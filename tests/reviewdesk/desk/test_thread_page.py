@@ -71,3 +71,15 @@ def test_an_active_run_offers_no_form_and_refuses_a_post(interrupted_run, person
     assert 'id="post-follow-up"' not in page.get(f"/runs/{run.id}/").content.decode()
     response = page.post(f"/runs/{run.id}/messages/", {"input": "hurry up"}, follow=True)
     assert "still active" in response.content.decode() and not run.follow_ups.exists()
+
+
+def test_a_follow_up_holding_a_nul_is_refused_with_why_not_a_500(finished_run, personas):
+    """PostgreSQL's text cannot hold U+0000: the form's message was stored as typed (a 500),
+    where the API's parser refuses such a body."""
+    page = logged_in(personas.carol)
+    response = page.post(
+        f"/runs/{finished_run.id}/messages/", {"input": "When\x00 does it renew?"}, follow=True
+    )
+    assert response.status_code == 200
+    assert "may not hold a NUL character" in response.content.decode()
+    assert not finished_run.follow_ups.exists()

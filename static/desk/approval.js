@@ -129,10 +129,11 @@
     });
   }
 
-  // Enter in a one-line field of an answer or a reconciliation: nothing. The browser would
-  // submit with the form's first button: the first of a question's options, or "It happened:
-  // mark done". A note typed there is never an answer.
-  ["answer-form", "reconcile-form"].forEach((id) => {
+  // Enter in a one-line field of an answer, a reconciliation or an edit: nothing. The browser
+  // would submit with the form's first button: the first of a question's options, "It happened:
+  // mark done", or the edit's own (once to show the diff, once more to sign the edited
+  // arguments). A note typed there is never an answer, nor an approval.
+  ["answer-form", "reconcile-form", "edit-form"].forEach((id) => {
     const form = document.getElementById(id);
     if (!form) return;
     form.addEventListener("keydown", (event) => {

@@ -228,3 +228,26 @@ def test_without_time_js_or_a_socket_the_buttons_still_arm(pending, personas):
     with approval_page(personas.bob, approval, held_back="time.js", init=no_socket) as page:
         for button in DECISION_BUTTONS:
             expect(page.locator(button)).to_be_enabled()
+
+
+def test_enter_in_an_edits_field_never_signs_the_edit(pending, personas):
+    """Enter in the edit's Reason or Note submitted with the form's first button: once to show
+    the diff, and once more to sign the edited arguments, unasked (an edit approves them).
+    With approval.js it does nothing; the button still shows the diff, then signs."""
+    approval = pending("tool_call")
+    posted: list = []
+    with approval_page(personas.bob, approval, held_back=None, posted=posted) as page:
+        page.on("dialog", lambda dialog: dialog.accept())
+        page.locator("#edit summary").click()
+        edited = {**approval.arguments, "subject": "Your refund is on its way"}
+        page.locator("#edit-arguments").fill(json.dumps(edited))
+        for field in ("#edit-form input[name=reason]", "#edit-form input[name=note]"):
+            type_then_enter(page, field, "shorter subject")
+            type_then_enter(page, field, "shorter subject")
+        assert posted == []
+        expect(page.locator("#diff")).to_be_hidden()
+        page.locator("#edit-submit").click()
+        expect(page.locator("#diff")).to_be_visible()
+        page.locator("#edit-submit").click()
+        expect(page.locator("body")).to_contain_text("posted natively")
+    assert len(posted) == 1 and "verdict=edit" in posted[0], posted

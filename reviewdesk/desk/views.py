@@ -233,10 +233,16 @@ def _back_to(next_url: str, request: HttpRequest) -> HttpResponse:
 
 
 def _decided_by(approval: ApprovalRequest, exc: DeskError) -> str:
-    """Who decided first, when that is why this decision was refused."""
+    """Who decided first, when that is why this decision was refused: the approvers of an
+    approved call (a quorum's every vote), the reviewer who rejected a rejected one. Not every
+    decider: a call approved by alice and then rejected by bob was not "rejected by alice, bob"."""
     if exc.code != "decided":
         return ""
-    names = sorted({d.reviewer.get_username() for d in approval.decisions.select_related("reviewer")})
+    settled = ApprovalRequest.objects.prefetch_related("decisions__reviewer").get(pk=approval.pk)
+    # An answer, a confirm or a re-run settles as approved too, by its one decision.
+    votes = settled.approving_decisions() if settled.status == ApprovalStatus.APPROVED else []
+    deciders = votes or [settled.decision]
+    names = sorted({d.reviewer.get_username() for d in deciders if d is not None})
     return f" by {', '.join(names)}" if names else ""
 
 

@@ -64,3 +64,38 @@ def test_only_plain_tool_calls_can_be_picked_for_a_batch(pending, personas):
     }
     assert 'class="batch-pick"' in cards[str(call.id)] and "pick-run" in cards[str(call.id)]
     assert "batch-pick" not in cards[str(reconcile.id)] and "pick-run" not in cards[str(reconcile.id)]
+
+
+def test_a_call_rejected_after_a_quorum_vote_names_who_rejected_it_not_who_approved(
+    interrupted_run, personas
+):
+    """execute needs two approvals: alice approved, then bob rejected. A third reviewer's approve
+    was refused as "already rejected by alice, bob": every decider was named, and alice had
+    approved. The refusal names the decision that settled it."""
+    _, approval = interrupted_run(
+        [{"tool_calls": [{"name": "execute", "arguments": {"command": "echo hi"}}]}]
+    )
+    for reviewer, verdict in ((personas.alice, Verdict.APPROVE), (personas.bob, Verdict.REJECT)):
+        approval_decide(
+            approval_id=approval.id,
+            reviewer=reviewer,
+            verdict=verdict,
+            reason="no" if verdict == Verdict.REJECT else "",
+            checkpoint_id=str(approval.checkpoint_id),
+        )
+    refused = post_json(personas.admin, approval, Verdict.APPROVE)
+    assert refused.status_code == 409
+    assert refused.json()["detail"] == "Not decided: this approval was already rejected by bob"
+
+
+def test_a_reconciliation_marked_done_first_names_who_marked_it(pending, personas):
+    reconcile = pending("reconcile")
+    approval_decide(
+        approval_id=reconcile.id,
+        reviewer=personas.alice,
+        verdict=Verdict.CONFIRM,
+        external_ref="ticket 7",
+        checkpoint_id=str(reconcile.checkpoint_id),
+    )
+    refused = post_json(personas.bob, reconcile, Verdict.REJECT)
+    assert refused.json()["detail"] == "Not decided: this approval was already approved by alice"

@@ -340,6 +340,11 @@
       if (shownHere && !decidedHere.has(approval.id)) notice(decidedText(approval), "info");
       leftOnSnapshot.delete(approval.id);
       if (existing) remove(existing);
+    } else if (existing && !matches(approval)) {
+      // Still mine, but no longer this page's (on the "any reviewer" page, one handed over to a
+      // group of mine): it leaves, as the server's page drops it, saying why.
+      if (!decidedHere.has(approval.id)) notice(decidedText(approval), "info");
+      remove(existing);
     } else if (existing) {
       const wasSelected = existing === selected();
       const node = card(approval);

@@ -424,3 +424,28 @@ def test_a_live_call_joins_a_page_filtered_by_assignee_as_the_server_filters(
     created = {"seq": 1, "type": "approval.created", "data": data}
     with desk_in_chromium(html, snapshot, [created]) as page:
         expect(page.locator("li.card")).to_have_count(1 if kept else 0)
+
+
+def test_a_card_that_no_longer_matches_the_pages_filter_leaves_it(pending, personas):
+    """bob's page shows the calls open to any reviewer (?assignee=any); alice hands one over to
+    group:finance, bob's group. It is still bob's, but the server's page no longer lists it:
+    desk.js redrew it in place, under a filter it no longer matched, until a reload."""
+    approval = pending("tool_call")
+    client = Client()
+    client.force_login(personas.bob)
+    html = client.get("/", {"assignee": "any"}).content.decode()
+    data = approval_data(approval)
+    snapshot = {"seq": 0, "type": "snapshot", "data": {"approvals": [data]}}
+    handed = {
+        **data,
+        "reviewer": {"targets": ["group:finance"], "users": ["bob"]},
+        "handover": {"by": "alice", "at": data["created_at"], "note": ""},
+    }
+    with desk_in_chromium(html, snapshot) as page:
+        expect(page.locator("li.card")).to_have_count(1)
+        page.evaluate(
+            "(push) => window.__socket.onmessage({ data: JSON.stringify(push) })",
+            {"seq": 1, "type": "approval.updated", "data": handed},
+        )
+        expect(page.locator("li.card")).to_have_count(0)
+        expect(page.locator("#notices")).to_contain_text("handed over by alice")

@@ -358,3 +358,26 @@ def test_the_run_pages_input_and_output_show_their_invisible_characters_escaped(
     html = logged_in(personas.alice).get(f"/runs/{run.id}/").content.decode()
     assert "\u202e" not in html and "\u200b" not in html
     assert "<dd>Refund Ada\\u202e0001 \\u200b</dd>" in html and "<dd>Done\\u202eenod ton</dd>" in html
+
+
+def test_tool_call_names_in_the_conversation_show_their_invisible_characters_escaped(
+    interrupted_run, personas
+):
+    """The model writes the name of each tool it calls, any name (one it has not got is answered
+    with an error, and stays in the log): the conversation on the approval page and the run page,
+    and the thread's list of tools called, showed it raw."""
+    run, approval = interrupted_run(BIDI_SCRIPT)
+    message = run.messages.filter(role="assistant").order_by("position").first()
+    message.body["tool_calls"].append(
+        {
+            "id": "call_x",
+            "type": "function",
+            "function": {"name": "lookup\u202eliame_dnes", "arguments": "{}"},
+        }
+    )
+    message.save(update_fields=["body"])
+    alice = logged_in(personas.alice)
+    for url in (f"/approvals/{approval.id}/", f"/runs/{run.id}/"):
+        html = alice.get(url).content.decode()
+        assert "lookup\u202e" not in html, url
+        assert "lookup\\u202eliame_dnes" in html, url

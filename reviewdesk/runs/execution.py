@@ -66,13 +66,7 @@ def run_claim(*, run_id: Any, worker: str) -> Attempt | None:
             Attempt.objects.filter(run=run, status=AttemptStatus.RUNNING).update(
                 status=AttemptStatus.LOST, ended_at=now
             )
-            lost = _lost_in_a_row(run)
-            if lost >= settings.DESK_MAX_LOST_ATTEMPTS:
-                _fail(
-                    run,
-                    f"gave up: the worker died {lost} times in a row running this run",
-                    kind=ErrorKind.INTERNAL,
-                )
+            if _gave_up(run, "the worker died {lost} times in a row running this run"):
                 return None
         run.status = RunStatus.RUNNING
         run.lease_epoch += 1
@@ -101,6 +95,16 @@ def run_claim(*, run_id: Any, worker: str) -> Attempt | None:
         run_emit_updated(run)
     attempt.run = run
     return attempt
+
+
+def _gave_up(run: Run, why: str) -> bool:
+    """Fail the run when its latest DESK_MAX_LOST_ATTEMPTS attempts were all lost; `why` says
+    how they were lost, with `{lost}` for their number."""
+    lost = _lost_in_a_row(run)
+    if lost < settings.DESK_MAX_LOST_ATTEMPTS:
+        return False
+    _fail(run, "gave up: " + why.format(lost=lost), kind=ErrorKind.INTERNAL)
+    return True
 
 
 def _lost_in_a_row(run: Run) -> int:
@@ -314,13 +318,7 @@ def run_hand_over(*, attempt: Attempt, host: DatabaseHost) -> bool:
         Attempt.objects.filter(pk=attempt.pk).update(
             status=AttemptStatus.LOST, ended_at=now, error="the task's time limit ran out"
         )
-        lost = _lost_in_a_row(run)
-        if lost >= settings.DESK_MAX_LOST_ATTEMPTS:
-            _fail(
-                run,
-                f"gave up: the worker died or ran out of time {lost} times in a row",
-                kind=ErrorKind.INTERNAL,
-            )
+        if _gave_up(run, "the worker died or ran out of time {lost} times in a row"):
             return True
         run.status, run.lease_expires_at = RunStatus.QUEUED, None
         run.revision += 1

@@ -150,6 +150,9 @@ DESK_MAX_LOST_ATTEMPTS = env_int("DESK_MAX_LOST_ATTEMPTS", 3)  # workers dying i
 DESK_AUTO_RETRIES = env_int("DESK_AUTO_RETRIES", 3)  # automatic retries of transient failures
 DESK_RETRY_BACKOFF_SECONDS = env_int("DESK_RETRY_BACKOFF_SECONDS", 10)  # doubled at each retry
 DESK_REQUEUE_AFTER_SECONDS = env_int("DESK_REQUEUE_AFTER_SECONDS", 120)
+# Once a run has ended, its last N checkpoints are kept (and any an approval names); every one
+# while it is open. At least 1: a follow-up or a retry continues from the latest (runs/retention.py).
+DESK_CHECKPOINTS_KEPT_AFTER_END = env_int("DESK_CHECKPOINTS_KEPT_AFTER_END", 10)
 # An Idempotency-Key whose first request has not finished after this long counts as abandoned.
 DESK_IDEMPOTENCY_INFLIGHT_SECONDS = env_int("DESK_IDEMPOTENCY_INFLIGHT_SECONDS", 120)
 # API requests take turns on one sync thread per web process instead of a thread each (at once

@@ -28,6 +28,7 @@ from reviewdesk.db import atomic_appends_last
 from reviewdesk.runs.host import DatabaseHost, LeaseLost, StepWriteFailed
 from reviewdesk.runs.leases import LeaseKeeper
 from reviewdesk.runs.models import Attempt, AttemptStatus, ErrorKind, Run, RunStatus
+from reviewdesk.runs.retention import checkpoints_prune
 from reviewdesk.runs.transitions import (
     RESUME_TASK,
     record_stale_write,
@@ -240,6 +241,7 @@ def run_finish(*, attempt: Attempt, outcome: Outcome, host: DatabaseHost | None 
         if isinstance(outcome, Finished):
             run.status, run.output = RunStatus.SUCCEEDED, outcome.output
             approvals_cancel_open(run=run, why="the run finished")
+            checkpoints_prune(run, last_number=_last_checkpoint(host, run))
             audit_record(actor=None, action="run.succeeded", subject_type="run", subject_id=run.id)
         elif isinstance(outcome, Failed):
             attempt_status, attempt_error = AttemptStatus.FAILED, outcome.error
@@ -388,6 +390,11 @@ def _failed_before_with(run: Run, attempt: Attempt, error: str) -> bool:
         .first()
     )
     return previous == (AttemptStatus.FAILED, error)
+
+
+def _last_checkpoint(host: DatabaseHost | None, run: Run) -> int | None:
+    """The run's highest checkpoint number, when this attempt's host has read or written it."""
+    return host.checkpoints.known_last_number(str(run.pk)) if host is not None else None
 
 
 def _fail(run: Run, error: str, *, kind: str, save: bool = True) -> None:

@@ -35,6 +35,7 @@ from reviewdesk.runs.models import (
     Run,
     RunStatus,
 )
+from reviewdesk.runs.retention import checkpoints_prune
 from reviewdesk.runs.selectors import run_get_for_user
 from reviewdesk.runs.transitions import (
     RESUME_TASK,
@@ -180,6 +181,7 @@ def run_cancel(*, run_id: Any, user: User, scopes: frozenset[str] | None = None)
             status=AttemptStatus.CANCELLED, ended_at=timezone.now()
         )
         approvals_cancel_open(run=run, why=f"run cancelled by {user.get_username()}")
+        checkpoints_prune(run)
         audit_record(actor=user, action="run.cancelled", subject_type="run", subject_id=run.id)
         run_emit_updated(run)
         if run.task_id:

@@ -50,6 +50,11 @@ class DatabaseCheckpointStore:
         # number could only collide on the unique (run, number) constraint, never reorder.
         self._last_number: dict[str, int] = {}
 
+    def known_last_number(self, run_id: str) -> int | None:
+        """The run's highest checkpoint number as this store last read or wrote it; None when it
+        has not touched the run."""
+        return self._last_number.get(run_id)
+
     def put(
         self, run_id: str, snapshot: dict[str, Any], *, checkpoint_id: str | None = None
     ) -> StoredCheckpoint:

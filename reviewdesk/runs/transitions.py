@@ -23,6 +23,7 @@ from reviewdesk.celery import app as celery_app
 from reviewdesk.events.builders import run_data
 from reviewdesk.events.services import event_emit
 from reviewdesk.runs.models import Attempt, AttemptStatus, Run, RunStatus
+from reviewdesk.runs.retention import checkpoints_prune
 from reviewdesk.runs.selectors import run_audience
 
 logger = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ def run_mark_failed(run: Run, error: str, *, kind: str, save: bool = True) -> No
     """
     run.status, run.error, run.error_kind = RunStatus.FAILED, error, kind
     run.lease_expires_at = None
+    checkpoints_prune(run)
     Attempt.objects.filter(run=run, status=AttemptStatus.RUNNING).update(
         status=AttemptStatus.FAILED, ended_at=timezone.now(), error=error
     )

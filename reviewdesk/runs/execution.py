@@ -15,6 +15,7 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
+from django.db import connection, models
 from django.utils import timezone
 
 from agents.loop import Failed, FailureKind, Finished, Limits, Outcome, Retrying, Waiting, advance
@@ -50,13 +51,10 @@ def run_claim(*, run_id: Any, worker: str) -> Attempt | None:
     """
     now = timezone.now()
     with atomic_appends_last():
-        # With its submitter, whom the approvals this task raises name (the run row locked only).
-        run = (
-            Run.objects.select_for_update(of=("self",))
-            .select_related("submitted_by")
-            .filter(pk=run_id)
-            .first()
-        )
+        run = _claim_due(run_id, now)
+        if run is not None:  # the usual case, in one statement
+            return _attempt_for(run, worker)
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
         if run is None:
             return None
         expired = run.status == RunStatus.RUNNING and run.lease_expires_at and run.lease_expires_at < now
@@ -84,18 +82,60 @@ def run_claim(*, run_id: Any, worker: str) -> Attempt | None:
                 "updated_at",
             ]
         )
-        attempt = Attempt.objects.create(
-            run=run,
-            # Every claim bumps the epoch and creates one attempt, in one transaction: the
-            # epoch is the attempt's number (no count of the run's attempts).
-            number=run.lease_epoch,
-            lease_epoch=run.lease_epoch,
-            worker=worker,
-            expires_at=run.lease_expires_at,
-        )
-        run_emit_updated(run)
+        attempt = _attempt_for(run, worker)
+    return attempt
+
+
+def _attempt_for(run: Run, worker: str) -> Attempt:
+    """The claimed run's new attempt, and its `running` event, in the claim's transaction."""
+    attempt = Attempt.objects.create(
+        run=run,
+        # Every claim bumps the epoch and creates one attempt, in one transaction: the
+        # epoch is the attempt's number (no count of the run's attempts).
+        number=run.lease_epoch,
+        lease_epoch=run.lease_epoch,
+        worker=worker,
+        expires_at=run.lease_expires_at,
+    )
+    run_emit_updated(run)
     attempt.run = run
     return attempt
+
+
+def _claim_due(run_id: Any, now: datetime) -> Run | None:
+    """Claim the run if it is queued and due, in one statement: an UPDATE that returns the row
+    it changed, locked until the claim commits. None when it is not (an expired lease, another
+    worker's run, one not due or ended: `run_claim`'s locked read then decides). Issue 11 (#2,
+    #6): the ORM's locked read and its save were two round trips and two compilations a task.
+    The submitter is read when an approval first names it, not with every claim."""
+    table, column = _run_sql_names()
+    sql = (
+        f"UPDATE {table} SET {column['status']} = %s, "
+        f"{column['lease_epoch']} = {column['lease_epoch']} + 1, {column['lease_expires_at']} = %s, "
+        f"{column['next_attempt_at']} = NULL, {column['revision']} = {column['revision']} + 1, "
+        f"{column['updated_at']} = %s "
+        f"WHERE {column['id']} = %s AND {column['status']} = %s "
+        f"AND ({column['next_attempt_at']} IS NULL OR {column['next_attempt_at']} <= %s) RETURNING *"
+    )
+    at = connection.ops.adapt_datetimefield_value
+    expires = now + timedelta(seconds=settings.DESK_LEASE_SECONDS)
+    pk = Run._meta.get_field("id")
+    assert isinstance(pk, models.Field)
+    params = [RunStatus.RUNNING.value, at(expires), at(now), pk.get_db_prep_value(run_id, connection)]
+    rows = list(Run.objects.raw(sql, [*params, RunStatus.QUEUED.value, at(now)]))
+    return rows[0] if rows else None
+
+
+def _run_sql_names() -> tuple[str, dict[str, str]]:
+    """The run table's name and the claim's columns, quoted for this connection's SQL."""
+    quote = connection.ops.quote_name
+    names = ("id", "status", "lease_epoch", "lease_expires_at", "next_attempt_at", "revision", "updated_at")
+    columns = {}
+    for name in names:
+        field = Run._meta.get_field(name)
+        assert isinstance(field, models.Field) and field.column
+        columns[name] = quote(field.column)
+    return quote(Run._meta.db_table), columns
 
 
 def _gave_up(run: Run, why: str) -> bool:

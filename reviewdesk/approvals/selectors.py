@@ -10,7 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.db.models import Prefetch, Q, QuerySet, prefetch_related_objects
+from django.db.models import Q, QuerySet, Subquery
 
 from agents.gate import ApprovalGate, CallBinding, SignedDecision
 from agents.loop import DecisionState, Reconciled, Rejected
@@ -21,7 +21,6 @@ from reviewdesk.accounts.roles import is_admin, is_reviewer
 from reviewdesk.accounts.targets import targets_of
 from reviewdesk.approvals.models import (
     AWAITING_KINDS,
-    SETTLED_BY_DECISION,
     ApprovalKind,
     ApprovalRequest,
     ApprovalStatus,
@@ -29,7 +28,7 @@ from reviewdesk.approvals.models import (
     Verdict,
 )
 from reviewdesk.approvals.routing import user_qualifies
-from reviewdesk.db import NamesAny
+from reviewdesk.db import NamesAny, prefetched_as
 from reviewdesk.errors import NotFound
 from reviewdesk.runs.models import Run
 from reviewdesk.tool_world import sandbox_config, tool_world
@@ -140,21 +139,35 @@ def call_decision_read(*, run: Run, call: CallState) -> tuple[DecisionState, Req
     with it, so the gate's check just after reads nothing again (issue 11, #2)."""
     kind = ApprovalKind.RECONCILE if call.status == CallStatus.UNKNOWN else ApprovalKind.TOOL_CALL
     kinds = (kind,) if kind == ApprovalKind.RECONCILE else AWAITING_KINDS
-    approval = (  # the latest: a retry may have raised a new one after a cancelled one
-        ApprovalRequest.objects.filter(run_id=run.pk, tool_call_id=call.id, kind__in=kinds)
-        .order_by("-created_at")
-        .first()
-    )
-    if approval is not None and approval.status in SETTLED_BY_DECISION:
-        # Only then are there decisions to read: a pending request (the run task asks just
-        # after raising it) costs one read. With their reviewers, in one more (issue 11, #2).
-        prefetch_related_objects(
-            [approval], Prefetch("decisions", queryset=Decision.objects.select_related("reviewer"))
-        )
+    approval = _latest_request_with_decisions(run, call, kinds)
     state = _decision_state(approval, kind)
     if approval is None or not isinstance(state, SignedDecision):
         return state, None  # nothing the gate runs on: no reviewer to check
     return state, _deciders(approval, run)
+
+
+def _latest_request_with_decisions(
+    run: Run, call: CallState, kinds: tuple[str, ...]
+) -> ApprovalRequest | None:
+    """The call's latest request of `kinds` (a retry may have raised a new one after a
+    cancelled one), its decisions and their reviewers with it: one statement when it has
+    decisions (read from their side, the request joined), two when it has none (issue 11, #2:
+    a resume read the request, then its decisions)."""
+    latest = ApprovalRequest.objects.filter(run_id=run.pk, tool_call_id=call.id, kind__in=kinds).order_by(
+        "-created_at"
+    )
+    decisions = list(
+        Decision.objects.filter(request_id=Subquery(latest.values("pk")[:1])).select_related(
+            "request", "reviewer"
+        )
+    )
+    if not decisions:
+        return latest.first()
+    approval = decisions[0].request
+    for decision in decisions:
+        decision.request = approval  # one request object, as a prefetch would leave them
+    prefetched_as(approval, "decisions", decisions)
+    return approval
 
 
 def _decision_state(approval: ApprovalRequest | None, kind: str) -> DecisionState:

@@ -44,9 +44,10 @@ SCRIPT = [{"tool_calls": [{"name": "send_email", "arguments": EMAIL}]}, {"conten
 # model call, that the attempt still owns the run (its opening is not written then): run 18 / 5.
 # From here the bounds are the counts themselves (the same on both databases), so one
 # statement back is caught. Then the claim in one UPDATE that returns the run (its submitter
-# read when an approval names them): resume 26 / 11.
+# read when an approval names them): resume 26 / 11; and a waiting call's decisions read with
+# their request joined: resume 25 / 10.
 RUN_BUDGET = (18, 5)
-RESUME_BUDGET = (26, 11)
+RESUME_BUDGET = (25, 10)
 # The two API requests of the cycle, as the web process serves them (a bearer token, an
 # Idempotency-Key), one above what was measured on the embedded default when set: submit 15,
 # decide 25. Before: submit 21 (the new run's six empty relations read back for the response),

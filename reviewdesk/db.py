@@ -33,9 +33,12 @@ def serialize_writers() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s), pg_advisory_xact_lock(%s)", list(WRITERS_LOCKS))
     # The mark lives exactly as long as the locks: Django drops its commit hooks when the
-    # transaction commits or rolls back, and a savepoint's when that savepoint rolls back
-    # (atomic's and transaction.savepoint_rollback's alike: both end in the connection's
-    # savepoint_rollback, which filters them; PostgreSQL releases the lock there too).
+    # transaction commits or rolls back, and an atomic block's when that block's savepoint
+    # rolls back (each hook carries the savepoints of the blocks it was registered in;
+    # PostgreSQL releases the lock there too). A savepoint taken by hand
+    # (`transaction.savepoint()`) is carried by no hook: rolled back, it would release the lock
+    # and leave the mark, and the next append would skip the lock. So the desk takes none
+    # (tests/reviewdesk/test_no_manual_savepoints.py).
     transaction.on_commit(_writers_locked)
 
 

@@ -38,8 +38,11 @@ class DatabaseLedger:
             yield
 
     def entry(self, key: str) -> LedgerEntry | None:
-        row = SideEffect.objects.filter(idempotency_key=key).first()
-        return LedgerEntry(key=key, status=LedgerStatus(row.status), result=row.result) if row else None
+        # Two columns of the one row the unique key names: no model built, no ordering (issue 11).
+        row = (
+            SideEffect.objects.filter(idempotency_key=key).order_by().values_list("status", "result").first()
+        )
+        return LedgerEntry(key=key, status=LedgerStatus(row[0]), result=row[1]) if row else None
 
     def consume(self, decision_id: str) -> bool:
         return decision_consume(decision_id=decision_id)

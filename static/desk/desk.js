@@ -433,6 +433,14 @@
     return target.closest("input, textarea, select, [contenteditable=true]");
   }
 
+  // `a` and `r` on a card that takes no approval or rejection: say why, rather than nothing
+  // (`a`) or a throw on the missing reason field (`r`). True when it said so.
+  function refusedHere(node, verb) {
+    if (node.dataset.kind !== "question") return false;
+    notice("A question is answered, not " + verb + ": pick an option, or open it (o) to answer on its page.", "info");
+    return true;
+  }
+
   document.addEventListener("keydown", (event) => {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
     if (event.key === "Escape" && typing(event.target)) {
@@ -462,9 +470,9 @@
       e: () => node && (location.href = node.querySelector("a.details").href + "#edit"),
       h: () => node && (location.href = node.querySelector("a.details").href + "#handover"),
       g: () => node && (location.href = node.querySelector("a.details").href + "#grant"),
-      a: () => node && decide(node, node.querySelector("button.approve")),
+      a: () => node && (refusedHere(node, "approved") || decide(node, node.querySelector("button.approve"))),
       r: () => {
-        if (!node) return;
+        if (!node || refusedHere(node, "rejected")) return;
         node.dataset.intent = "reject";
         node.querySelector("input[name=reason]").focus();
       },

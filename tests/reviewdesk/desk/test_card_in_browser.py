@@ -449,3 +449,39 @@ def test_a_card_that_no_longer_matches_the_pages_filter_leaves_it(pending, perso
         )
         expect(page.locator("li.card")).to_have_count(0)
         expect(page.locator("#notices")).to_contain_text("handed over by alice")
+
+
+COLOUR_QUESTION = [
+    {
+        "tool_calls": [
+            {"name": "ask_human", "arguments": {"question": "Which colour?", "options": ["red", "blue"]}}
+        ]
+    },
+    {"content": "Thanks."},
+]
+
+
+def test_r_on_a_question_card_says_how_to_answer_it_and_throws_nothing(interrupted_run, personas):
+    """`r` focuses the reject reason, but a question card has neither a reason field nor a
+    reject: desk.js threw (a null `.focus()`), nothing happened, and the `r` intent stayed on the
+    card; `a` did nothing, silently. Now both say how a question is answered, and decide nothing."""
+    _, question = interrupted_run(COLOUR_QUESTION)
+    client = Client()
+    client.force_login(personas.bob)
+    html = client.get("/").content.decode()
+    snapshot = {"seq": 0, "type": "snapshot", "data": {"approvals": [approval_data(question)]}}
+    errors: list[str] = []
+    posted: list = []
+    with desk_in_chromium(html, snapshot, answer=APPROVED, posted=posted) as page:
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        card = page.locator(f"li.card[data-approval-id='{question.id}']")
+        expect(card).to_have_attribute("aria-current", "true")
+        page.keyboard.press("r")
+        expect(page.locator("#notices .flash.info")).to_contain_text("A question is answered, not rejected")
+        expect(card).not_to_have_attribute("data-intent", "reject")
+        page.keyboard.press("Enter")
+        page.keyboard.press("a")
+        expect(page.locator("#notices .flash.info").first).to_contain_text("answered, not approved")
+        page.wait_for_timeout(300)
+    assert errors == []
+    assert posted == []

@@ -116,6 +116,11 @@
     node.querySelectorAll("[data-for-effect]").forEach((el) => {
       if (el.dataset.forEffect !== approval.effect) el.remove();
     });
+    // The server refuses the run's submitter every decision on it: their card says so instead.
+    const ownRun = approval.submitted_by === me ? "yes" : "no";
+    node.querySelectorAll("[data-if-own-run]").forEach((el) => {
+      if (el.dataset.ifOwnRun !== ownRun) el.remove();
+    });
     if (!hasInvisible(approval.arguments)) node.querySelectorAll("[data-if-invisible]").forEach((el) => el.remove());
     node.querySelectorAll("form").forEach((form) => {
       form.action = details;
@@ -433,11 +438,15 @@
     return target.closest("input, textarea, select, [contenteditable=true]");
   }
 
-  // `a` and `r` on a card that takes no approval or rejection: say why, rather than nothing
-  // (`a`) or a throw on the missing reason field (`r`). True when it said so.
+  // `a` and `r` on a card that takes no approval or rejection (a question; a call of the
+  // reviewer's own run): say why, rather than nothing (`a`) or a throw on the missing reason
+  // field (`r`). True when it said so.
   function refusedHere(node, verb) {
-    if (node.dataset.kind !== "question") return false;
-    notice("A question is answered, not " + verb + ": pick an option, or open it (o) to answer on its page.", "info");
+    const ownRun = node.querySelector(".own-run");
+    if (ownRun) notice(ownRun.textContent, "info");
+    else if (node.dataset.kind === "question") {
+      notice("A question is answered, not " + verb + ": pick an option, or open it (o) to answer on its page.", "info");
+    } else return false;
     return true;
   }
 

@@ -22,9 +22,13 @@ import pytest
 from django.test import Client
 from playwright.sync_api import expect
 
+from reviewdesk.accounts.roles import REVIEWERS, SUBMITTERS
 from reviewdesk.approvals.models import Verdict
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.events.builders import approval_data
+from reviewdesk.runs.execution import run_execute
+from reviewdesk.runs.services import run_submit
+from tests.conftest import SEND_EMAIL_SCRIPT, make_user
 from tests.reviewdesk.desk.chromium import desk_scripts, routed_page
 
 pytestmark = pytest.mark.e2e
@@ -485,3 +489,45 @@ def test_r_on_a_question_card_says_how_to_answer_it_and_throws_nothing(interrupt
         page.wait_for_timeout(300)
     assert errors == []
     assert posted == []
+
+
+def test_a_reviewer_who_submitted_the_run_is_offered_no_decision_on_its_calls(personas):
+    """dave reviews and submits. His own run's call is on his desk (he may follow it), but the
+    server refuses him its decision (never the submitter): his card offered Approve, Reject and
+    the batch pick anyway, each refused with a 403 once clicked. The card, served or built from a
+    push, says he cannot decide it and offers nothing that would be refused; `a` says why."""
+    dave = make_user("dave", REVIEWERS, SUBMITTERS)
+    run = run_submit(
+        submitter=dave,
+        agent="demo",
+        input="Tell Ada her refund is on its way.",
+        model={"provider": "scripted", "script": SEND_EMAIL_SCRIPT},
+    )
+    run_execute(run_id=run.id, worker="in-process")
+    own = run.approvals.get()
+    client = Client()
+    client.force_login(dave)
+    html = client.get("/").content.decode()
+    data = approval_data(own)
+    snapshot = {"seq": 0, "type": "snapshot", "data": {"approvals": [data]}}
+    posted: list = []
+    with desk_in_chromium(html, snapshot, answer=APPROVED, posted=posted) as page:
+        served = page.evaluate(
+            f"(html) => ({SHAPE})(new DOMParser().parseFromString(html, 'text/html'))", html
+        )
+        built = page.evaluate(SHAPE, page.query_selector("#approvals"))
+        card = page.locator(f"li.card[data-approval-id='{own.id}']")
+        expect(card.locator(".own-run")).to_contain_text("You submitted this run")
+        expect(card.locator("button, input:not([type=hidden])")).to_have_count(0)
+        page.keyboard.press("a")
+        page.keyboard.press("r")
+        page.keyboard.press("x")
+        expect(page.locator("#notices .flash.info").first).to_contain_text("You submitted this run")
+        expect(page.locator("#batch")).to_be_hidden()
+        page.wait_for_timeout(300)
+    assert armed(served) == 0  # nothing served that waits to be armed: nothing to click
+    assert built == served
+    assert posted == []
+    # What a click would have met: the server's rule, which the card now follows.
+    body = {"verdict": "approve", "checkpoint_id": str(own.checkpoint_id)}
+    assert client.post(f"/approvals/{own.id}/", body, HTTP_ACCEPT="application/json").status_code == 403

@@ -47,7 +47,8 @@ class Skeleton(HTMLParser):
         if self.done or not (self.open or is_card):
             return
         optional = next(
-            (f"if-{n}" for n in ("invisible", "quorum", "handover") if attrs.get(f"data-if-{n}")), None
+            (f"if-{n}" for n in ("invisible", "quorum", "handover", "own-run") if attrs.get(f"data-if-{n}")),
+            None,
         )
         kind = attrs.get("data-for-kind") or optional or (self.open[-1] if self.open else None)
         self.shape.append((tag, attrs.get("class"), attrs.get("name"), kind))
@@ -68,8 +69,8 @@ def test_the_live_template_is_the_server_card_left_blank(interrupted_run, person
     blank = Skeleton(page, page.index('id="card-template"')).shape
     assert served and blank
     # The blank card carries the reconcile form, the question's form, the invisible-characters flag, the quorum's
-    # count and the hand-over note too; desk.js drops them for a plain tool call.
-    optional = ("reconcile", "question", "if-invisible", "if-quorum", "if-handover")
+    # count, the hand-over note and the own-run note too; desk.js drops them for a plain tool call.
+    optional = ("reconcile", "question", "if-invisible", "if-quorum", "if-handover", "if-own-run")
     assert [s for s in blank if s[3] not in optional] == served
     assert {"if-quorum", "if-handover"} <= {s[3] for s in blank}
     assert any(s[3] == "reconcile" for s in blank)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import uuid
+from dataclasses import replace
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -78,6 +80,7 @@ def desk(request: HttpRequest) -> HttpResponse:
         return redirect("runs")
     _require_reviewer(request)
     filters, offset = queue_view_from(request.GET)
+    filters = replace(filters, run=run_filter_text(filters.run))
     page = approvals_queue_for(request.user, filters, offset=offset)
     kept = {name: getattr(filters, name) for name in FILTERS if getattr(filters, name)}
     tools = sorted({tool.name for name in agent_names() for tool in get_agent(name).tools})
@@ -107,6 +110,18 @@ def desk(request: HttpRequest) -> HttpResponse:
 
 
 FILTERS = QUEUE_FILTER_NAMES
+
+
+def run_filter_text(run: str) -> str:
+    """The `?run=` filter written as the queue reads it: a run id the UUID parser takes (without
+    hyphens, in braces, as `urn:uuid:`, in capitals) as the canonical text of that UUID, which
+    is how every approval names its run; anything else as it was (it matches no run). The page's
+    rows, its links and desk.js's live filter (data-filter-run, compared as text) all use this
+    one form: desk.js compared the id as typed, and a live call of the run never joined the page."""
+    try:
+        return str(uuid.UUID(run)) if run else run
+    except ValueError:
+        return run
 
 
 @login_required

@@ -214,7 +214,7 @@
     const users = (approval.reviewer && approval.reviewer.users) || [];
     if (filters.agent && approval.agent !== filters.agent) return false;
     if (filters.tool && approval.tool !== filters.tool) return false;
-    if (filters.run && approval.run !== filters.run.toLowerCase()) return false;
+    if (filters.run && approval.run !== filters.run) return false; // written as runs are (run_filter_text)
     if (filters.assignee === "me" && !users.includes(me)) return false;
     // "any" and a name (a username or group:NAME) read the targets, as the server's filter
     // does: a name keeps the calls that name it, not those reaching that user through a group.

@@ -531,3 +531,37 @@ def test_a_reviewer_who_submitted_the_run_is_offered_no_decision_on_its_calls(pe
     # What a click would have met: the server's rule, which the card now follows.
     body = {"verdict": "approve", "checkpoint_id": str(own.checkpoint_id)}
     assert client.post(f"/approvals/{own.id}/", body, HTTP_ACCEPT="application/json").status_code == 403
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        lambda run: run.hex,
+        lambda run: "{" + str(run) + "}",
+        lambda run: f"urn:uuid:{run}",
+        lambda run: str(run).upper(),
+    ],
+    ids=["without hyphens", "in braces", "as a urn", "in capitals"],
+)
+def test_a_live_call_joins_a_page_filtered_by_its_run_however_the_id_is_written(
+    interrupted_run, personas, written
+):
+    """`?run=` takes the id as Python's UUID reads it, so the server's page kept the run's calls
+    for an id without hyphens, in braces or as `urn:uuid:`; desk.js compared the text as typed
+    (lowercased) with the call's run, so a live call of that run never joined the page (nor was
+    counted as on another). The page writes the id once, as the queue reads it, for both."""
+    run, approval = interrupted_run()
+    _, elsewhere = interrupted_run()
+    client = Client()
+    client.force_login(personas.bob)
+    html = client.get("/", {"run": written(run.id)}).content.decode()
+    assert f'data-approval-id="{approval.id}"' in html  # the server's page keeps it
+    assert f'data-approval-id="{elsewhere.id}"' not in html
+    snapshot = {"seq": 0, "type": "snapshot", "data": {"approvals": []}}
+    pushes = [
+        {"seq": 1, "type": "approval.created", "data": approval_data(elsewhere)},
+        {"seq": 2, "type": "approval.created", "data": approval_data(approval)},
+    ]
+    with desk_in_chromium(html, snapshot, pushes) as page:
+        expect(page.locator("li.card")).to_have_count(1)
+        expect(page.locator("li.card")).to_have_attribute("data-approval-id", str(approval.id))

@@ -1,4 +1,5 @@
-"""`/ws/desk/`: reviewers only; snapshot on connect, sequenced events, replay, heartbeat."""
+"""`/ws/desk/`: reviewers only; snapshot on connect (and when asked), sequenced events, replay,
+heartbeat."""
 
 from __future__ import annotations
 
@@ -272,8 +273,15 @@ class DeskConsumer(AsyncJsonWebsocketConsumer):
         return False
 
     async def receive_json(self, content, **kwargs) -> None:
-        if not isinstance(content, dict) or content.get("type") != "replay":
-            await self._error("expected {'type': 'replay', 'after': SEQ}")
+        kind = content.get("type") if isinstance(content, dict) else None
+        if kind == "snapshot":
+            # The page cannot tell whether a call it had not seen was in its count (handed over
+            # or escalated to this reviewer from elsewhere): the window and the count, read now.
+            if await self._still_allowed():
+                await self.send_json(await _snapshot(self.user, snapshot_view(self.scope)))
+            return
+        if kind != "replay":
+            await self._error("expected {'type': 'replay', 'after': SEQ} or {'type': 'snapshot'}")
             return
         after = replay_after(content)
         if after is None:

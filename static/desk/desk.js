@@ -203,6 +203,12 @@
     return [tier, d.expires || "", d.created || "", d.approvalId || ""];
   }
 
+  function moved(from, to) {
+    const a = sortKey(from.dataset);
+    const b = sortKey(to.dataset);
+    return before(a, b) || before(b, a);
+  }
+
   function before(a, b) {
     for (let i = 0; i < a.length; i++) {
       if (a[i] !== b[i]) return a[i] < b[i];
@@ -285,10 +291,22 @@
   function recount(approval, type, seq) {
     if (snapshotSeq === null || seq <= snapshotSeq) return; // already in the total we have
     const now = shown(approval); // pending, and still mine to see
+    if (now && !counted.has(approval.id) && type !== "approval.created" && retargeted(approval)) {
+      // Not seen here, and its reviewers changed once (handed over, escalated): it may have
+      // been mine all along (on another page, in the total) or have just become mine (not in
+      // it). The event cannot say which; the server's count can.
+      resync();
+      return;
+    }
     // One the count has not seen was pending at the snapshot, unless this event created it.
     const was = counted.has(approval.id) ? counted.get(approval.id) : type !== "approval.created";
     if (now !== was) total += now ? 1 : -1;
     counted.set(approval.id, now);
+  }
+
+  // Only a hand-over and an escalation change who a call names (approvals/handover.py, clock.py).
+  function retargeted(approval) {
+    return !!approval.handover || approval.escalation_level > 0;
   }
 
   // Keys typed for a field that vanished under them (its card decided elsewhere, or dropped by
@@ -352,11 +370,25 @@
       remove(existing);
     } else if (existing) {
       const wasSelected = existing === selected();
+      const focus = listHasFocus();
       const node = card(approval);
       const kept = carryOver(existing, node);
-      existing.replaceWith(node);
-      if (wasSelected) select(node, { focus: listHasFocus() });
-      refocus(kept);
+      if (!moved(existing, node)) existing.replaceWith(node);
+      else {
+        // Its place in the server's order changed (handed over to me by name, escalated to me):
+        // it goes there, or to the page it now belongs on, as the server's page would draw it.
+        const index = cards().indexOf(existing);
+        const typingHere = existing.contains(document.activeElement) && typing(document.activeElement);
+        existing.remove();
+        if (!place(node)) {
+          if (typingHere) keysHeldUntil = Date.now() + KEYS_HELD_MS;
+          if (wasSelected) select(cards()[Math.min(index, cards().length - 1)], { focus });
+        }
+      }
+      if (node.isConnected) {
+        if (wasSelected) select(node, { focus });
+        refocus(kept);
+      }
     } else if (matches(approval)) {
       // The keys act on the selected card: a queue that was empty has none until this one.
       if (place(card(approval)) && !selected()) select(cards()[0], { focus: false });
@@ -619,6 +651,15 @@
     socket.send(JSON.stringify({ type: "replay", after: lastSeq }));
   }
 
+  // A fresh snapshot of this page and the count, when events cannot say what the count is.
+  // At most one in flight; a socket not open gets one when it connects anyway.
+  let resyncing = false;
+  function resync() {
+    if (resyncing || !socket || socket.readyState !== WebSocket.OPEN) return;
+    resyncing = true;
+    socket.send(JSON.stringify({ type: "snapshot" }));
+  }
+
   // The socket sends this page approval events only (`events=approvals`) and says, as `after`,
   // that every event after `after` up to the message reached it: the ones it skipped are no gap.
   function covered(message) {
@@ -656,6 +697,7 @@
   function handle(message) {
     switch (message.type) {
       case "snapshot":
+        resyncing = false;
         applySnapshot(message.data, message.seq);
         list.dataset.synced = "1"; // from here on, every change reaches this page as an event
         applied = new Map();
@@ -702,7 +744,7 @@
     };
     socket.onmessage = (event) => handle(JSON.parse(event.data));
     socket.onclose = (event) => {
-      replaying = false; // its answer died with the socket
+      replaying = resyncing = false; // their answers died with the socket
       if (event.code === 4403) {
         setLive("refused", "not allowed: log in as a reviewer");
         return;

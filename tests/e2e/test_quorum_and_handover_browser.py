@@ -129,7 +129,8 @@ def test_a_hand_over_in_the_browser_moves_the_card_to_the_colleagues_desk_live(
     live_stack, two_reviewers, three_pages
 ):
     """alice hands an item assigned to her to bob from its page (key `h`); bob's open desk
-    gets the card without a reload, with her note; it is off alice's desk."""
+    gets the card without a reload, with her note, and counts it (the count stayed at 0: the
+    page took a call it had not seen for one already in its count); it is off alice's desk."""
     from tests.conftest import SEND_EMAIL_SCRIPT
 
     carol = two_reviewers
@@ -151,6 +152,7 @@ def test_a_hand_over_in_the_browser_moves_the_card_to_the_colleagues_desk_live(
     (approval,) = wait_for_run(live_stack, carol, run["id"], "input_required")["approvals"]
     card = bob_desk.locator(f"li.card[data-approval-id='{approval['id']}']")
     expect(card).to_have_count(0)  # alice's, not bob's
+    expect(bob_desk.locator("#count")).to_have_text("0")
 
     open_as(alice_page, live_stack.url, "alice", f"/approvals/{approval['id']}/")
     alice_page.keyboard.press("h")
@@ -164,3 +166,5 @@ def test_a_hand_over_in_the_browser_moves_the_card_to_the_colleagues_desk_live(
     expect(card).to_have_count(1, timeout=10_000)
     expect(card.locator(".reviewer")).to_have_text("bob")
     expect(card.locator(".handover")).to_have_text("alice: “you wrote to her last week”")
+    expect(bob_desk.locator("#count")).to_have_text("1")
+    expect(bob_desk).to_have_title("(1) Desk · Review Desk")

@@ -53,7 +53,9 @@ window.WebSocket = class {
       window.__socketSent = true;
     }, 0);
   }
-  send() {}
+  send(text) {
+    (window.__sent = window.__sent || []).push(JSON.parse(text)); // what the page asked the server
+  }
 };
 window.WebSocket.OPEN = 1;
 """
@@ -565,3 +567,60 @@ def test_a_live_call_joins_a_page_filtered_by_its_run_however_the_id_is_written(
     with desk_in_chromium(html, snapshot, pushes) as page:
         expect(page.locator("li.card")).to_have_count(1)
         expect(page.locator("li.card")).to_have_attribute("data-approval-id", str(approval.id))
+
+
+def push(page, message: dict) -> None:
+    page.evaluate("(push) => window.__socket.onmessage({ data: JSON.stringify(push) })", message)
+
+
+def test_a_card_handed_over_to_me_moves_where_the_server_sorts_it(pending, personas):
+    """Two calls open to every reviewer, the sooner to expire first; alice hands the later one
+    to bob by name. The server's queue now lists it first (named me, then my groups', then the
+    rest): bob's page redrew it where it was, second, until a reload."""
+    sooner, later = pending("tool_call"), pending("tool_call")
+    client = Client()
+    client.force_login(personas.bob)
+    html = client.get("/").content.decode()
+    data = [approval_data(sooner), approval_data(later)]
+    assert data[0]["expires_at"] <= data[1]["expires_at"]
+    snapshot = {"seq": 0, "type": "snapshot", "data": {"approvals": data, "total": 2}}
+    handed = {
+        **data[1],
+        "reviewer": {"targets": ["bob"], "users": ["bob"]},
+        "handover": {"by": "alice", "at": data[1]["created_at"], "note": ""},
+    }
+    with desk_in_chromium(html, snapshot) as page:
+        cards = page.locator("li.card")
+        expect(cards.first).to_have_attribute("data-approval-id", str(sooner.id))
+        push(page, {"seq": 1, "type": "approval.updated", "data": handed})
+        expect(cards.first).to_have_attribute("data-approval-id", str(later.id))
+        expect(cards).to_have_count(2)
+        expect(page.locator("#count")).to_have_text("2")  # it was in the count, and still is
+
+
+@pytest.mark.parametrize("how", ["handed over", "escalated"])
+def test_a_call_that_reaches_me_from_elsewhere_is_counted_as_the_server_counts(pending, personas, how):
+    """A call this page has never seen arrives as an update, handed over or escalated to bob: it
+    may have been his all along (on another page, in the count) or have just become his (not in
+    it), and the event cannot say which. desk.js took it as already counted: the count stayed
+    where it was. It now asks the socket for a fresh snapshot, whose count is the server's."""
+    mine = pending("tool_call")
+    other = pending("tool_call")
+    client = Client()
+    client.force_login(personas.bob)
+    html = client.get("/").content.decode()
+    data = approval_data(other)
+    arrived = {**data, "reviewer": {"targets": ["alice", "bob"], "users": ["alice", "bob"]}}
+    if how == "handed over":
+        arrived["handover"] = {"by": "carol", "at": data["created_at"], "note": ""}
+    else:
+        arrived["escalation_level"] = 1
+    snapshot = {"seq": 0, "type": "snapshot", "data": {"approvals": [approval_data(mine)], "total": 1}}
+    fresh = {"seq": 1, "type": "snapshot", "data": {"approvals": [approval_data(mine), arrived], "total": 2}}
+    with desk_in_chromium(html, snapshot) as page:
+        expect(page.locator("#count")).to_have_text("1")
+        push(page, {"seq": 1, "type": "approval.updated", "data": arrived})
+        page.wait_for_function("(window.__sent || []).some((m) => m.type === 'snapshot')", timeout=5_000)
+        push(page, fresh)
+        expect(page.locator("#count")).to_have_text("2")
+        expect(page.locator("li.card")).to_have_count(2)

@@ -18,7 +18,7 @@ from django.utils import timezone
 from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.approvals.queue import QUEUE_PAGE_SIZE
 from reviewdesk.asgi import application
-from tests.reviewdesk.events.test_desk_socket import receive_until, session_headers
+from tests.reviewdesk.events.test_desk_socket import in_thread, receive_until, session_headers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -146,3 +146,32 @@ def test_a_nul_character_in_the_socket_urls_filter_matches_nothing(personas, a_l
 def test_a_filter_in_the_socket_url_never_widens_what_she_may_see(personas, a_long_queue):
     data = snapshot_for(personas.alice, "/ws/desk/?assignee=bob")["data"]
     assert (data["approvals"], data["matching"], data["total"]) == ([], 0, a_long_queue)
+
+
+def test_a_desk_that_asks_for_a_snapshot_gets_its_window_and_count_now(personas, interrupted_run):
+    """A page that cannot tell whether a call it has not seen was in its count (one handed over
+    or escalated to the reviewer from elsewhere) asks its socket for a fresh snapshot: the same
+    window the URL names, read now, with the count as the server has it."""
+    from reviewdesk.approvals.handover import approval_handover
+
+    run, approval = interrupted_run(reviewers=["alice"])
+    headers = session_headers(personas.bob)
+    path = f"/ws/desk/?events=approvals&run={run.id.hex}"
+
+    async def scenario():
+        comm = WebsocketCommunicator(application, path, headers=headers)
+        connected, _ = await comm.connect()
+        assert connected
+        first = await receive_until(comm, "snapshot")
+        await in_thread(approval_handover)(approval_id=approval.id, by=personas.alice, to="bob")
+        await receive_until(comm, "approval.updated")
+        await comm.send_json_to({"type": "snapshot"})
+        again = await receive_until(comm, "snapshot")
+        await comm.disconnect()
+        return first, again
+
+    first, again = async_to_sync(scenario)()
+    assert (first["data"]["total"], first["data"]["approvals"]) == (0, [])
+    assert again["data"]["total"] == 1
+    assert [a["id"] for a in again["data"]["approvals"]] == [str(approval.id)]
+    assert again["seq"] > first["seq"]

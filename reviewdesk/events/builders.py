@@ -86,6 +86,23 @@ def approval_data(approval: ApprovalRequest, *, named: Expand = usernames_named)
     }
 
 
+def message_for(message: dict[str, Any], *, username: str, admin: bool) -> dict[str, Any]:
+    """A desk event's message as one user's socket may receive it.
+
+    An approval event also reaches those a change takes the call from, so that their desks drop
+    its card: a hand-over of a call open to every reviewer reaches every reviewer. Its note is
+    written for who may see the call now (the users its targets name, and admins); to anyone
+    else the hand-over is told with its note left blank."""
+    data = message.get("data")
+    handover = data.get("handover") if message["type"].startswith("approval.") and data else None
+    if admin or not handover or not handover.get("note"):
+        return message
+    reviewer = data.get("reviewer") or {}
+    if not reviewer.get("targets") or username in reviewer.get("users", ()):
+        return message
+    return {**message, "data": {**data, "handover": {**handover, "note": ""}}}
+
+
 def approvals_data(approvals: Iterable[ApprovalRequest]) -> list[dict[str, Any]]:
     """`approval_data` for each of a page of approvals, the groups their assignees name read
     once for the page: a page of group-assigned requests costs no query per row."""

@@ -24,7 +24,7 @@ from reviewdesk.approvals.queue import (
     approvals_queue_for,
     queue_view_from,
 )
-from reviewdesk.events.builders import approvals_data
+from reviewdesk.events.builders import approvals_data, message_for
 from reviewdesk.events.services import (
     ADMINS_GROUP,
     REVIEWERS_GROUP,
@@ -205,7 +205,8 @@ def _replay_page(user, after: int) -> tuple[list[dict], dict]:
     # `seq` is what the page covers, not the latest now: a client that moved its mark to
     # the latest would skip whatever the page left out or committed after the scan.
     done = {"seq": page.seq, "type": "replay.done", "data": {"after": after, "more": page.more}}
-    return [event.as_message() for event in page.events], done
+    username, admin = user.get_username(), is_admin(user)
+    return [message_for(event.as_message(), username=username, admin=admin) for event in page.events], done
 
 
 class DeskConsumer(AsyncJsonWebsocketConsumer):
@@ -309,7 +310,7 @@ class DeskConsumer(AsyncJsonWebsocketConsumer):
         await super().dispatch(message)
 
     async def desk_event(self, message) -> None:
-        event = message["event"]
+        event = message_for(message["event"], username=self.user.get_username(), admin=self.admin)
         coverage = self.coverage
         if coverage is None:
             await self.send_json(event)

@@ -11,6 +11,7 @@ from channels.testing import WebsocketCommunicator
 from django.db import connection, connections
 from django.test import Client
 
+from reviewdesk.accounts.roles import REVIEWERS
 from reviewdesk.asgi import application
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.events.services import REPLAY_PAGE_SIZE, event_push, latest_seq
@@ -445,3 +446,45 @@ def test_coverage_never_vouches_across_a_hole_that_stays_open():
     wide.add(Coverage.MAX_HELD_GAP + 2)  # too wide to remember
     wide.add(1)
     assert wide.after(Coverage.MAX_HELD_GAP + 3) == Coverage.MAX_HELD_GAP + 1
+
+
+def test_a_hand_over_note_reaches_only_who_may_see_the_call(personas, interrupted_run):
+    """A call open to every reviewer, handed over by alice to bob with a note. Every reviewer's
+    desk hears of it (its card leaves theirs), but the note is written for who may see the call
+    now: bob and the admins. dave, a reviewer who may no longer see it, got the note too, pushed
+    and replayed; he now gets the event with the note left blank."""
+    from reviewdesk.approvals.handover import approval_handover
+    from tests.conftest import make_user
+
+    dave = make_user("dave", REVIEWERS)
+
+    _, approval = interrupted_run()
+    assert approval.assignees == []  # open to every reviewer
+    heads = {u.username: session_headers(u) for u in (dave, personas.bob, personas.admin)}
+
+    async def scenario():
+        socks = {}
+        for name, headers in heads.items():
+            socks[name] = communicator(headers)
+            assert (await socks[name].connect())[0]
+            await receive_until(socks[name], "snapshot")
+        await in_thread(approval_handover)(
+            approval_id=approval.id, by=personas.alice, to="bob", note="her account is frozen"
+        )
+        pushed = {name: await receive_until(sock, "approval.updated") for name, sock in socks.items()}
+        await socks["dave"].send_json_to({"type": "replay", "after": 0})
+        replayed = [m async for m in _until_replay_done(socks["dave"]) if m["type"] == "approval.updated"]
+        for comm in socks.values():
+            await comm.disconnect()
+        return pushed, replayed
+
+    pushed, replayed = async_to_sync(scenario)()
+    notes = {name: message["data"]["handover"]["note"] for name, message in pushed.items()}
+    assert notes == {"dave": "", "bob": "her account is frozen", "admin": "her account is frozen"}
+    assert pushed["dave"]["data"]["reviewer"]["targets"] == ["bob"]  # his desk drops the card
+    assert [m["data"]["handover"]["note"] for m in replayed] == [""]
+
+
+async def _until_replay_done(comm):
+    while (message := await comm.receive_json_from(timeout=5))["type"] != "replay.done":
+        yield message

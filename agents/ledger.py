@@ -73,7 +73,8 @@ class Ledger(Protocol):
     def note_retry(self, key: str, *, binding: CallBinding, decision_id: str | None, error: str) -> int:
         """A try certainly did not take effect: the row (created if missing, else from
         pending) becomes `retrying`, its retry count grows by one and it keeps `error`.
-        Returns the call's retry count."""
+        Returns the call's retry count: what its budget counts (on the desk, the failures
+        since the run was last retried by hand)."""
         ...
 
     def resume_retry(self, key: str) -> bool:
@@ -82,7 +83,8 @@ class Ledger(Protocol):
         ...
 
     def retries_spent(self, run_id: str) -> int:
-        """Failed tries recorded on all of the run's ledger rows (the per-run budget)."""
+        """Failed tries recorded on all of the run's ledger rows (the per-run budget), counted
+        as `note_retry` counts them."""
         ...
 
     def use_grant(self, grant_id: str, *, binding: CallBinding, max_uses: int) -> bool:

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import F, Sum
 from django.utils import timezone
 
 from agents.gate import CallBinding, LedgerEntry, LedgerStatus
@@ -121,7 +121,7 @@ class DatabaseLedger:
             row.retries += 1
             row.last_error = error[:2000]
             row.save(update_fields=["status", "retries", "last_error", "updated_at"])
-        return row.retries
+        return row.retries - row.retries_at_retry  # the budget counts from the last retry by hand
 
     def resume_retry(self, key: str) -> bool:
         # Inside the caller's fenced transaction. Compare-and-set: one try at a time.
@@ -133,4 +133,8 @@ class DatabaseLedger:
         return updated == 1
 
     def retries_spent(self, run_id: str) -> int:
-        return SideEffect.objects.filter(run_id=run_id).aggregate(total=Sum("retries"))["total"] or 0
+        # Since the run was last retried by hand (SideEffect.retries_at_retry), as note_retry counts.
+        spent = SideEffect.objects.filter(run_id=run_id).aggregate(
+            total=Sum(F("retries") - F("retries_at_retry"))
+        )
+        return spent["total"] or 0

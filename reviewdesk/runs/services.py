@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from agents.providers import ProviderName, model_spec_errors
@@ -34,6 +35,7 @@ from reviewdesk.runs.models import (
     Message,
     Run,
     RunStatus,
+    SideEffect,
 )
 from reviewdesk.runs.retention import checkpoints_prune
 from reviewdesk.runs.selectors import run_get_for_user
@@ -221,6 +223,8 @@ def run_retry(*, run_id: Any, user: User, checkpoint_id: str | None = None) -> R
         run.error, run.error_kind, run.next_attempt_at = None, "", None
         run.retried_at_epoch = run.lease_epoch  # the attempts so far died, if they did, before it
         run.retries = 0  # a new go at the run: the automatic-retry budget afresh, as a follow-up's
+        # The tools' retry budgets afresh too: a call that stayed unavailable gets its tries again.
+        SideEffect.objects.filter(run=run).update(retries_at_retry=F("retries"))
         if start is not None and start != latest:
             _restart_from(run, start)
         run.revision += 1

@@ -109,7 +109,7 @@ class Retrying:
 
 
 class FailureKind(StrEnum):
-    TRANSIENT = "transient"  # the model server failed in a way a later retry may fix
+    TRANSIENT = "transient"  # the model server or the host's database failed; a later retry may fix it
     MODEL = "model"  # the model's own fault: a refused request, too many calls or invalid calls
     TOOL = "tool"
     UNAVAILABLE = "unavailable"  # a tool stayed unavailable through its retry budget

@@ -15,7 +15,7 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import connection, models
+from django.db import InterfaceError, OperationalError, connection, models
 from django.utils import timezone
 
 from agents.loop import Failed, FailureKind, Finished, Limits, Outcome, Retrying, Waiting, advance
@@ -210,6 +210,8 @@ def run_execute(*, run_id: Any, worker: str = "") -> Outcome | None:
         # Celery's warning before the hard kill: the task's time is up, the run is not broken.
         run_hand_over(attempt=attempt, host=host)
         return None
+    except (OperationalError, InterfaceError) as exc:  # the database, not the run, failed
+        outcome = _database_error(run, exc)
     except Exception as exc:  # a bug must end the run visibly, not leave it running
         outcome = _internal_error(run, exc)
     kept = host.kept()
@@ -234,6 +236,21 @@ def _internal_error(run: Run, exc: BaseException) -> Failed:
     incident = uuid.uuid4().hex[:12]  # the submitter sees only this id; the log has the details
     logger.exception("run %s failed with an internal error (incident %s): %r", run.id, incident, exc)
     return Failed(f"internal error (incident {incident})", kind=FailureKind.INTERNAL)
+
+
+def _database_error(run: Run, exc: OperationalError | InterfaceError) -> Failed:
+    """A lost connection, a lock that timed out, a deadlock: retried with backoff like a model
+    server's hiccup (`_retry_automatically`). Every write was fenced and either committed or rolled
+    back, and the ledger says what acted on the world: the next attempt does nothing twice. The
+    error names the class only (the driver's message, which may name hosts, is in the log), so
+    the same failure twice in a row still stops the retries."""
+    logger.warning("run %s: a database error under the loop, retried as transient", run.id, exc_info=exc)
+    # A connection the server dropped stays broken until closed (a task is no request, whose
+    # end would close it): the finish then opens a new one. Not inside a caller's transaction
+    # (a test's): that one is not ours to end.
+    if not connection.in_atomic_block:
+        connection.close_if_unusable_or_obsolete()
+    return Failed(f"transient database error ({type(exc).__name__})", kind=FailureKind.TRANSIENT)
 
 
 def _limits() -> Limits:

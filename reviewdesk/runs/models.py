@@ -22,7 +22,7 @@ class ErrorKind(models.TextChoices):
     """Why a run failed (Run.error_kind): the runtime's `FailureKind`s, and the desk's own.
     Only transient failures are retried automatically."""
 
-    TRANSIENT = "transient"  # the model's service hiccuped: retried with backoff
+    TRANSIENT = "transient"  # the model's service or the database hiccuped: retried with backoff
     MODEL = "model"  # the model misbehaved or its request was refused for good
     TOOL = "tool"
     UNAVAILABLE = "unavailable"  # a tool's service stayed down through its retry budget

@@ -106,6 +106,9 @@ class ApprovalGate(DecisionVerifier):
             raise DecisionRefused("this call needs an approved decision and has none")
 
         if tool.effect == Effect.READ and decision is None and grant is None:
+            # No ledger write fences this call, and none may have since the attempt began (one
+            # resumed with the call still ready): check it still owns the run before it reads.
+            self.ledger.check_owned()
             try:
                 return _run(tool, arguments, ctx)
             except ToolUnavailable as exc:

@@ -46,7 +46,16 @@ class Keyring(Protocol):
 
 
 class Ledger(Protocol):
-    def atomic(self) -> AbstractContextManager[Any]: ...
+    def atomic(self) -> AbstractContextManager[Any]:
+        """A transaction of the ledger's writes, fenced: it refuses to start for an attempt that
+        no longer owns the run."""
+        ...
+
+    def check_owned(self) -> None:
+        """The fence's check without a write: raises, as `atomic` would, when this attempt no
+        longer owns the run. Asked before a call that writes nothing (a read-only tool's), so
+        that nothing runs for a run cancelled or taken over (a resumed attempt's first call)."""
+        ...
 
     def entry(self, key: str) -> LedgerEntry | None: ...
 

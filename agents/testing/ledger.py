@@ -157,6 +157,9 @@ class InMemoryLedger:
     def retries_spent(self, run_id: str) -> int:
         return sum(row.retries for row in self.rows.values() if row.run_id == run_id)
 
+    def check_owned(self) -> None:
+        pass  # one owner here: nothing cancels or takes over a run in memory
+
     def adopt(self, key: str) -> None:
         pass  # rows here belong to no attempt: confirm finds a pending row whoever wrote it
 

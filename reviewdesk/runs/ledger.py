@@ -37,6 +37,10 @@ class DatabaseLedger:
             self.host.fence()
             yield
 
+    def check_owned(self) -> None:
+        # One read, no lock: the call it precedes writes nothing to keep out of a cancel's way.
+        self.host.check_owned()
+
     def entry(self, key: str) -> LedgerEntry | None:
         # Two columns of the one row the unique key names: no model built, no ordering (issue 11).
         row = (

@@ -326,3 +326,65 @@ def test_a_run_cancelled_while_the_model_answers_records_no_outcome(personas, mo
     assert (run.status, run.output) == (RunStatus.CANCELLED, None)
     assert "too late" not in [m.body.get("content") for m in run.messages.all()]
     assert AuditEvent.objects.filter(action="attempt.stale_write_rejected", subject_id=str(run.id)).exists()
+
+
+class WorkerKilled(BaseException):
+    """The worker dying in the middle of a tool (kill -9, in-process): no handler runs."""
+
+
+class WatchedCustomers(dict):
+    """The demo's customer data, noting each read; the first one dies when `die_once` is set."""
+
+    def __init__(self, data, *, die_once: bool):
+        super().__init__(data)
+        self.reads, self.die_once = 0, die_once
+
+    def get(self, key, default=None):
+        if self.die_once:
+            self.die_once = False
+            raise WorkerKilled
+        self.reads += 1
+        return super().get(key, default)
+
+
+def test_a_resumed_attempt_checks_it_owns_the_run_before_a_read_still_ready(personas, monkeypatch):
+    """The worker died in a read-only call; the sweeper's attempt finds it still ready. The run
+    was cancelled since that attempt's claim: the read does not run (nothing written before it
+    fenced the run, and the read writes nothing), and the attempt records nothing."""
+    from agents import demo
+    from reviewdesk.runs.services import run_cancel
+
+    customers = WatchedCustomers(demo.CUSTOMERS, die_once=True)
+    monkeypatch.setattr(demo, "CUSTOMERS", customers)
+    run = submitted(personas, LOOKUP_THEN_ANSWER)
+    with pytest.raises(WorkerKilled):
+        run_execute(run_id=run.id, worker="dies")
+    assert roles_written(run.id) == ["system", "user", "assistant"]  # the call is in the log, ready
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+
+    def cancelled_meanwhile(spec, **_):
+        run_cancel(run_id=run.id, user=personas.carol)  # between the sweeper's claim and the read
+        return provider_for(spec)
+
+    monkeypatch.setattr(execution, "provider_for", cancelled_meanwhile)
+    assert run_execute(run_id=run.id, worker="the sweeper's") is None
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED
+    assert customers.reads == 0, "the read ran for a cancelled run"
+    assert AuditEvent.objects.filter(action="attempt.stale_write_rejected", subject_id=str(run.id)).exists()
+
+
+def test_control_the_attempt_that_owns_the_run_runs_the_read_still_ready(personas, monkeypatch):
+    from agents import demo
+
+    customers = WatchedCustomers(demo.CUSTOMERS, die_once=True)
+    monkeypatch.setattr(demo, "CUSTOMERS", customers)
+    run = submitted(personas, LOOKUP_THEN_ANSWER)
+    with pytest.raises(WorkerKilled):
+        run_execute(run_id=run.id, worker="dies")
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+
+    run_execute(run_id=run.id, worker="the sweeper's")
+
+    run.refresh_from_db()
+    assert (run.status, run.output, customers.reads) == (RunStatus.SUCCEEDED, "Ada has two orders.", 1)

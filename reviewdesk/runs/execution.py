@@ -88,6 +88,7 @@ def run_claim(*, run_id: Any, worker: str) -> Attempt | None:
 
 def _attempt_for(run: Run, worker: str) -> Attempt:
     """The claimed run's new attempt, and its `running` event, in the claim's transaction."""
+    assert run.lease_expires_at is not None, "the claim sets the lease"
     attempt = Attempt.objects.create(
         run=run,
         # Every claim bumps the epoch and creates one attempt, in one transaction: the

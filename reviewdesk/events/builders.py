@@ -91,11 +91,11 @@ def message_for(message: dict[str, Any], *, username: str, admin: bool) -> dict[
 
     An approval event also reaches those a change takes the call from, so that their desks drop
     its card: a hand-over of a call open to every reviewer reaches every reviewer. Its note is
-    written for who may see the call now (the users its targets name, and admins); to anyone
-    else the hand-over is told with its note left blank."""
+    written for who may see the call now (the users its targets name, and admins) and by who
+    handed it over; to anyone else the hand-over is told with its note left blank."""
     data = message.get("data")
     handover = data.get("handover") if message["type"].startswith("approval.") and data else None
-    if admin or not handover or not handover.get("note"):
+    if admin or not handover or not handover.get("note") or handover.get("by") == username:
         return message
     reviewer = data.get("reviewer") or {}
     if not reviewer.get("targets") or username in reviewer.get("users", ()):

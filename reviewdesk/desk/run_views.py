@@ -25,6 +25,7 @@ from reviewdesk.desk.thread_views import may_follow_up, run_thread
 from reviewdesk.desk.views import DESK_SOCKET_PATH, DONE
 from reviewdesk.errors import DeskError, Forbidden, NotFound
 from reviewdesk.runs.models import ENDED, EffectStatus, Run, RunStatus
+from reviewdesk.runs.retention import kept_after_end
 from reviewdesk.runs.selectors import run_get_for_user, runs_visible_to
 from reviewdesk.runs.services import run_cancel, run_retry
 
@@ -149,6 +150,7 @@ def run_page(request: HttpRequest, run_id) -> HttpResponse:
             "checkpoints": run.checkpoints.defer("snapshot").order_by("number"),
             "may_retry": _may_retry(run, request.user),
             "ended": run.status in ENDED,
+            "checkpoints_kept": kept_after_end(),
             "RunStatus": RunStatus,
             "socket_path": DESK_SOCKET_PATH,
         },

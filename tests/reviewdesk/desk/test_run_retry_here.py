@@ -71,3 +71,17 @@ def test_a_malformed_checkpoint_is_a_message_not_a_500(interrupted_run, personas
     assert "checkpoint_id is not a checkpoint&#x27;s id" in response.content.decode()
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED
+
+
+def test_an_ended_runs_page_offers_only_the_checkpoints_it_kept_and_says_which_it_keeps(
+    interrupted_run, personas, settings
+):
+    settings.DESK_CHECKPOINTS_KEPT_AFTER_END = 1
+    run, approval = interrupted_run()
+    before = run.checkpoints.count()
+    run_cancel(run_id=run.id, user=personas.carol)
+    kept = {str(c) for c in run.checkpoints.values_list("id", flat=True)}
+    assert len(kept) < before, "the cancel should have pruned something"
+    page = logged_in(personas.carol).get(f"/runs/{run.id}/").content.decode()
+    assert set(RETRY_HERE.findall(page)) == kept and str(approval.checkpoint_id) in kept
+    assert "An ended run keeps its last 1 checkpoint and those an approval names" in page

@@ -27,12 +27,15 @@ from pathlib import Path
 import pytest
 
 KINDS = ("real processes", "in-process, on the database", "runtime only", "other")
+DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"}
 
 
 def kind_of(item: pytest.Item) -> str:
     if item.get_closest_marker("e2e"):
         return KINDS[0]
-    if item.get_closest_marker("django_db"):
+    # The marker, or pytest-django's database fixtures reached through another fixture (a
+    # test taking `interrupted_run` uses the database without a marker of its own).
+    if item.get_closest_marker("django_db") or DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())):
         return KINDS[1]
     if item.nodeid.startswith("tests/agents/"):
         return KINDS[2]

@@ -91,6 +91,11 @@ class NotFound(DeskError):
     status, title, default_code = 404, "Not found", "not_found"
 
 
+class CheckpointNotFound(NotFound):
+    """A retry named a checkpoint its run does not hold (never, or no longer: pruned when the run
+    ended). The run itself is there: a page says so, rather than "no such run"."""
+
+
 class Forbidden(DeskError):
     status, title, default_code = 403, "Not allowed", "forbidden"
 

@@ -23,7 +23,7 @@ from reviewdesk.audit.models import AuditEvent
 from reviewdesk.desk.paging import filter_text, paged
 from reviewdesk.desk.thread_views import may_follow_up, run_thread
 from reviewdesk.desk.views import DESK_SOCKET_PATH, DONE
-from reviewdesk.errors import DeskError, Forbidden, NotFound
+from reviewdesk.errors import CheckpointNotFound, DeskError, Forbidden, NotFound
 from reviewdesk.runs.models import ENDED, EffectStatus, Run, RunStatus
 from reviewdesk.runs.retention import kept_after_end
 from reviewdesk.runs.selectors import run_get_for_user, runs_visible_to
@@ -171,6 +171,8 @@ def run_control(request: HttpRequest, run_id, action: str) -> HttpResponse:
             return redirect("run", run_id=run_id)
     try:
         service(run_id=run_id, user=request.user, **options)
+    except CheckpointNotFound as exc:  # a stale page's "Retry from here": the run is there
+        messages.error(request, f"Could not {action}: {exc.detail}")
     except NotFound:
         raise Http404("no such run") from None
     except Forbidden as exc:  # may see the run, may not steer it

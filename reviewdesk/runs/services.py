@@ -25,7 +25,7 @@ from reviewdesk.approvals.lifecycle import approvals_cancel_open, approvals_rera
 from reviewdesk.approvals.selectors import user_may_decide
 from reviewdesk.audit.services import audit_record
 from reviewdesk.db import atomic_appends_last
-from reviewdesk.errors import Conflict, Forbidden, Invalid, NotFound
+from reviewdesk.errors import CheckpointNotFound, Conflict, Forbidden, Invalid
 from reviewdesk.runs.models import (
     ENDED,
     Attempt,
@@ -212,7 +212,7 @@ def run_retry(*, run_id: Any, user: User, checkpoint_id: str | None = None) -> R
         if checkpoint_id is not None:
             start = Checkpoint.objects.filter(run=run, pk=checkpoint_id).first()
             if start is None:
-                raise NotFound("no such checkpoint in this run")
+                raise CheckpointNotFound("no such checkpoint in this run")
             if start.branch != run.branch:
                 # Its messages were set aside by an earlier retry: resuming there would mix two histories.
                 raise Conflict(

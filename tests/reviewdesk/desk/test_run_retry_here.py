@@ -85,3 +85,23 @@ def test_an_ended_runs_page_offers_only_the_checkpoints_it_kept_and_says_which_i
     page = logged_in(personas.carol).get(f"/runs/{run.id}/").content.decode()
     assert set(RETRY_HERE.findall(page)) == kept and str(approval.checkpoint_id) in kept
     assert "An ended run keeps its last 1 checkpoint and those an approval names" in page
+
+
+def test_retry_from_a_pruned_checkpoint_says_so_on_the_run_page_not_no_such_run(
+    interrupted_run, personas, settings
+):
+    """A page drawn before a prune (a second tab, `prune_checkpoints` since) still offers
+    "Retry from here" on a checkpoint that is gone: the run is there, the checkpoint is not."""
+    settings.DESK_CHECKPOINTS_KEPT_AFTER_END = 1
+    run, _ = interrupted_run()
+    before = list(run.checkpoints.order_by("number").values_list("id", flat=True))
+    run_cancel(run_id=run.id, user=personas.carol)
+    pruned = [c for c in before if not run.checkpoints.filter(pk=c).exists()]
+    assert pruned, "the run should have a checkpoint to prune"
+
+    carol = logged_in(personas.carol)
+    response = carol.post(f"/runs/{run.id}/retry/", {"checkpoint_id": str(pruned[0])}, follow=True)
+    assert response.status_code == 200, response.status_code
+    assert "no such checkpoint in this run" in response.content.decode()
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED

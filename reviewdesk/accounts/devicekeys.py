@@ -17,7 +17,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -205,12 +204,6 @@ def device_keys_for(user: User) -> list[dict[str, Any]]:
     ]
 
 
-def device_public_key(key_id: str) -> Ed25519PublicKey | None:
-    """The registered public key with this id (the web tier's view, for the audit page)."""
-    row = DeviceKey.objects.filter(key_id=key_id).values_list("public_key", flat=True).first()
-    return public_key_from_b64(row) if row else None
-
-
 # --- what a worker is handed ----------------------------------------------------------------
 class DatabaseTrust:
     """`agents.trust.DeviceTrust` on the database and the pinned trust file."""
@@ -228,11 +221,39 @@ class DatabaseTrust:
         return load_trust_revoked(self.path)
 
     def records(self, key_id: str) -> tuple[list[SignedRecord], list[SignedRecord]]:
-        def signed(model: type) -> list[SignedRecord]:
-            rows = model.objects.filter(device_key__key_id=key_id)
-            return [SignedRecord(record=row.record, signature=row.signature) for row in rows]
+        return self.records_for([key_id])[key_id]
 
-        return signed(Endorsement), signed(Revocation)
+    def records_for(self, key_ids: Iterable[str]) -> dict[str, tuple[list[SignedRecord], list[SignedRecord]]]:
+        """`records` for several key ids, in one query for each kind of record."""
+        found: dict[str, tuple[list[SignedRecord], list[SignedRecord]]] = {k: ([], []) for k in key_ids}
+        for index, model in enumerate((Endorsement, Revocation)):
+            rows = model.objects.filter(device_key__key_id__in=list(found)).values_list(
+                "device_key__key_id", "record", "signature"
+            )
+            for key_id, record, signature in rows:
+                found[key_id][index].append(SignedRecord(record=record, signature=signature))
+        return found
+
+
+class TrustSnapshot:
+    """`DatabaseTrust` read once for many decisions (the audit page): the trust file once, the
+    records of the keys named in two queries. The same roots and records the gate is handed,
+    checked by the same `agents.trust.verify_with_trust`; a worker keeps reading them afresh."""
+
+    def __init__(self, key_ids: Iterable[str], path: Path | None = None) -> None:
+        trust = DatabaseTrust(path)
+        self._roots = trust.roots()
+        self._revoked = trust.revoked_ids()
+        self._records = trust.records_for(key_ids)
+
+    def roots(self) -> Roots:
+        return self._roots
+
+    def revoked_ids(self) -> frozenset[str]:
+        return self._revoked
+
+    def records(self, key_id: str) -> tuple[list[SignedRecord], list[SignedRecord]]:
+        return self._records.get(key_id, ([], []))
 
 
 def device_trust_problems() -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import uuid
 from collections.abc import Iterable, Iterator
+from datetime import datetime
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -18,13 +19,15 @@ from django.utils.http import urlencode
 
 from agents.canonical import canonical_json
 from agents.decisions import (
+    SignedDecision,
     answer_matches,
     is_device_signed,
     payload_version,
     signature_valid,
     signed_texts_mismatch,
 )
-from reviewdesk.accounts.devicekeys import device_public_key
+from agents.trust import DeviceRefused, verify_with_trust
+from reviewdesk.accounts.devicekeys import TrustSnapshot
 from reviewdesk.accounts.roles import is_admin
 from reviewdesk.approvals.models import Decision
 from reviewdesk.approvals.signing import FileKeyring
@@ -86,6 +89,9 @@ SIGNATURE_VALID = "valid"
 SIGNATURE_VALID_DEVICE = "valid, device-signed"  # by the reviewer's own device key (issue 13)
 SIGNATURE_INVALID = "invalid"
 SIGNATURE_UNKNOWN_KEY = "unknown key"
+# A device-signed decision the workers' gate would refuse for its key: no endorsement under the
+# pinned roots, a revoked key, a signature the endorsed key does not verify (and why, after it).
+SIGNATURE_UNTRUSTED = "device key not trusted"
 SIGNATURE_MISSING = "no decision"
 
 
@@ -99,12 +105,17 @@ def _is_uuid(text: str) -> bool:
 
 def _signatures(events: Iterable[AuditEvent]) -> dict[int, str]:
     """For each decision row among `events` (id → badge): whether the Decision it names
-    carries the desk's valid signature over a payload that is that decision's (its verdict,
-    arguments, texts and answer), with the arguments hash the audit row recorded. One query for all the
-    rows' decisions."""
+    carries a valid signature over a payload that is that decision's (its verdict,
+    arguments, texts and answer), with the arguments hash the audit row recorded. A
+    server-signed one is checked with the keyring; a device-signed one as the workers' gate
+    checks it (`agents.trust.verify_with_trust`): with the public key an endorsement under the
+    pinned roots names, and no revocation, never with the key row the database holds. One
+    query for all the rows' decisions, two for their device keys' records."""
     named = {e.id: str(e.data.get("decision", "")) for e in events if e.action.startswith("decision.")}
     wanted = [decision_id for decision_id in named.values() if _is_uuid(decision_id)]
     decisions = {str(d.id): d for d in Decision.objects.filter(id__in=wanted)}
+    device_key_ids = {d.key_id for d in decisions.values() if is_device_signed(d.payload)}
+    trust = TrustSnapshot(device_key_ids) if device_key_ids else None
     keyring, keys = FileKeyring(), {}
     data = {e.id: e.data for e in events}
     badges = {}
@@ -114,12 +125,9 @@ def _signatures(events: Iterable[AuditEvent]) -> dict[int, str]:
             badges[event_id] = SIGNATURE_MISSING
             continue
         device = is_device_signed(decision.payload)
-        if decision.key_id not in keys:
-            keys[decision.key_id] = (
-                device_public_key(decision.key_id) if device else keyring.public_key(decision.key_id)
-            )
-        key = keys[decision.key_id]
-        if key is None:
+        if not device and decision.key_id not in keys:
+            keys[decision.key_id] = keyring.public_key(decision.key_id)
+        if not device and keys[decision.key_id] is None:
             badges[event_id] = SIGNATURE_UNKNOWN_KEY
             continue
         payload = decision.payload
@@ -136,12 +144,40 @@ def _signatures(events: Iterable[AuditEvent]) -> dict[int, str]:
             is None
             and _answer_agrees(payload, decision)
         )
-        badges[event_id] = (
-            (SIGNATURE_VALID_DEVICE if device else SIGNATURE_VALID)
-            if agrees and signature_valid(key, payload, decision.signature)
-            else SIGNATURE_INVALID
-        )
+        if not agrees:
+            badges[event_id] = SIGNATURE_INVALID
+        elif device:
+            badges[event_id] = _device_badge(trust, decision)
+        else:
+            valid = signature_valid(keys[decision.key_id], payload, decision.signature)
+            badges[event_id] = SIGNATURE_VALID if valid else SIGNATURE_INVALID
     return badges
+
+
+def _device_badge(trust: TrustSnapshot | None, decision: Decision) -> str:
+    """The gate's verdict on a device-signed decision's key and signature, as of when it was
+    signed (its signed `issued_at`: an endorsement that lapsed since does not unmake it; a
+    revocation does, whenever it came)."""
+    signed = SignedDecision(
+        decision_id=str(decision.id),
+        verdict=decision.verdict,
+        arguments=decision.arguments,
+        payload=decision.payload,
+        signature=decision.signature,
+        key_id=decision.key_id,
+        answer=decision.answer,
+    )
+    try:
+        issued_at = datetime.fromisoformat(str(decision.payload.get("issued_at")))
+    except ValueError:
+        return f"{SIGNATURE_UNTRUSTED}: the payload has no valid issued_at"
+    if issued_at.tzinfo is None:
+        return f"{SIGNATURE_UNTRUSTED}: the payload has no valid issued_at (no time zone)"
+    try:
+        verify_with_trust(trust, signed, now=issued_at)
+    except DeviceRefused as exc:
+        return f"{SIGNATURE_UNTRUSTED}: {exc.reason}"
+    return SIGNATURE_VALID_DEVICE
 
 
 def _answer_agrees(payload: dict, decision: Decision) -> bool:

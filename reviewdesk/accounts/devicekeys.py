@@ -89,6 +89,15 @@ def _signer_key(admin: User, signer_key_id: str) -> DeviceKey:
     signer = DeviceKey.objects.filter(user=admin, key_id=signer_key_id).first()
     if signer is None:
         raise Invalid("sign with one of your own device keys", errors={"signer_key_id": ["not yours"]})
+    # Workers ignore what a revoked root signs (its revocation is pinned at the next `trust pin`):
+    # stored, the record would show the key endorsed or revoked here and do nothing there.
+    revoked_here = Revocation.objects.filter(device_key=signer).exists()
+    if revoked_here or signer.key_id in load_trust_revoked(Path(settings.DESK_TRUST_FILE)):
+        raise Invalid(
+            f"your device key {signer.key_id} is revoked: sign with another of your keys "
+            "(workers ignore what a revoked key signs)",
+            errors={"signer_key_id": ["revoked"]},
+        )
     return signer
 
 

@@ -187,3 +187,60 @@ def test_a_device_payload_naming_a_decision_id_already_used_is_refused_not_a_500
     assert response.status_code == 422, response.content
     assert response.json()["code"] == "bad_signature" and "decision id" in response.json()["detail"]
     assert not Decision.objects.filter(request=second).exists()
+
+
+def _revoke_the_admins_own_key(device_keys) -> str:
+    from django.core.management import call_command
+
+    from agents.decisions import key_id_for
+
+    admin_key_id = key_id_for(device_keys.admin.public_key())
+    call_command("trust", "revoke", "--key-id", admin_key_id, "--signer", str(device_keys.admin_file))
+    return admin_key_id
+
+
+def test_an_admin_key_that_was_revoked_cannot_draft_a_record(personas, device_keys):
+    admin_key_id = _revoke_the_admins_own_key(device_keys)
+    status, body = post(
+        logged_in(personas.admin), f"/keys/{device_keys.alice_key_id}/revoke", {"signer_key_id": admin_key_id}
+    )
+    assert status == 422 and "is revoked" in body["detail"], body
+    assert body["errors"] == {"signer_key_id": ["revoked"]}
+
+
+@pytest.mark.parametrize("kind", ["endorsement", "revocation"])
+def test_a_record_signed_by_a_revoked_admin_key_is_not_stored(personas, device_keys, kind):
+    """Workers ignore it once the trust file is pinned again; the keys page refuses it at once."""
+    from django.utils import timezone
+
+    from agents.trust import endorsement_record, record_bytes, revocation_record
+
+    admin_key_id = _revoke_the_admins_own_key(device_keys)
+    bob_key = Ed25519PrivateKey.generate()
+    status, registered = post(
+        logged_in(personas.bob),
+        "/keys/register",
+        {"label": "bob", "public_key": public_key_b64(bob_key.public_key())},
+    )
+    assert status == 201
+    now = timezone.now()
+    if kind == "endorsement":
+        record = endorsement_record(
+            user="bob",
+            public_key=public_key_b64(bob_key.public_key()),
+            roles=("reviewer",),
+            issued_at=now,
+            not_after=now + timezone.timedelta(days=1),
+            signer_key_id=admin_key_id,
+        )
+    else:
+        record = revocation_record(key_id=registered["key_id"], revoked_at=now, signer_key_id=admin_key_id)
+    signature = base64.b64encode(device_keys.admin.sign(record_bytes(record))).decode()
+    before = (Endorsement.objects.count(), Revocation.objects.count())
+    status, body = post(
+        logged_in(personas.admin),
+        f"/keys/{registered['key_id']}/records",
+        {"record": record, "signature": signature},
+    )
+    assert status == 422 and "is revoked" in body["detail"], body
+    assert (Endorsement.objects.count(), Revocation.objects.count()) == before

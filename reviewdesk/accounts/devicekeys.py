@@ -49,8 +49,13 @@ from reviewdesk.errors import Forbidden, Invalid
 LABEL_MAX = 100
 
 
-def device_key_register(*, user: User, label: str, public_key: str, via: str = "") -> DeviceKey:
-    """Store a user's device public key (base64 raw Ed25519); inert until endorsed."""
+def device_key_register(
+    *, user: User, label: str, public_key: str, by: User | None = None, via: str = ""
+) -> DeviceKey:
+    """Store a user's device public key (base64 raw Ed25519); inert until endorsed.
+
+    `by` is who registered it, the audit row's actor (the user on the Keys page; None for a
+    command run on the server, named in `via`); the key's owner is in the row's data."""
     label = label.strip()
     if not label or len(label) > LABEL_MAX:
         raise Invalid(f"a label is 1 to {LABEL_MAX} characters", errors={"label": ["required"]})
@@ -69,7 +74,7 @@ def device_key_register(*, user: User, label: str, public_key: str, via: str = "
             fingerprint=fingerprint(key),
         )
         audit_record(
-            actor=user,
+            actor=by,
             action="device_key.registered",
             subject_type="device_key",
             subject_id=device_key.key_id,
@@ -150,9 +155,12 @@ def _store_signed(
 
 
 def signed_record_store(
-    *, admin: User, device_key: DeviceKey, record: Any, signature: str
+    *, admin: User, device_key: DeviceKey, record: Any, signature: str, by: User | None = None, via: str = ""
 ) -> Endorsement | Revocation:
-    """Store an endorsement or revocation signed by one of `admin`'s device keys, audited."""
+    """Store an endorsement or revocation signed by one of `admin`'s device keys, audited.
+
+    `by` is who stored it, the audit row's actor (the admin on the Keys page; None for a
+    command run on the server, named in `via`); the signing admin is in the row's data."""
     model, record = _store_signed(admin=admin, device_key=device_key, record=record, signature=signature)
     with transaction.atomic():
         row = model.objects.create(
@@ -163,14 +171,16 @@ def signed_record_store(
             signed_by=admin,
         )
         audit_record(
-            actor=admin,
+            actor=by,
             action="device_key.endorsed" if model is Endorsement else "device_key.revoked",
             subject_type="device_key",
             subject_id=device_key.key_id,
             data={
                 "user": device_key.user.get_username(),
+                "signer": admin.get_username(),
                 "signer_key_id": record["signer_key_id"],
                 "record": record,
+                "via": via,
             },
         )
     return row

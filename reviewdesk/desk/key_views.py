@@ -79,6 +79,7 @@ def key_register(request: HttpRequest) -> JsonResponse:
             user=request.user,
             label=str(body.get("label", "")),
             public_key=str(body.get("public_key", "")),
+            by=request.user,
             via="keys page",
         )
     except DeskError as exc:
@@ -132,6 +133,8 @@ def key_record_store(request: HttpRequest, key_id: str) -> JsonResponse:
             device_key=device_key,
             record=body.get("record"),
             signature=str(body.get("signature", "")),
+            by=request.user,
+            via="keys page",
         )
     except DeskError as exc:
         return _problem(exc)

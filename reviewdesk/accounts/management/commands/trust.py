@@ -110,18 +110,20 @@ class Command(BaseCommand):
         key = write_key_file(path)
         self.stdout.write(f"{key_id_for(key.public_key())}  {fingerprint(key.public_key())}")
 
-    def _registered(self, user, key: Ed25519PrivateKey, label: str) -> DeviceKey:
+    def _registered(self, user, key: Ed25519PrivateKey, label: str, via: str) -> DeviceKey:
         existing = DeviceKey.objects.filter(key_id=key_id_for(key.public_key())).first()
         if existing is not None:
             if existing.user_id != user.pk:
                 raise CommandError(f"{existing.key_id} is registered to {existing.user}, not {user}")
             return existing
+        # Audited as the command's, like create_token's and seed_demo's: the operator who ran it
+        # on the server is no user of the desk (actor "system"); the key's owner is in the data.
         return device_key_register(
-            user=user, label=label, public_key=public_key_b64(key.public_key()), via="manage.py trust"
+            user=user, label=label, public_key=public_key_b64(key.public_key()), by=None, via=via
         )
 
     def do_register(self, *, user, key, label, **_):
-        device_key = self._registered(self._user(user), load_key_file(key), label)
+        device_key = self._registered(self._user(user), load_key_file(key), label, "manage.py trust register")
         self.stdout.write(f"{device_key.key_id}  {device_key.fingerprint}")
 
     def do_pin(self, *, user, out, add, **_):
@@ -155,13 +157,18 @@ class Command(BaseCommand):
 
     def do_enroll(self, *, user, key, signer, label, days, **_):
         signer_key, signer_row = self._signer(signer)
-        device_key = self._registered(self._user(user), load_key_file(key), label)
+        device_key = self._registered(self._user(user), load_key_file(key), label, "manage.py trust enroll")
         record = endorsement_draft(
             admin=signer_row.user, device_key=device_key, signer_key_id=signer_row.key_id, days=days
         )
         signed = sign_record(signer_key, record)
         signed_record_store(
-            admin=signer_row.user, device_key=device_key, record=signed.record, signature=signed.signature
+            admin=signer_row.user,
+            device_key=device_key,
+            record=signed.record,
+            signature=signed.signature,
+            by=None,
+            via="manage.py trust enroll",
         )
         self.stdout.write(f"endorsed {device_key.key_id} for {user} until {record['not_after']}")
 
@@ -175,6 +182,11 @@ class Command(BaseCommand):
         )
         signed = sign_record(signer_key, record)
         signed_record_store(
-            admin=signer_row.user, device_key=device_key, record=signed.record, signature=signed.signature
+            admin=signer_row.user,
+            device_key=device_key,
+            record=signed.record,
+            signature=signed.signature,
+            by=None,
+            via="manage.py trust revoke",
         )
         self.stdout.write(f"revoked {key_id}")

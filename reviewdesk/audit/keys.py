@@ -33,14 +33,39 @@ class AuditKeyMissing(RuntimeError):
     """The chain key is neither in the environment nor in its file."""
 
 
+def is_production_configuration() -> bool:
+    """DEBUG off, not the embedded default (DATABASE_URL or REDIS_URL set), and not a test process.
+
+    The rule of `reviewdesk.approvals.signing.is_production_configuration` (workers' keys),
+    which the audit trail cannot import: run data writes audit rows, and sits below approvals
+    (pyproject's layers). tests/reviewdesk/audit/test_chain_key.py holds the two to one answer.
+    """
+    embedded_default = not settings.DATABASE_URL and not settings.REDIS_URL
+    return not settings.DEBUG and not embedded_default and os.environ.get("DESK_TESTING") != "1"
+
+
 def audit_key(*, create: bool = True) -> bytes:
     """The chain's HMAC key: $DESK_AUDIT_KEY, else DESK_AUDIT_KEY_FILE (created 0600 if `create`).
 
-    A verifier passes create=False: a fresh key would make every keyed row look forged.
+    A verifier passes create=False: a fresh key would make every keyed row look forged. So does
+    a production configuration (`is_production_configuration`), writers too: a key one host
+    made would be that host's alone, and its rows would fail verification on every other (the
+    web tier's, the workers', `verify_audit`'s). There the key is provided, or nothing is
+    audited, and so nothing done; the embedded default and the tests make theirs in var/.
     """
     if settings.DESK_AUDIT_KEY:
         return settings.DESK_AUDIT_KEY.encode()
-    return _key_from_file(Path(settings.DESK_AUDIT_KEY_FILE), create)
+    path = Path(settings.DESK_AUDIT_KEY_FILE)
+    if create and is_production_configuration():
+        try:
+            return _key_from_file(path, False)
+        except AuditKeyMissing:
+            raise AuditKeyMissing(
+                f"no audit key in a production configuration: set DESK_AUDIT_KEY, or provide "
+                f"{path} (DESK_AUDIT_KEY_FILE), the same key on every host that writes or verifies "
+                "the audit trail; none is generated here, as its rows would verify on this host only"
+            ) from None
+    return _key_from_file(path, create)
 
 
 @lru_cache(maxsize=4)

@@ -38,3 +38,55 @@ def test_a_verifier_without_the_key_says_so_instead_of_inventing_one(settings, t
     report = audit_check()
     assert not report.intact and "no audit key" in report.problem
     assert not settings.DESK_AUDIT_KEY_FILE.exists()
+
+
+@pytest.fixture
+def production(settings, monkeypatch):
+    """A production configuration (reviewdesk.approvals.signing.is_production_configuration):
+    DEBUG off, an external Redis, and not a test process."""
+    settings.DEBUG, settings.REDIS_URL = False, "redis://127.0.0.1:6379/9"
+    monkeypatch.delenv("DESK_TESTING")
+
+
+def test_a_production_writer_without_the_key_refuses_to_write_instead_of_making_its_own(
+    settings, tmp_path, production
+):
+    """A key made on one writer host is that host's alone: its rows fail verification on every
+    other host. In production the key is provided (DESK_AUDIT_KEY or DESK_AUDIT_KEY_FILE), or
+    nothing is audited, and so nothing is done."""
+    settings.DESK_AUDIT_KEY_FILE = tmp_path / "audit_key"
+    before = AuditEvent.objects.count()
+    with pytest.raises(AuditKeyMissing, match="production configuration") as refused:
+        audit_record(actor=None, action="test.step", subject_type="run", subject_id=1)
+    assert "DESK_AUDIT_KEY" in str(refused.value) and str(settings.DESK_AUDIT_KEY_FILE) in str(refused.value)
+    assert not settings.DESK_AUDIT_KEY_FILE.exists()
+    assert AuditEvent.objects.count() == before
+
+
+def test_a_production_writer_with_the_key_provided_writes(settings, tmp_path, production):
+    settings.DESK_AUDIT_KEY_FILE = tmp_path / "audit_key"
+    settings.DESK_AUDIT_KEY_FILE.write_text("provided by the operator\n")
+    assert audit_key() == b"provided by the operator"
+    assert audit_record(actor=None, action="test.step", subject_type="run", subject_id=1) is not None
+    settings.DESK_AUDIT_KEY_FILE = tmp_path / "absent"
+    settings.DESK_AUDIT_KEY = "from-the-environment"
+    assert audit_key() == b"from-the-environment"
+
+
+@pytest.mark.parametrize("debug", [False, True])
+@pytest.mark.parametrize(
+    ("database_url", "redis_url"), [("", ""), ("postgres://db/desk", ""), ("", "redis://r/9")]
+)
+@pytest.mark.parametrize("testing", [None, "1"])
+def test_the_audit_key_and_the_workers_keys_agree_on_what_production_is(
+    settings, monkeypatch, debug, database_url, redis_url, testing
+):
+    from reviewdesk.approvals.signing import is_production_configuration as workers_rule
+    from reviewdesk.audit.keys import is_production_configuration as audit_rule
+
+    settings.DEBUG, settings.DATABASE_URL, settings.REDIS_URL = debug, database_url, redis_url
+    if testing is None:
+        monkeypatch.delenv("DESK_TESTING")
+    else:
+        monkeypatch.setenv("DESK_TESTING", testing)
+    assert audit_rule() == workers_rule()

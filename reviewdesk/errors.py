@@ -16,7 +16,10 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
     "too_deep": (400, "the JSON nests deeper than DESK_JSON_MAX_DEPTH"),
     "bad_parameter": (400, "a query parameter is not one this endpoint accepts"),
     "bad_cursor": (400, "the paging cursor is not one this API issued"),
-    "bad_idempotency_key": (400, "Idempotency-Key must be 1 to 200 characters"),
+    "bad_idempotency_key": (
+        400,
+        "Idempotency-Key must be 1 to 200 characters, not counting surrounding spaces (blanks alone are refused)",
+    ),
     "not_authenticated": (401, "no bearer token or session"),
     "authentication_failed": (401, "the token is unknown, revoked, expired or its user inactive"),
     "missing_scope": (403, "the token lacks the scope this endpoint needs"),

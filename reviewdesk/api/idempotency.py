@@ -25,6 +25,7 @@ from reviewdesk.db import atomic_appends_last
 from reviewdesk.errors import DeskError
 
 HEADER = "Idempotency-Key"
+KEY_MAX = 200
 IN_FLIGHT = IdempotencyRecord.State.IN_FLIGHT
 # Part of the first response a replay repeats besides status and body: where the created thing is.
 REPLAYED_HEADERS = ("Location",)
@@ -34,9 +35,15 @@ def idempotent(request, handler: Callable[[], Response]) -> Response:
     key = request.headers.get(HEADER)
     if key is None:
         return handler()
-    if not key or len(key) > 200:
+    # A field's surrounding spaces and tabs are not part of its value (RFC 9110, 5.5): "k " is
+    # "k", and a key of blanks names nothing, so it is refused like an empty one.
+    key = key.strip(" \t")
+    if not key or len(key) > KEY_MAX:
         return problem(
-            400, "Malformed request", f"{HEADER} must be 1 to 200 characters", code="bad_idempotency_key"
+            400,
+            "Malformed request",
+            f"{HEADER} must be 1 to {KEY_MAX} characters, not counting surrounding spaces",
+            code="bad_idempotency_key",
         )
     fingerprint = hashlib.sha256(
         request.method.encode() + b" " + request.path.encode() + b"\n" + request.body

@@ -268,7 +268,10 @@ IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
     str,
     OpenApiParameter.HEADER,
-    description="1 to 200 characters; a repeat replays the first response (IETF draft)",
+    description=(
+        "1 to 200 characters, surrounding spaces not counted (blanks alone: 400 `bad_idempotency_key`); "
+        "a repeat replays the first response (IETF draft)"
+    ),
 )
 LAST_EVENT_ID = OpenApiParameter(
     "Last-Event-ID", int, OpenApiParameter.HEADER, description="resume after this sequence number"

@@ -139,6 +139,35 @@ def test_a_replayed_submit_carries_the_first_responses_location(personas, api_as
     assert again.get("Location") == first["Location"] == f"/api/v1/runs/{first.json()['id']}"
 
 
+@pytest.mark.parametrize(
+    "key",
+    ["", " ", "   ", "\t", " \t ", "k" * 201],
+    ids=["empty", "a space", "spaces", "a tab", "blanks", "201"],
+)
+def test_an_idempotency_key_that_is_empty_after_trimming_or_too_long_is_400_and_changes_nothing(
+    personas, api_as, key
+):
+    """A key of blanks names nothing (HTTP strips a field's surrounding whitespace): it must be
+    refused like an empty one, not pin every blank-keyed request of this client to one answer."""
+    from reviewdesk.api.models import IdempotencyRecord
+
+    response = submit(api_as(personas.carol, "submit"), VALID, HTTP_IDEMPOTENCY_KEY=key)
+    assert response.status_code == 400, response.json()
+    assert response["Content-Type"] == "application/problem+json"
+    assert response.json()["code"] == "bad_idempotency_key"
+    assert "Idempotency-Key" in response.json()["detail"]
+    assert Run.objects.count() == 0 and IdempotencyRecord.objects.count() == 0
+
+
+def test_an_idempotency_key_is_read_without_its_surrounding_blanks(personas, api_as):
+    client = api_as(personas.carol, "submit")
+    first = submit(client, VALID, HTTP_IDEMPOTENCY_KEY="k-trim")
+    again = submit(client, VALID, HTTP_IDEMPOTENCY_KEY="  k-trim\t")
+    assert (first.status_code, again.status_code) == (201, 201)
+    assert again["Idempotent-Replayed"] == "true" and again.json()["id"] == first.json()["id"]
+    assert Run.objects.count() == 1
+
+
 def test_an_idempotency_key_reused_with_another_body_is_422(personas, api_as):
     client = api_as(personas.carol, "submit")
     submit(client, VALID, HTTP_IDEMPOTENCY_KEY="k-2")

@@ -1,5 +1,7 @@
 """Idempotency-Key for POSTs (IETF draft): replay, 422 on a different body, 409 in flight.
 
+Only a success (2xx) is kept and replayed; a refusal (4xx) or a failure (5xx) leaves the key free.
+
 The handler's writes and the stored response commit in one transaction that
 first locks the key's record and checks it still belongs to this request. So a
 request that died left nothing but an in-flight record, which a repeat may take
@@ -87,7 +89,7 @@ def _repeat(record: IdempotencyRecord, fingerprint: str) -> Response:
         )
     replay = Response(record.response_body, status=record.response_status, headers=record.response_headers)
     replay["Idempotent-Replayed"] = "true"
-    if record.response_status >= 400:
+    if record.response_status >= 400:  # a refusal kept before refusals stopped pinning their key
         replay.content_type = "application/problem+json"
     return replay
 
@@ -105,7 +107,7 @@ def _run_once(record: IdempotencyRecord, handler: Callable[[], Response]) -> Res
                 response = handler()
             except (DeskError, APIException) as exc:
                 response = problem_exception_handler(exc, {})
-            if response.status_code < 500:
+            if _pins_the_key(response):
                 mine.update(
                     state=IdempotencyRecord.State.DONE,
                     response_status=response.status_code,
@@ -115,9 +117,17 @@ def _run_once(record: IdempotencyRecord, handler: Callable[[], Response]) -> Res
     except Exception:
         mine.delete()  # nothing was committed for it: let the client retry
         raise
-    if response.status_code >= 500:
+    if not _pins_the_key(response):
         mine.delete()
     return response
+
+
+def _pins_the_key(response: Response) -> bool:
+    """Only a success is kept for replay. A 4xx changed nothing (DESIGN.md: bad input gets a
+    clear 4xx and changes nothing), so, as Stripe does for a request refused before it ran,
+    the key stays free: the client fixes the request, or waits for the state to allow it, and
+    sends it again under the same key. A 5xx may be retried too."""
+    return response.status_code < 400
 
 
 def _abandoned(record: IdempotencyRecord) -> bool:

@@ -270,7 +270,7 @@ IDEMPOTENCY_KEY = OpenApiParameter(
     OpenApiParameter.HEADER,
     description=(
         "1 to 200 characters, surrounding spaces not counted (blanks alone: 400 `bad_idempotency_key`); "
-        "a repeat replays the first response (IETF draft)"
+        "a repeat replays the first success (IETF draft); a 4xx or 5xx keeps the key free"
     ),
 )
 LAST_EVENT_ID = OpenApiParameter(

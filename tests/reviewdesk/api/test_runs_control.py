@@ -54,6 +54,24 @@ def test_cancelling_twice_is_409_but_a_repeated_key_replays(interrupted_run, per
     assert again.status_code == 409 and again.json()["code"] == "ended"
 
 
+def test_a_conflict_under_a_key_is_not_replayed_once_the_state_allows_the_request(
+    interrupted_run, personas, api_as
+):
+    """A 409 changed nothing: the same key asks again and is answered from the run's state
+    now, not with the stale refusal; the success that follows is the one replayed."""
+    run, _ = interrupted_run()
+    carol = api_as(personas.carol, "submit")
+    early = post(carol, f"/api/v1/runs/{run.id}/retry", HTTP_IDEMPOTENCY_KEY="retry-when-ended")
+    assert early.status_code == 409 and early.json()["code"] == "not_ended"
+    assert post(carol, f"/api/v1/runs/{run.id}/cancel").status_code == 200
+    retried = post(carol, f"/api/v1/runs/{run.id}/retry", HTTP_IDEMPOTENCY_KEY="retry-when-ended")
+    assert retried.status_code == 201, retried.json()
+    replay = post(carol, f"/api/v1/runs/{run.id}/retry", HTTP_IDEMPOTENCY_KEY="retry-when-ended")
+    assert replay.status_code == 201 and replay["Idempotent-Replayed"] == "true"
+    run.refresh_from_db()
+    assert replay.json()["revision"] == retried.json()["revision"] == run.revision  # retried once
+
+
 def test_who_may_cancel(interrupted_run, personas, api_as):
     run, _ = interrupted_run(reviewers=["bob"])
     assert post(api_as(personas.olivia, "submit"), f"/api/v1/runs/{run.id}/cancel").status_code == 404

@@ -168,6 +168,23 @@ def test_an_idempotency_key_is_read_without_its_surrounding_blanks(personas, api
     assert Run.objects.count() == 1
 
 
+def test_a_refused_request_does_not_pin_its_key_but_a_success_is_replayed(personas, api_as):
+    """Stripe's rule: a request refused before it did anything saves no result, so the client
+    fixes it and sends it again under the same key. Only a success is replayed."""
+    from reviewdesk.api.models import IdempotencyRecord
+
+    client = api_as(personas.carol, "submit")
+    refused = submit(client, {**VALID, "agent": "no-such-agent"}, HTTP_IDEMPOTENCY_KEY="k-fix")
+    assert refused.status_code == 422 and refused.json()["code"] == "invalid"
+    assert IdempotencyRecord.objects.count() == 0  # nothing pinned
+    fixed = submit(client, VALID, HTTP_IDEMPOTENCY_KEY="k-fix")
+    assert fixed.status_code == 201, fixed.json()  # not idempotency_key_reused, not the 422 again
+    assert "Idempotent-Replayed" not in fixed
+    again = submit(client, VALID, HTTP_IDEMPOTENCY_KEY="k-fix")
+    assert again.status_code == 201 and again["Idempotent-Replayed"] == "true"
+    assert again.json()["id"] == fixed.json()["id"] and Run.objects.count() == 1
+
+
 def test_an_idempotency_key_reused_with_another_body_is_422(personas, api_as):
     client = api_as(personas.carol, "submit")
     submit(client, VALID, HTTP_IDEMPOTENCY_KEY="k-2")

@@ -303,7 +303,7 @@ operation names the scope it needs (`x-required-scopes`), reading needs any.
 
 **Limits.** A body over `DESK_MAX_BODY_BYTES` (default 1 MiB) is 413 `body_too_large`; JSON nested
 deeper than `DESK_JSON_MAX_DEPTH` (default 64) is 400 `too_deep`. POST bodies refuse unknown fields
-(422 `invalid`); list endpoints refuse unknown query parameters (400 `bad_parameter`).
+(422 `invalid`); list endpoints and the streams refuse unknown query parameters (400 `bad_parameter`).
 
 **Paging.** Every list answers `{{"results": [...], "next": URL or null}}`; follow `next` until it is
 null. `limit` is 1 to `DESK_API_MAX_PAGE_SIZE` (default 200).
@@ -346,7 +346,8 @@ def _stream_operation(operation_id: str, summary: str, *, with_run: bool) -> dic
             "summary": summary,
             "description": (
                 "Scope: any. Server-Sent Events: `id: SEQ`, `event: TYPE`, `data: {seq, type, data}` per event; "
-                "a `: keep-alive` comment every DESK_SSE_HEARTBEAT_SECONDS. Served by the ASGI server only."
+                "a `: keep-alive` comment every DESK_SSE_HEARTBEAT_SECONDS. A query parameter other than "
+                "`after` is 400 `bad_parameter`. Served by the ASGI server only."
             ),
             "tags": ["v1"],
             "parameters": parameters,

@@ -2,7 +2,8 @@
 
 Each desk event goes out as `id: SEQ` / `event: TYPE` / `data: {"seq", "type", "data"}`. A
 client that reconnects with `Last-Event-ID: SEQ` (EventSource does so by itself), or with
-`?after=SEQ`, gets every event after SEQ exactly once.
+`?after=SEQ`, gets every event after SEQ exactly once. Any other query parameter is 400
+`bad_parameter`, as on every list.
 
 Why the stream reads the DeskEvent table instead of the Channels groups: the channel layer
 is at-most-once and drops silently, and its groups address reviewers and admins, not the
@@ -24,6 +25,7 @@ import contextlib
 import json
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import parse_qsl
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -38,6 +40,8 @@ from reviewdesk.numbers import whole_number
 from reviewdesk.runs.selectors import run_get_for_user, runs_visible_to
 
 SCAN_LIMIT = 500
+# The query parameters a stream takes (Last-Event-ID is a header).
+STREAM_PARAMETERS = ("after",)
 
 
 class StreamRefused(Exception):
@@ -106,14 +110,25 @@ def _events_after(user, run_id, after: int) -> tuple[list[DeskEvent], int]:
     return events, covered
 
 
+def _query(scope) -> dict[str, str]:
+    """The query, read as the REST lists read theirs (percent-decoded; the last of a repeated
+    name wins); a name the streams do not take is 400 `bad_parameter` naming it, as there
+    (`paging.check_parameters`), so `?since=5` is not a stream from the start."""
+    pairs = parse_qsl(scope.get("query_string", b"").decode(errors="replace"), keep_blank_values=True)
+    unknown = sorted({name for name, _ in pairs} - set(STREAM_PARAMETERS))
+    if unknown:
+        raise StreamRefused(
+            400,
+            "bad_parameter",
+            f"unknown query parameter {', '.join(unknown)}; this endpoint takes {', '.join(STREAM_PARAMETERS)}",
+        )
+    return dict(pairs)
+
+
 def _parse_after(scope, headers) -> int:
+    query = _query(scope)
     raw = headers.get(b"last-event-id", b"").decode(errors="replace").strip()
     if not raw:
-        query = dict(
-            pair.split("=", 1) if "=" in pair else (pair, "")
-            for pair in scope.get("query_string", b"").decode(errors="replace").split("&")
-            if pair
-        )
         raw = query.get("after", "0")
     after = whole_number(raw)
     if after is None:

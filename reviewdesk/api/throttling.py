@@ -8,8 +8,8 @@ a read-modify-write, so two requests racing at the very edge may both pass (off 
 per racing pair); it is a brake on runaway clients, not an accounting ledger.
 
 The key is the bearer token's id (each token its own budget), or the user's id for a session.
-`DESK_RATE_SUBMIT` / `DESK_RATE_DECIDE` are DRF rates ("60/min", "1000/hour"); empty turns
-the limit off. Only POST is counted.
+`DESK_RATE_SUBMIT` / `DESK_RATE_DECIDE` / `DESK_RATE_RESEND` (webhook re-sends, 30/min) are DRF
+rates ("60/min", "1000/hour"); empty turns the limit off. Only POST is counted.
 """
 
 from __future__ import annotations
@@ -43,13 +43,14 @@ def _forget_the_throttle_cache(*, setting: str, **kwargs) -> None:
 
 class TokenRateThrottle(SimpleRateThrottle):
     setting = ""
+    default = ""  # the rate when settings do not name one (a limit added after settings.py's)
 
     def __init__(self):
         self.cache = throttle_cache()
         super().__init__()
 
     def get_rate(self) -> str | None:
-        return getattr(settings, self.setting) or None
+        return getattr(settings, self.setting, self.default) or None
 
     def get_cache_key(self, request, view) -> str | None:
         if request.method != "POST" or not (request.user and request.user.is_authenticated):
@@ -64,3 +65,12 @@ class SubmitThrottle(TokenRateThrottle):
 
 class DecideThrottle(TokenRateThrottle):
     scope, setting = "decide", "DESK_RATE_DECIDE"
+
+
+class ResendThrottle(TokenRateThrottle):
+    """Webhook re-sends: each queues a delivery of up to DESK_WEBHOOK_MAX_ATTEMPTS POSTs to the
+    owner's receiver, so a loop of re-sends would have the desk flood a URL of the client's
+    choosing. A person fixing a receiver re-sends a few; a client catching up after an outage
+    is paced by Retry-After."""
+
+    scope, setting, default = "resend", "DESK_RATE_RESEND", "30/min"

@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 
 from reviewdesk.api import audit_views, grant_views, payload_views, thread_views, views, webhook_views
-from reviewdesk.api.throttling import DecideThrottle, SubmitThrottle
+from reviewdesk.api.throttling import DecideThrottle, ResendThrottle, SubmitThrottle
 
 urlpatterns = [
     path("runs", views.RunListCreateView.as_view(throttle_classes=[SubmitThrottle]), name="api-runs"),
@@ -43,7 +43,7 @@ urlpatterns = [
     ),
     path(
         "webhooks/<uuid:webhook_id>/deliveries/<uuid:delivery_id>/resend",
-        webhook_views.WebhookResendView.as_view(),
+        webhook_views.WebhookResendView.as_view(throttle_classes=[ResendThrottle]),
         name="api-webhook-resend",
     ),
     # The audit trail (admins, `audit` scope)

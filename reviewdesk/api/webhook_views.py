@@ -148,11 +148,12 @@ class WebhookResendView(DeskAPIView):
         summary="Send a delivery's body again, as a new delivery",
         description=(
             "Scope: submit (the webhook's owner). Allowed on a disabled webhook: a successful "
-            "re-send enables it again. Idempotency-Key honoured."
+            "re-send enables it again. Idempotency-Key honoured. Limited per token "
+            "(DESK_RATE_RESEND, default 30/min): over it, 429 `throttled` with Retry-After."
         ),
         request=None,
         parameters=[doc.IDEMPOTENCY_KEY],
-        responses={202: DeliveryOutSerializer, **doc.WRITE_PROBLEMS},
+        responses={202: DeliveryOutSerializer, **doc.WRITE_PROBLEMS, 429: doc.problem_response(429)},
         extensions=doc.scopes("submit"),
     )
     def post(self, request, webhook_id, delivery_id):

@@ -109,3 +109,35 @@ def test_a_change_of_caches_gives_the_throttle_the_new_configuration(settings):
     assert throttle_cache() is first  # one per process
     settings.CACHES = {**settings.CACHES, "throttle": {**settings.CACHES["throttle"], "KEY_PREFIX": "other"}}
     assert throttle_cache() is not first and throttle_cache().key_prefix == "other"
+
+
+def test_webhook_re_sends_are_limited_per_token_with_retry_after(personas, api_as, settings):
+    """Each re-send queues a new delivery (up to DESK_WEBHOOK_MAX_ATTEMPTS POSTs to the
+    receiver): without a limit of its own, a loop of re-sends is a flood the desk sends for you."""
+    from reviewdesk.webhooks.models import WebhookDelivery, WebhookEndpoint
+
+    settings.DESK_RATE_RESEND = "2/min"
+    endpoint = WebhookEndpoint.objects.create(
+        owner=personas.carol, url="https://hooks.example.com/desk", events=["run.failed"]
+    )
+    original = WebhookDelivery.objects.create(endpoint=endpoint, event_type="run.failed", body="{}")
+    url = f"/api/v1/webhooks/{endpoint.id}/deliveries/{original.id}/resend"
+    carol = api_as(personas.carol, "submit")
+    assert [carol.post(url).status_code for _ in range(2)] == [202, 202]
+    refused = carol.post(url)
+    assert refused.status_code == 429, refused.content
+    assert refused["Content-Type"] == "application/problem+json"
+    assert refused.json()["code"] == "throttled"
+    assert 0 < int(refused["Retry-After"]) <= 60
+    assert WebhookDelivery.objects.filter(resend_of=original).count() == 2  # the refused one sent nothing
+    assert carol.get(f"/api/v1/webhooks/{endpoint.id}/deliveries").status_code == 200  # reads are free
+    assert api_as(personas.carol, "submit").post(url).status_code == 202  # another token, its own budget
+
+
+def test_the_re_send_limit_has_a_default_and_an_empty_rate_turns_it_off(settings):
+    from reviewdesk.api.throttling import ResendThrottle
+
+    del settings.DESK_RATE_RESEND  # as when the deployment sets nothing
+    assert ResendThrottle().rate == "30/min"
+    settings.DESK_RATE_RESEND = ""
+    assert ResendThrottle().rate is None

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
+from agents import questions
 from agents.decisions import decision_payload, sign_payload
 from agents.gate import DecisionRefused
 from agents.questions import answer_problem
@@ -103,3 +105,64 @@ def test_a_schema_ref_must_resolve_inside_the_schema(desk):
     assert "cannot resolve" in desk.tool.validation_errors(dangling)[0]
     assert "cannot be checked" in answer_problem(nowhere, "a")  # never an exception
     assert "size" in answer_problem({"question": "?", "schema": local}, {"size": "x"})
+
+
+EVIL = {"question": "Only a's?", "schema": {"type": "string", "pattern": "^(a+)+$"}}
+
+
+@pytest.mark.timeout(60)  # on the web process, re.search("^(a+)+$", "a" * 40 + "b") runs for hours
+def test_a_pattern_that_backtracks_without_end_is_refused_within_a_bound():
+    """The pattern is the model's choice and Python's `re` backtracks: checked in the web
+    process, one answer held a web worker for as long as the match ran. It runs in a child
+    process killed after PATTERN_CHECK_SECONDS, and the answer is refused, not hung."""
+    started = time.monotonic()
+
+    problem = answer_problem(EVIL, "a" * 40 + "b")
+
+    elapsed = time.monotonic() - started
+    assert problem is not None and "took longer than" in problem, problem
+    assert elapsed < questions.PATTERN_CHECK_SECONDS + 2, elapsed
+
+
+@pytest.mark.timeout(60)
+def test_a_pattern_hidden_in_pattern_properties_is_bounded_too():
+    schema = {"type": "object", "patternProperties": {"^(a+)+$": {"type": "integer"}}}
+    started = time.monotonic()
+
+    problem = answer_problem({"question": "?", "schema": schema}, {"a" * 40 + "b": 1})
+
+    assert problem is not None and "took longer than" in problem, problem
+    assert time.monotonic() - started < questions.PATTERN_CHECK_SECONDS + 2
+
+
+def test_a_pattern_still_decides_an_answer_it_can_match():
+    code = {"question": "Which code?", "schema": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]+$"}}
+    keyed = {
+        "question": "?",
+        "schema": {"type": "object", "patternProperties": {"^n_": {"type": "integer"}}},
+    }
+
+    assert answer_problem(code, "ABC-42") is None
+    assert "does not match" in answer_problem(code, "abc")
+    assert answer_problem(EVIL, "a" * 40) is None  # the evil pattern matches quickly where it can
+    assert answer_problem(keyed, {"n_a": 1, "other": "x"}) is None
+    assert "n_a" in answer_problem(keyed, {"n_a": "one"})
+    assert "cannot be checked" in answer_problem(
+        {"question": "?", "schema": {"$ref": "#", "pattern": "a"}}, "a"
+    )
+
+
+def test_a_pattern_longer_than_the_limit_is_refused_when_asked_and_when_answered(desk):
+    long = "a" * (questions.PATTERN_MAX + 1)
+    asked = {"question": "?", "schema": {"type": "string", "pattern": long}}
+    deep = {
+        "question": "?",
+        "schema": {"properties": {"x": {"type": "object", "patternProperties": {long: {}}}}},
+    }
+    fits = {"question": "?", "schema": {"type": "string", "pattern": "a" * questions.PATTERN_MAX}}
+
+    assert "pattern" in desk.tool.validation_errors(asked)[0]
+    assert f"at most {questions.PATTERN_MAX}" in desk.tool.validation_errors(deep)[0]
+    assert desk.tool.validation_errors(fits) == []
+    # A question asked before the limit: its answer is refused, the pattern never run.
+    assert "longer than" in answer_problem(asked, "a")

@@ -230,3 +230,42 @@ def test_the_pending_list_shows_the_contract_fields(interrupted_run, personas, a
         assert field in item
     assert item["arguments"]["to"] == "ada@example.com"
     assert item["status"] == "pending" and item["decision"] is None
+
+
+@pytest.mark.timeout(60)
+def test_an_answer_to_a_question_whose_pattern_backtracks_without_end_is_a_prompt_422(
+    interrupted_run, personas, api_as, decide
+):
+    """The model picks the question's JSON Schema, `pattern` included; a reviewer's answer is
+    checked in the web process. `^(a+)+$` against 40 a's and a b backtracks for hours in `re`:
+    the answer comes back 422 `invalid_answer` within the bound, and nothing is decided."""
+    import time
+
+    from agents.questions import PATTERN_CHECK_SECONDS
+
+    script = [
+        {
+            "tool_calls": [
+                {
+                    "name": "ask_human",
+                    "arguments": {
+                        "question": "Only a's?",
+                        "schema": {"type": "string", "pattern": "^(a+)+$"},
+                    },
+                }
+            ]
+        },
+        {"content": "Thanks."},
+    ]
+    _run, question = interrupted_run(script)
+    alice = api_as(personas.alice, "review")
+    started = time.monotonic()
+
+    refused = decide(alice, question, verdict="answer", answer="a" * 40 + "b")
+
+    assert time.monotonic() - started < PATTERN_CHECK_SECONDS + 3
+    assert refused.status_code == 422, refused.content
+    assert refused.json()["code"] == "invalid_answer" and "took longer" in refused.json()["detail"]
+    assert not Decision.objects.exists()
+    answered = decide(alice, question, verdict="answer", answer="aaaa")
+    assert answered.status_code == 201, answered.content

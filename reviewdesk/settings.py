@@ -358,6 +358,8 @@ DESK_TOKEN_LAST_USED_SECONDS = env_int("DESK_TOKEN_LAST_USED_SECONDS", 60)
 # count (Django's default cache is per process). See reviewdesk/api/throttling.py. Empty: off.
 DESK_RATE_SUBMIT = env_str("DESK_RATE_SUBMIT", "120/min")
 DESK_RATE_DECIDE = env_str("DESK_RATE_DECIDE", "300/min")
+# Webhook re-sends through the API: each queues up to DESK_WEBHOOK_MAX_ATTEMPTS POSTs.
+DESK_RATE_RESEND = env_str("DESK_RATE_RESEND", "30/min")
 CACHES = globals().get("CACHES") or {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 CACHES["throttle"] = {
     "BACKEND": "django.core.cache.backends.redis.RedisCache",

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 
 from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.approvals.routing import in_queue_order, queue_tiers
@@ -90,7 +90,12 @@ def _window(rows: QuerySet, parts: list[QuerySet], offset: int) -> tuple[list[Ap
     read = (pk for part in parts for pk in part.values_list("pk", flat=True)[:stop])
     ids = list(dict.fromkeys(read))[offset:stop]
     shown = ids[:QUEUE_PAGE_SIZE]
-    found = {row.pk: row for row in approval_rows(rows.filter(pk__in=shown).order_by())}
+    # Driven by the ids, each checked against `rows` on its own (EXISTS, by primary key): with
+    # `rows.filter(pk__in=shown)` SQLite, which keeps no statistics, walked every pending row
+    # through the status index to find twenty (issue 11, #7 on the embedded default).
+    still = rows.filter(pk=OuterRef("pk"))
+    by_id = ApprovalRequest.objects.filter(pk__in=shown).filter(Exists(still)).order_by()
+    found = {row.pk: row for row in approval_rows(by_id)}
     return [found[pk] for pk in shown if pk in found], len(ids) > QUEUE_PAGE_SIZE
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+# A row's `met`: True, False, or None for a row only reported (a paced floor, a size, the skeleton).
+COLORS = {True: "tab:green", False: "tab:red", None: "tab:blue"}
+
 
 def plot(rows: list[dict[str, Any]], path: Path, *, title: str) -> Path:
     import matplotlib
@@ -23,7 +26,7 @@ def plot(rows: list[dict[str, Any]], path: Path, *, title: str) -> Path:
         [i + 0.2 for i in y],
         [r["value"]["median"] for r in shown],
         height=0.4,
-        color=["tab:green" if r["met"] else "tab:red" for r in shown],
+        color=[COLORS[r["met"]] for r in shown],
         label="desk (median)",
     )
     ax.barh(
@@ -44,7 +47,7 @@ def plot(rows: list[dict[str, Any]], path: Path, *, title: str) -> Path:
     ax.set_yticks(list(y), labels, fontsize=8)
     ax.set_xscale("log")
     ax.invert_yaxis()
-    ax.set_title(f"Review Desk bench: {title} (green met, red missed)")
+    ax.set_title(f"Review Desk bench: {title} (green met, red missed, blue reported: no target)")
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

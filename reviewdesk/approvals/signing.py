@@ -99,16 +99,6 @@ class FileKeyring:
 
 
 # --- Keys held apart: what a worker may hold ----------------------------------------------
-def is_production_configuration() -> bool:
-    """DEBUG off, not the embedded default (DATABASE_URL or REDIS_URL set), and not a test process.
-
-    The embedded default (`make run`) keeps web and worker on one machine as one user, so the
-    worker can read the private key there; a deployment must not.
-    """
-    embedded = not settings.DATABASE_URL and not settings.REDIS_URL
-    return not settings.DEBUG and not embedded and os.environ.get("DESK_TESTING") != "1"
-
-
 def worker_key_problems() -> list[str]:
     """Why this process, as a worker, holds more than public keys read-only; empty when it does not.
 

@@ -27,21 +27,11 @@ from django.conf import settings
 
 from agents.decisions import key_id_for
 from reviewdesk import embedded
+from reviewdesk.deployment import is_production_configuration
 
 
 class AuditKeyMissing(RuntimeError):
     """The chain key is neither in the environment nor in its file."""
-
-
-def is_production_configuration() -> bool:
-    """DEBUG off, not the embedded default (DATABASE_URL or REDIS_URL set), and not a test process.
-
-    The rule of `reviewdesk.approvals.signing.is_production_configuration` (workers' keys),
-    which the audit trail cannot import: run data writes audit rows, and sits below approvals
-    (pyproject's layers). tests/reviewdesk/audit/test_chain_key.py holds the two to one answer.
-    """
-    embedded_default = not settings.DATABASE_URL and not settings.REDIS_URL
-    return not settings.DEBUG and not embedded_default and os.environ.get("DESK_TESTING") != "1"
 
 
 def audit_key(*, create: bool = True) -> bytes:

@@ -19,7 +19,6 @@ from django.utils.http import urlencode
 
 from agents.canonical import canonical_json
 from agents.decisions import (
-    SignedDecision,
     answer_matches,
     is_device_signed,
     payload_version,
@@ -30,6 +29,7 @@ from agents.trust import DeviceRefused, verify_with_trust
 from reviewdesk.accounts.devicekeys import TrustSnapshot
 from reviewdesk.accounts.roles import is_admin
 from reviewdesk.approvals.models import Decision
+from reviewdesk.approvals.selectors import signed_decision
 from reviewdesk.approvals.signing import FileKeyring
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.audit.services import audit_verify
@@ -158,15 +158,7 @@ def _device_badge(trust: TrustSnapshot | None, decision: Decision) -> str:
     """The gate's verdict on a device-signed decision's key and signature, as of when it was
     signed (its signed `issued_at`: an endorsement that lapsed since does not unmake it; a
     revocation does, whenever it came)."""
-    signed = SignedDecision(
-        decision_id=str(decision.id),
-        verdict=decision.verdict,
-        arguments=decision.arguments,
-        payload=decision.payload,
-        signature=decision.signature,
-        key_id=decision.key_id,
-        answer=decision.answer,
-    )
+    signed = signed_decision(decision)
     try:
         issued_at = datetime.fromisoformat(str(decision.payload.get("issued_at")))
     except ValueError:

@@ -1,7 +1,7 @@
 """Executing a run: claim the lease, advance the turn loop, record how it ended.
 
 The `run` and `resume` tasks call `run_execute`. Duplicates of a task
-(redelivery, the sweeper, a double decision) are turned away by `run_claim`;
+(redelivery, the sweeper, a double decision) are turned away by `run_claim` (claim.py);
 everything a worker writes afterwards is fenced on its lease (see `host.py`),
 and `run_finish` is fenced the same way.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection, models
+from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
 from agents.loop import Failed, FailureKind, Finished, Limits, Outcome, Retrying, Waiting, advance
@@ -26,139 +26,20 @@ from reviewdesk.approvals.lifecycle import approvals_cancel_open
 from reviewdesk.approvals.selectors import calls_decided_meanwhile
 from reviewdesk.audit.services import audit_record
 from reviewdesk.db import atomic_appends_last
+from reviewdesk.runs.claim import gave_up, run_claim, run_fail
 from reviewdesk.runs.host import DatabaseHost, LeaseLost, StepWriteFailed
 from reviewdesk.runs.leases import LeaseKeeper
-from reviewdesk.runs.models import Attempt, AttemptStatus, ErrorKind, Run, RunStatus
+from reviewdesk.runs.models import Attempt, AttemptStatus, Run, RunStatus
 from reviewdesk.runs.retention import checkpoints_prune
 from reviewdesk.runs.transitions import (
     RESUME_TASK,
     record_stale_write,
     run_emit_updated,
-    run_mark_failed,
     send_on_commit,
     task_id_assign,
 )
 
 logger = logging.getLogger(__name__)
-
-
-def run_claim(*, run_id: Any, worker: str) -> Attempt | None:
-    """Take the run's lease if it is queued (and due), or running under an expired lease.
-
-    None when another worker owns it, it is not due yet, or it has ended:
-    duplicates of the task (redelivery, the sweeper, a double decision) return
-    here harmlessly. A run whose workers keep dying is failed, not retried forever.
-    """
-    now = timezone.now()
-    with atomic_appends_last():
-        run = _claim_due(run_id, now)
-        if run is not None:  # the usual case, in one statement
-            return _attempt_for(run, worker)
-        run = Run.objects.select_for_update().filter(pk=run_id).first()
-        if run is None:
-            return None
-        expired = run.status == RunStatus.RUNNING and run.lease_expires_at and run.lease_expires_at < now
-        due = run.status == RunStatus.QUEUED and (run.next_attempt_at is None or run.next_attempt_at <= now)
-        if not (due or expired):
-            return None
-        if expired:
-            Attempt.objects.filter(run=run, status=AttemptStatus.RUNNING).update(
-                status=AttemptStatus.LOST, ended_at=now
-            )
-            if _gave_up(run, "the worker died {lost} times in a row running this run"):
-                return None
-        run.status = RunStatus.RUNNING
-        run.lease_epoch += 1
-        run.lease_expires_at = now + timedelta(seconds=settings.DESK_LEASE_SECONDS)
-        run.next_attempt_at = None
-        run.revision += 1
-        run.save(
-            update_fields=[
-                "status",
-                "lease_epoch",
-                "lease_expires_at",
-                "next_attempt_at",
-                "revision",
-                "updated_at",
-            ]
-        )
-        attempt = _attempt_for(run, worker)
-    return attempt
-
-
-def _attempt_for(run: Run, worker: str) -> Attempt:
-    """The claimed run's new attempt, and its `running` event, in the claim's transaction."""
-    assert run.lease_expires_at is not None, "the claim sets the lease"
-    attempt = Attempt.objects.create(
-        run=run,
-        # Every claim bumps the epoch and creates one attempt, in one transaction: the
-        # epoch is the attempt's number (no count of the run's attempts).
-        number=run.lease_epoch,
-        lease_epoch=run.lease_epoch,
-        worker=worker,
-        expires_at=run.lease_expires_at,
-    )
-    run_emit_updated(run)
-    attempt.run = run
-    return attempt
-
-
-def _claim_due(run_id: Any, now: datetime) -> Run | None:
-    """Claim the run if it is queued and due, in one statement: an UPDATE that returns the row
-    it changed, locked until the claim commits. None when it is not (an expired lease, another
-    worker's run, one not due or ended: `run_claim`'s locked read then decides). Issue 11 (#2,
-    #6): the ORM's locked read and its save were two round trips and two compilations a task.
-    The submitter is read when an approval first names it, not with every claim."""
-    table, column = _run_sql_names()
-    sql = (
-        f"UPDATE {table} SET {column['status']} = %s, "
-        f"{column['lease_epoch']} = {column['lease_epoch']} + 1, {column['lease_expires_at']} = %s, "
-        f"{column['next_attempt_at']} = NULL, {column['revision']} = {column['revision']} + 1, "
-        f"{column['updated_at']} = %s "
-        f"WHERE {column['id']} = %s AND {column['status']} = %s "
-        f"AND ({column['next_attempt_at']} IS NULL OR {column['next_attempt_at']} <= %s) RETURNING *"
-    )
-    at = connection.ops.adapt_datetimefield_value
-    expires = now + timedelta(seconds=settings.DESK_LEASE_SECONDS)
-    pk = Run._meta.get_field("id")
-    assert isinstance(pk, models.Field)
-    params = [RunStatus.RUNNING.value, at(expires), at(now), pk.get_db_prep_value(run_id, connection)]
-    rows = list(Run.objects.raw(sql, [*params, RunStatus.QUEUED.value, at(now)]))
-    return rows[0] if rows else None
-
-
-def _run_sql_names() -> tuple[str, dict[str, str]]:
-    """The run table's name and the claim's columns, quoted for this connection's SQL."""
-    quote = connection.ops.quote_name
-    names = ("id", "status", "lease_epoch", "lease_expires_at", "next_attempt_at", "revision", "updated_at")
-    columns = {}
-    for name in names:
-        field = Run._meta.get_field(name)
-        assert isinstance(field, models.Field) and field.column
-        columns[name] = quote(field.column)
-    return quote(Run._meta.db_table), columns
-
-
-def _gave_up(run: Run, why: str) -> bool:
-    """Fail the run when its latest DESK_MAX_LOST_ATTEMPTS attempts were all lost; `why` says
-    how they were lost, with `{lost}` for their number."""
-    lost = _lost_in_a_row(run)
-    if lost < settings.DESK_MAX_LOST_ATTEMPTS:
-        return False
-    _fail(run, "gave up: " + why.format(lost=lost), kind=ErrorKind.INTERNAL)
-    return True
-
-
-def _lost_in_a_row(run: Run) -> int:
-    """The run's latest attempts that died, in a row, since it was last retried by hand: a
-    retry starts the count afresh (one death after it is one, not the give-up's N + 1)."""
-    lost = 0
-    since_retry = run.attempts.filter(number__gt=run.retried_at_epoch)
-    for status in since_retry.order_by("-number").values_list("status", flat=True):
-        if status != AttemptStatus.LOST:
-            break
-        lost += 1
-    return lost
 
 
 class _Guarded:
@@ -312,7 +193,7 @@ def run_finish(*, attempt: Attempt, outcome: Outcome, host: DatabaseHost | None 
                     data={"tool_call_id": outcome.call_id, "reason": outcome.error},
                 )
             if not _retry_automatically(run, attempt, outcome, now):
-                _fail(run, outcome.error, kind=outcome.kind, save=False)
+                run_fail(run, outcome.error, kind=outcome.kind, save=False)
         elif isinstance(outcome, Retrying):
             # A long backoff: free the worker and the lease; the resume is due after the delay.
             run.status = RunStatus.QUEUED
@@ -378,7 +259,7 @@ def run_hand_over(*, attempt: Attempt, host: DatabaseHost) -> bool:
         Attempt.objects.filter(pk=attempt.pk).update(
             status=AttemptStatus.LOST, ended_at=now, error="the task's time limit ran out"
         )
-        if _gave_up(run, "the worker died or ran out of time {lost} times in a row"):
+        if gave_up(run, "the worker died or ran out of time {lost} times in a row"):
             return True
         run.status, run.lease_expires_at = RunStatus.QUEUED, None
         run.revision += 1
@@ -453,9 +334,3 @@ def _failed_before_with(run: Run, attempt: Attempt, error: str) -> bool:
 def _last_checkpoint(host: DatabaseHost | None, run: Run) -> int | None:
     """The run's highest checkpoint number, when this attempt's host has read or written it."""
     return host.checkpoints.known_last_number(str(run.pk)) if host is not None else None
-
-
-def _fail(run: Run, error: str, *, kind: str, save: bool = True) -> None:
-    """End the run as failed and cancel its open requests. Caller holds the run lock."""
-    approvals_cancel_open(run=run, why="the run failed")
-    run_mark_failed(run, error, kind=kind, save=save)

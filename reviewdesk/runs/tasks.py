@@ -10,7 +10,8 @@ from typing import Any
 from celery import shared_task, signals
 
 from reviewdesk.accounts.devicekeys import device_trust_problems
-from reviewdesk.approvals.signing import is_production_configuration, worker_key_problems
+from reviewdesk.approvals.signing import worker_key_problems
+from reviewdesk.deployment import is_production_configuration
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.sweeper import runs_sweep
 from reviewdesk.runs.transitions import RESUME_TASK, RUN_TASK

@@ -24,6 +24,7 @@ import pytest
 from django.conf import settings
 
 from reviewdesk.approvals import signing
+from reviewdesk.deployment import is_production_configuration
 
 REPO = Path(__file__).resolve().parents[2]
 AS_ROOT = os.geteuid() == 0
@@ -148,12 +149,12 @@ def test_as_root_a_keyring_in_a_writable_directory_counts_as_writable(tmp_path, 
 def test_the_embedded_default_and_test_processes_are_not_a_production_configuration(settings, monkeypatch):
     settings.DEBUG, settings.DATABASE_URL, settings.REDIS_URL = False, "", "redis://127.0.0.1:6379/0"
     monkeypatch.delenv("DESK_TESTING")
-    assert signing.is_production_configuration()
+    assert is_production_configuration()
     settings.REDIS_URL = ""
-    assert not signing.is_production_configuration()
+    assert not is_production_configuration()
     settings.DATABASE_URL = "postgres://db/desk"
     settings.DEBUG = True
-    assert not signing.is_production_configuration()
+    assert not is_production_configuration()
     settings.DEBUG = False
     monkeypatch.setenv("DESK_TESTING", "1")
-    assert not signing.is_production_configuration()
+    assert not is_production_configuration()

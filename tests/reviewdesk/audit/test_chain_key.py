@@ -42,7 +42,7 @@ def test_a_verifier_without_the_key_says_so_instead_of_inventing_one(settings, t
 
 @pytest.fixture
 def production(settings, monkeypatch):
-    """A production configuration (reviewdesk.approvals.signing.is_production_configuration):
+    """A production configuration (reviewdesk.deployment.is_production_configuration):
     DEBUG off, an external Redis, and not a test process."""
     settings.DEBUG, settings.REDIS_URL = False, "redis://127.0.0.1:6379/9"
     monkeypatch.delenv("DESK_TESTING")
@@ -71,22 +71,3 @@ def test_a_production_writer_with_the_key_provided_writes(settings, tmp_path, pr
     settings.DESK_AUDIT_KEY_FILE = tmp_path / "absent"
     settings.DESK_AUDIT_KEY = "from-the-environment"
     assert audit_key() == b"from-the-environment"
-
-
-@pytest.mark.parametrize("debug", [False, True])
-@pytest.mark.parametrize(
-    ("database_url", "redis_url"), [("", ""), ("postgres://db/desk", ""), ("", "redis://r/9")]
-)
-@pytest.mark.parametrize("testing", [None, "1"])
-def test_the_audit_key_and_the_workers_keys_agree_on_what_production_is(
-    settings, monkeypatch, debug, database_url, redis_url, testing
-):
-    from reviewdesk.approvals.signing import is_production_configuration as workers_rule
-    from reviewdesk.audit.keys import is_production_configuration as audit_rule
-
-    settings.DEBUG, settings.DATABASE_URL, settings.REDIS_URL = debug, database_url, redis_url
-    if testing is None:
-        monkeypatch.delenv("DESK_TESTING")
-    else:
-        monkeypatch.setenv("DESK_TESTING", testing)
-    assert audit_rule() == workers_rule()

@@ -27,7 +27,8 @@ from agents.state import AgentState
 from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.audit.models import AuditEvent
-from reviewdesk.runs.execution import run_claim, run_execute, run_finish
+from reviewdesk.runs.claim import run_claim
+from reviewdesk.runs.execution import run_execute, run_finish
 from reviewdesk.runs.host import DatabaseHost, LeaseLost
 from reviewdesk.runs.leases import LeaseKeeper
 from reviewdesk.runs.models import Attempt, Checkpoint, Run, RunStatus, SideEffect

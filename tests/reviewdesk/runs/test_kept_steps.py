@@ -20,7 +20,8 @@ from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.demo.world import DjangoDemoWorld
 from reviewdesk.runs import execution
-from reviewdesk.runs.execution import run_claim, run_execute, run_finish
+from reviewdesk.runs.claim import run_claim
+from reviewdesk.runs.execution import run_execute, run_finish
 from reviewdesk.runs.host import DatabaseHost
 from reviewdesk.runs.models import Checkpoint, Message, Run, RunStatus
 from reviewdesk.runs.services import run_submit
@@ -232,7 +233,7 @@ def test_an_error_of_the_finish_itself_leaves_the_run_to_the_sweeper_which_finis
 
     def once_broken(r):
         calls["n"] += 1
-        if calls["n"] == 2:  # 1 is the claim's event; 2 the finish's
+        if calls["n"] == 1:  # the finish's (the claim's event is sent from runs/claim.py)
             raise OperationalError("server closed the connection unexpectedly")
         return emitted(r)
 
@@ -265,7 +266,7 @@ def test_a_finish_that_fails_before_taking_the_kept_steps_writes_them_once(perso
     @contextmanager
     def once_refused():
         opened["n"] += 1
-        if opened["n"] == 2:  # 1 is the claim's; 2 the finish's
+        if opened["n"] == 1:  # the finish's (the claim opens its own in runs/claim.py)
             raise OperationalError("the database system is starting up")
         with real():
             yield

@@ -8,7 +8,7 @@ import time
 import pytest
 from django.db.models import F
 
-from reviewdesk.runs.execution import run_claim
+from reviewdesk.runs.claim import run_claim
 from reviewdesk.runs.leases import LeaseKeeper
 from reviewdesk.runs.models import Run
 from reviewdesk.runs.services import run_submit

@@ -17,7 +17,8 @@ from reviewdesk.approvals.lifecycle import approvals_expire
 from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.errors import DeskError
-from reviewdesk.runs.execution import run_claim, run_execute
+from reviewdesk.runs.claim import run_claim
+from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Run, RunStatus, SideEffect
 from reviewdesk.runs.services import run_submit
 

@@ -18,6 +18,7 @@ from django.db.models import Func, Max, TextField
 
 from agents.state import SCHEMA_VERSION, AgentState
 from agents.store import Checkpoint as StoredCheckpoint
+from reviewdesk.db_rows import Columns, column, prep, table
 from reviewdesk.runs.models import Checkpoint, Message
 
 
@@ -102,17 +103,24 @@ class DatabaseCheckpointStore:
         return _stored(row) if row else None
 
     def latest_with_messages(self, run_id: str) -> tuple[StoredCheckpoint, list[dict[str, Any]]] | None:
-        """The latest checkpoint and the live messages it covers, in one statement (a resume's
-        two reads in one round trip; issue 11)."""
-        row = (
-            Checkpoint.objects.filter(run_id=run_id)
-            .annotate(log=MessagesCovered())
-            .order_by("-number")
-            .first()
+        """The latest checkpoint and the live messages it covers, in one hand-written statement
+        (a resume's two reads in one round trip, and no SQL compiled for it; issue 11)."""
+        columns = Columns.of(Checkpoint, Checkpoint._meta.db_table)
+        log, _ = MessagesCovered().as_sql(None, connection)
+        sql = (
+            f"SELECT {columns.sql}, {log} FROM {table(Checkpoint)} WHERE {column(Checkpoint, 'run')} = %s "
+            f"ORDER BY {column(Checkpoint, 'number')} DESC LIMIT 1"
         )
-        self._last_number[run_id] = row.number if row else 0
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [prep(Checkpoint, "run", run_id)])
+            found = cursor.fetchone()
+        if found is None:
+            self._last_number[run_id] = 0
+            return None
+        row = columns.build(found)
+        self._last_number[run_id] = row.number
         pairs = connection.vendor == "sqlite"
-        return (_stored(row), MessagesCovered.decode(row.log, pairs=pairs)) if row else None
+        return _stored(row), MessagesCovered.decode(found[-1], pairs=pairs)
 
     def get(self, checkpoint_id: str) -> StoredCheckpoint | None:
         row = Checkpoint.objects.filter(pk=checkpoint_id).first()

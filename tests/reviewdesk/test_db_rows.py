@@ -1,0 +1,149 @@
+"""The hand-written reads and inserts of the hot paths (reviewdesk/db_rows.py) give back what
+the ORM gives: the same models, field for field, with the same types (UUIDs, datetimes, JSON,
+booleans, nulls), on the database the suite runs on (SQLite, or PostgreSQL in CI)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Group
+from django.db import connection, transaction
+from django.utils import timezone
+
+from agents.state import CallState, CallStatus
+from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, Decision
+from reviewdesk.approvals.selectors import _latest_request_with_decisions
+from reviewdesk.approvals.services import approval_decide
+from reviewdesk.db_rows import Columns, insert, table
+from reviewdesk.events.models import DeskEvent
+from reviewdesk.runs.execution import run_execute
+from reviewdesk.runs.models import Attempt, Checkpoint, Run, SideEffect
+from reviewdesk.runs.services import run_submit
+
+pytestmark = pytest.mark.django_db
+
+EMAIL = {"to": "ada@example.com", "subject": "Café ☕", "body": "It is on its way."}
+SCRIPT = [{"tool_calls": [{"name": "send_email", "arguments": EMAIL}]}, {"content": "Emailed Ada."}]
+
+
+def fields_of(instance) -> dict:
+    return {f.attname: getattr(instance, f.attname) for f in type(instance)._meta.concrete_fields}
+
+
+def read_back(model, pk):
+    """The row through a hand-written SELECT built with `Columns`."""
+    columns = Columns.of(model, "t")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns.sql} FROM {table(model)} t WHERE t.id = %s",
+            [model._meta.pk.get_db_prep_value(pk, connection)],
+        )
+        return columns.build(cursor.fetchone())
+
+
+@pytest.fixture
+def waiting_run(personas):
+    """A run stopped at its `send_email` approval: rows with UUIDs, JSON, datetimes and nulls."""
+    run = run_submit(
+        submitter=personas.carol,
+        agent="demo",
+        input="Tell Ada.",
+        model={"provider": "scripted", "script": SCRIPT},
+        metadata={"ticket": 7, "tags": ["a", "ü"], "none": None},
+    )
+    run_execute(run_id=run.id, worker="test")
+    return Run.objects.get(pk=run.pk)
+
+
+@pytest.mark.parametrize("model", [Run, ApprovalRequest, Checkpoint, Attempt, DeskEvent])
+def test_a_row_read_by_hand_is_the_model_the_orm_builds(waiting_run, model):
+    for row in model.objects.all()[:5]:
+        built = read_back(model, row.pk)
+        assert type(built) is model and not built._state.adding
+        assert fields_of(built) == fields_of(row)
+        # The same types, not only equal values (a UUID, not its hex; an aware datetime).
+        assert {k: type(v) for k, v in fields_of(built).items()} == {
+            k: type(v) for k, v in fields_of(row).items()
+        }
+
+
+def test_a_subset_of_columns_reads_converted_values(waiting_run):
+    approval = waiting_run.approvals.get()
+    columns = Columns.of(ApprovalRequest, "r", "arguments", "expires_at", "id")
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {columns.sql} FROM {table(ApprovalRequest)} r")
+        arguments, expires_at, pk = columns.values(cursor.fetchone())
+    assert (arguments, expires_at, pk) == (approval.arguments, approval.expires_at, approval.pk)
+    assert isinstance(pk, uuid.UUID) and arguments["subject"] == "Café ☕"
+
+
+def test_insert_writes_the_row_save_would_and_reads_back_its_key(waiting_run):
+    attempt = waiting_run.attempts.get()
+    before = timezone.now()
+    with transaction.atomic():
+        event = insert(DeskEvent(type="run.updated", run=waiting_run, audience=[3, 4], data={"ü": [1, None]}))
+    assert isinstance(event.id, int) and not event._state.adding
+    stored = DeskEvent.objects.get(pk=event.id)
+    assert fields_of(stored) == fields_of(event)
+    assert stored.created_at >= before  # auto_now_add, as save sets it
+
+    effect = insert(
+        SideEffect(
+            run=waiting_run,
+            idempotency_key=f"{waiting_run.pk}:call_x",
+            tool_call_id="call_x",
+            tool="send_email",
+            status="confirmed",
+            result={"id": "<m@x>", "n": 1.5},
+            attempt=attempt,
+        )
+    )
+    assert fields_of(SideEffect.objects.get(pk=effect.pk)) == fields_of(effect)
+
+
+def test_insert_keeps_a_primary_key_the_caller_chose(waiting_run, personas):
+    approval = waiting_run.approvals.get()
+    chosen = uuid.uuid4()
+    now = timezone.now()
+    decision = insert(
+        Decision(
+            id=chosen,
+            request=approval,
+            verdict="reject",
+            reviewer=personas.alice,
+            arguments={},
+            arguments_sha256="0" * 64,
+            decided_at=now,
+            not_after=now + timedelta(hours=1),
+            nonce=uuid.uuid4().hex,
+            payload={"decision_id": str(chosen)},
+            signature="",
+            key_id="k",
+        )
+    )
+    assert decision.pk == chosen
+    assert fields_of(Decision.objects.get(pk=chosen)) == fields_of(decision)
+
+
+def test_a_calls_decisions_come_with_each_reviewers_groups_once(waiting_run, personas):
+    """The decision read joins each reviewer's groups: a reviewer in several groups is one
+    decision with every group, and one in none reads an empty set."""
+    personas.alice.groups.add(Group.objects.create(name="finance"), Group.objects.create(name="legal"))
+    approval = waiting_run.approvals.get()
+    approval_decide(
+        approval_id=approval.id,
+        reviewer=personas.alice,
+        verdict="approve",
+        checkpoint_id=str(approval.checkpoint_id),
+    )
+    call = CallState(id=approval.tool_call_id, name="send_email", arguments=EMAIL, status=CallStatus.AWAITING)
+    read, group_names = _latest_request_with_decisions(waiting_run, call, (ApprovalKind.TOOL_CALL,))
+    assert read == approval and [d.reviewer for d in read.decisions.all()] == [personas.alice]
+    assert group_names == {personas.alice.pk: {"reviewers", "finance", "legal"}}
+    alice_groups = set(personas.alice.groups.values_list("name", flat=True))
+    assert group_names[personas.alice.pk] == alice_groups
+    # No decision yet on another call: the request alone, no groups.
+    other = CallState(id="call_none", name="send_email", arguments=EMAIL, status=CallStatus.AWAITING)
+    assert _latest_request_with_decisions(waiting_run, other, (ApprovalKind.TOOL_CALL,)) == (None, {})

@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from django.db import connection
 from django.db.models import Prefetch, prefetch_related_objects
 from django.utils import timezone
 
@@ -32,6 +33,7 @@ from reviewdesk.approvals.payloads import decision_not_after, decision_payload_f
 from reviewdesk.approvals.routing import approval_audience
 from reviewdesk.audit.services import audit_record
 from reviewdesk.db import atomic_appends_last, prefetched_as
+from reviewdesk.db_rows import column, prep, table
 from reviewdesk.errors import Invalid
 from reviewdesk.events.builders import approval_data
 from reviewdesk.events.services import event_emit
@@ -250,7 +252,13 @@ def approval_decide(
 def decision_consume(*, decision_id: str) -> bool:
     """Mark the decision used, once: False when it already was (a replay). The gate calls
     this in the same transaction as the ledger row it authorises."""
-    return (
-        Decision.objects.filter(pk=decision_id, consumed_at__isnull=True).update(consumed_at=timezone.now())
-        == 1
+    # Hand-written: on the worker's way to the tool, the ORM's UPDATE compiled for longer than
+    # it ran (issue 11, #2). The id is checked as a UUID as the ORM checks it (ValidationError).
+    sql = (
+        f"UPDATE {table(Decision)} SET {column(Decision, 'consumed_at')} = %s "
+        f"WHERE {column(Decision, 'id')} = %s AND {column(Decision, 'consumed_at')} IS NULL"
     )
+    now = prep(Decision, "consumed_at", timezone.now())
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [now, prep(Decision, "id", decision_id)])
+        return cursor.rowcount == 1

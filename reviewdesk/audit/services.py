@@ -25,6 +25,7 @@ from reviewdesk.audit.keys import (
 )
 from reviewdesk.audit.models import AuditEvent, ChainVersion
 from reviewdesk.db import append_later, serialize_writers
+from reviewdesk.db_rows import insert
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -119,7 +120,7 @@ def _append(
         version=ChainVersion.KEYED,
     )
     row.hash = row_hash(row, key=key)
-    row.save(force_insert=True)
+    insert(row)
     return row
 
 

@@ -13,6 +13,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 
 from reviewdesk.db import append_later, serialize_writers
+from reviewdesk.db_rows import insert
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.events.publish import publisher_for
 
@@ -55,7 +56,7 @@ def _event_write(event: DeskEvent, *, push: bool = False) -> DeskEvent:
     from reviewdesk.webhooks.services import webhooks_enqueue_for  # webhooks (issue 12)
 
     serialize_writers()
-    event.save(force_insert=True)
+    insert(event)
     if push:
         transaction.on_commit(lambda: event_push(event), robust=True)
     webhooks_enqueue_for(event)

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from reviewdesk.approvals.lifecycle import approvals_cancel_open
 from reviewdesk.db import atomic_appends_last
+from reviewdesk.db_rows import Columns, insert
 from reviewdesk.runs.models import Attempt, AttemptStatus, ErrorKind, Run, RunStatus
 from reviewdesk.runs.transitions import run_emit_updated, run_mark_failed
 
@@ -68,14 +69,16 @@ def run_claim(*, run_id: Any, worker: str) -> Attempt | None:
 def _attempt_for(run: Run, worker: str) -> Attempt:
     """The claimed run's new attempt, and its `running` event, in the claim's transaction."""
     assert run.lease_expires_at is not None, "the claim sets the lease"
-    attempt = Attempt.objects.create(
-        run=run,
-        # Every claim bumps the epoch and creates one attempt, in one transaction: the
-        # epoch is the attempt's number (no count of the run's attempts).
-        number=run.lease_epoch,
-        lease_epoch=run.lease_epoch,
-        worker=worker,
-        expires_at=run.lease_expires_at,
+    attempt = insert(
+        Attempt(
+            run=run,
+            # Every claim bumps the epoch and creates one attempt, in one transaction: the
+            # epoch is the attempt's number (no count of the run's attempts).
+            number=run.lease_epoch,
+            lease_epoch=run.lease_epoch,
+            worker=worker,
+            expires_at=run.lease_expires_at,
+        )
     )
     run_emit_updated(run)
     attempt.run = run
@@ -86,24 +89,28 @@ def _claim_due(run_id: Any, now: datetime) -> Run | None:
     """Claim the run if it is queued and due, in one statement: an UPDATE that returns the row
     it changed, locked until the claim commits. None when it is not (an expired lease, another
     worker's run, one not due or ended: `run_claim`'s locked read then decides). Issue 11 (#2,
-    #6): the ORM's locked read and its save were two round trips and two compilations a task.
+    #6): the ORM's locked read and its save were two round trips and two compilations a task;
+    the row comes back through a plain cursor, built as the ORM builds it (db_rows.Columns).
     The submitter is read when an approval first names it, not with every claim."""
     table, column = _run_sql_names()
+    returned = Columns.of(Run, Run._meta.db_table)
     sql = (
         f"UPDATE {table} SET {column['status']} = %s, "
         f"{column['lease_epoch']} = {column['lease_epoch']} + 1, {column['lease_expires_at']} = %s, "
         f"{column['next_attempt_at']} = NULL, {column['revision']} = {column['revision']} + 1, "
         f"{column['updated_at']} = %s "
         f"WHERE {column['id']} = %s AND {column['status']} = %s "
-        f"AND ({column['next_attempt_at']} IS NULL OR {column['next_attempt_at']} <= %s) RETURNING *"
+        f"AND ({column['next_attempt_at']} IS NULL OR {column['next_attempt_at']} <= %s) RETURNING {returned.sql}"
     )
     at = connection.ops.adapt_datetimefield_value
     expires = now + timedelta(seconds=settings.DESK_LEASE_SECONDS)
     pk = Run._meta.get_field("id")
     assert isinstance(pk, models.Field)
     params = [RunStatus.RUNNING.value, at(expires), at(now), pk.get_db_prep_value(run_id, connection)]
-    rows = list(Run.objects.raw(sql, [*params, RunStatus.QUEUED.value, at(now)]))
-    return rows[0] if rows else None
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, RunStatus.QUEUED.value, at(now)])
+        row = cursor.fetchone()
+    return None if row is None else returned.build(row)
 
 
 def _run_sql_names() -> tuple[str, dict[str, str]]:

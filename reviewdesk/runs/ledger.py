@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
 
@@ -19,6 +19,7 @@ from agents.gate import CallBinding, LedgerEntry, LedgerStatus
 from reviewdesk import faults
 from reviewdesk.approvals.grants import grant_is_live, grant_use
 from reviewdesk.approvals.services import decision_consume
+from reviewdesk.db_rows import Columns, column, insert, table
 from reviewdesk.runs.models import EffectStatus, SideEffect
 
 if TYPE_CHECKING:
@@ -42,11 +43,17 @@ class DatabaseLedger:
         self.host.check_owned()
 
     def entry(self, key: str) -> LedgerEntry | None:
-        # Two columns of the one row the unique key names: no model built, no ordering (issue 11).
-        row = (
-            SideEffect.objects.filter(idempotency_key=key).order_by().values_list("status", "result").first()
-        )
-        return LedgerEntry(key=key, status=LedgerStatus(row[0]), result=row[1]) if row else None
+        # Two columns of the one row the unique key names, in a hand-written read: no model
+        # built, no SQL compiled (issue 11).
+        columns = Columns.of(SideEffect, "e", "status", "result")
+        sql = f"SELECT {columns.sql} FROM {table(SideEffect)} e WHERE e.{column(SideEffect, 'idempotency_key')} = %s"
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [key])
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        status, result = columns.values(row)
+        return LedgerEntry(key=key, status=LedgerStatus(status), result=result)
 
     def consume(self, decision_id: str) -> bool:
         return decision_consume(decision_id=decision_id)
@@ -54,15 +61,17 @@ class DatabaseLedger:
     def record(
         self, key: str, *, binding: CallBinding, status: str, decision_id: str | None, result: Any = None
     ) -> None:
-        SideEffect.objects.create(
-            run_id=binding.run_id,
-            idempotency_key=key,
-            tool_call_id=binding.tool_call_id,
-            tool=binding.tool,
-            status=status,
-            decision_id=decision_id,
-            result=result,
-            attempt=self.host.attempt,
+        insert(
+            SideEffect(
+                run_id=binding.run_id,
+                idempotency_key=key,
+                tool_call_id=binding.tool_call_id,
+                tool=binding.tool,
+                status=status,
+                decision_id=decision_id,
+                result=result,
+                attempt=self.host.attempt,
+            )
         )
         # Crash points for the fault-injection tests (inert otherwise): just after this commits.
         after = "after_ledger_pending" if status == EffectStatus.PENDING else "after_ledger_confirmed"

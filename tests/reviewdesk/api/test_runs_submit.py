@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.utils import timezone
 
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.runs.models import Run
@@ -111,12 +112,26 @@ def test_it_refuses_a_token_without_the_submit_scope(personas, api_as):
     assert Run.objects.count() == 0
 
 
-def test_it_refuses_a_revoked_or_unknown_token(personas):
+def test_it_refuses_a_revoked_or_unknown_token_and_a_deactivated_users(personas, api_as):
     from rest_framework.test import APIClient
+
+    from reviewdesk.accounts.models import ApiToken
 
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION="Bearer rd_not-a-real-token")
     assert submit(client, VALID).status_code == 401
+
+    revoked = api_as(personas.carol, "submit")
+    assert submit(revoked, VALID).status_code == 201
+    ApiToken.objects.filter(user=personas.carol).update(revoked_at=timezone.now())
+    assert submit(revoked, VALID).status_code == 401
+
+    deactivated = api_as(personas.carol, "submit")
+    assert submit(deactivated, VALID).status_code == 201
+    personas.carol.is_active = False
+    personas.carol.save()
+    assert submit(deactivated, VALID).status_code == 401
+    assert Run.objects.count() == 2
 
 
 def test_an_idempotency_key_replays_the_first_response_and_creates_one_run(personas, api_as):

@@ -96,7 +96,13 @@ class QuorumSerializer(serializers.Serializer):
 class HandoverOutSerializer(serializers.Serializer):
     by = serializers.CharField(allow_null=True)
     at = serializers.DateTimeField()
-    note = serializers.CharField(allow_blank=True)
+    note = serializers.CharField(
+        allow_blank=True,
+        help_text=(
+            "blank for a reader the call does not reach: shown to the users its targets name "
+            "(every reviewer when it names none), admins and who handed it over"
+        ),
+    )
 
 
 class DecisionOutSerializer(serializers.Serializer):

@@ -16,6 +16,9 @@ Who is asking is checked like the REST API: a bearer token (`BearerTokenAuthenti
 so revoked tokens and inactive users are refused) or a session; any scope may read; the
 run must be one the user may see (404 otherwise, like a missing run). The rights are
 checked again at each keep-alive: a revoked token or a run no longer visible ends the stream.
+
+An approval event is sent as the desk socket sends it (`events.builders.message_for`): a
+hand-over's note only to whom the call now reaches, admins and the reviewer who wrote it.
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ from django.contrib.auth import get_user_model
 from rest_framework.exceptions import AuthenticationFailed
 
 from reviewdesk.accounts.authentication import BearerTokenAuthentication, session_user_now
+from reviewdesk.accounts.roles import is_admin
 from reviewdesk.errors import ERROR_CODES, DeskError, NotFound
+from reviewdesk.events.builders import message_for
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.events.services import latest_seq
 from reviewdesk.numbers import whole_number
@@ -50,8 +55,10 @@ class StreamRefused(Exception):
         self.status, self.code, self.detail = status, code, detail
 
 
-def sse_message(event: DeskEvent) -> bytes:
-    data = json.dumps(event.as_message(), separators=(",", ":"))
+def sse_message(event: DeskEvent, user) -> bytes:
+    """The event as `user` may read it (`message_for`: a hand-over's note, as on the desk socket)."""
+    message = message_for(event.as_message(), username=user.get_username(), admin=is_admin(user))
+    data = json.dumps(message, separators=(",", ":"))
     return f"id: {event.id}\nevent: {event.type}\ndata: {data}\n\n".encode()
 
 
@@ -230,7 +237,7 @@ async def _stream(send, user, token, run_id, after: int, session_key: str | None
             await send({"type": "http.response.body", "body": b"event: end\ndata: {}\n\n"})
             return
         for event in events:
-            await send({"type": "http.response.body", "body": sse_message(event), "more_body": True})
+            await send({"type": "http.response.body", "body": sse_message(event, user), "more_body": True})
         after = max(after, covered)
         if due:
             beat = f": keep-alive seq={after}\n\n".encode()

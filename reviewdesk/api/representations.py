@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from reviewdesk.accounts.roles import is_admin
 from reviewdesk.accounts.targets import UsernamesNamed, usernames_named
 from reviewdesk.approvals.grants import grant_status
 from reviewdesk.approvals.models import Grant
 from reviewdesk.events.builders import (
     Expand,
     approval_data,
+    approval_for,
     approval_rows,
     approvals_data,
     decision_data,
@@ -37,16 +39,21 @@ def run_summary(run: Run) -> dict[str, Any]:
     }
 
 
-def run_details(runs: list[Run]) -> list[dict[str, Any]]:
+def run_details(runs: list[Run], *, viewer: Any) -> list[dict[str, Any]]:
     """`run_detail` for a page of runs (their relations prefetched), the groups their approvals'
     assignees name read once for the page."""
     named = UsernamesNamed(a.assignees for run in runs for a in run.approvals.all())
-    return [run_detail(run, named=named) for run in runs]
+    return [run_detail(run, viewer=viewer, named=named) for run in runs]
 
 
-def run_detail(run: Run, *, new: bool = False, named: Expand = usernames_named) -> dict[str, Any]:
-    """The run with its relations. `new`: created by this request, so it has none of them yet
-    and none is read (issue 11: six statements off a submit). `named` as for `approval_data`."""
+def run_detail(
+    run: Run, *, viewer: Any, new: bool = False, named: Expand = usernames_named
+) -> dict[str, Any]:
+    """The run with its relations, as `viewer` (the user it is answered to) may read it: each
+    approval through `approval_for`, the rule the desk socket applies to a hand-over's note.
+    `new`: created by this request, so it has none of them yet and none is read (issue 11: six
+    statements off a submit). `named` as for `approval_data`."""
+    username, admin = viewer.get_username(), is_admin(viewer)
 
     def rows(relation: str) -> Any:
         # .all() and sorting here, so a list view's prefetch_related serves every run.
@@ -58,7 +65,8 @@ def run_detail(run: Run, *, new: bool = False, named: Expand = usernames_named) 
         "model": run.model,
         "checkpoint_id": str(latest.id) if latest else None,
         "approvals": [
-            approval_data(a, named=named) for a in sorted(rows("approvals"), key=lambda a: a.created_at)
+            approval_for(approval_data(a, named=named), username=username, admin=admin)
+            for a in sorted(rows("approvals"), key=lambda a: a.created_at)
         ],
         "messages": [
             m.body

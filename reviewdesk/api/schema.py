@@ -96,7 +96,13 @@ class QuorumSerializer(serializers.Serializer):
 class HandoverOutSerializer(serializers.Serializer):
     by = serializers.CharField(allow_null=True)
     at = serializers.DateTimeField()
-    note = serializers.CharField(allow_blank=True)
+    note = serializers.CharField(
+        allow_blank=True,
+        help_text=(
+            "blank for a reader the call does not reach: shown to the users its targets name "
+            "(every reviewer when it names none), admins and who handed it over"
+        ),
+    )
 
 
 class DecisionOutSerializer(serializers.Serializer):
@@ -347,7 +353,9 @@ def _stream_operation(operation_id: str, summary: str, *, with_run: bool) -> dic
             "description": (
                 "Scope: any. Server-Sent Events: `id: SEQ`, `event: TYPE`, `data: {seq, type, data}` per event; "
                 "a `: keep-alive` comment every DESK_SSE_HEARTBEAT_SECONDS. A query parameter other than "
-                "`after` is 400 `bad_parameter`. Served by the ASGI server only."
+                "`after` is 400 `bad_parameter`. A token's stream ends (`event: end`) within "
+                "DESK_SSE_POLL_SECONDS of the token being revoked or expiring or its user deactivated. "
+                "Served by the ASGI server only."
             ),
             "tags": ["v1"],
             "parameters": parameters,

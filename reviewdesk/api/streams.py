@@ -16,6 +16,11 @@ Who is asking is checked like the REST API: a bearer token (`BearerTokenAuthenti
 so revoked tokens and inactive users are refused) or a session; any scope may read; the
 run must be one the user may see (404 otherwise, like a missing run). The rights are
 checked again at each keep-alive: a revoked token or a run no longer visible ends the stream.
+A token's stream also re-reads its token at every poll (one statement by primary key), so a
+revoked or expired token, or a deactivated user, ends it within DESK_SSE_POLL_SECONDS.
+
+An approval event is sent as the desk socket sends it (`events.builders.message_for`): a
+hand-over's note only to whom the call now reaches, admins and the reviewer who wrote it.
 """
 
 from __future__ import annotations
@@ -30,10 +35,15 @@ from urllib.parse import parse_qsl
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db.models import Q
+from django.utils import timezone
 from rest_framework.exceptions import AuthenticationFailed
 
 from reviewdesk.accounts.authentication import BearerTokenAuthentication, session_user_now
+from reviewdesk.accounts.models import ApiToken
+from reviewdesk.accounts.roles import is_admin
 from reviewdesk.errors import ERROR_CODES, DeskError, NotFound
+from reviewdesk.events.builders import message_for
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.events.services import latest_seq
 from reviewdesk.numbers import whole_number
@@ -50,8 +60,10 @@ class StreamRefused(Exception):
         self.status, self.code, self.detail = status, code, detail
 
 
-def sse_message(event: DeskEvent) -> bytes:
-    data = json.dumps(event.as_message(), separators=(",", ":"))
+def sse_message(event: DeskEvent, user) -> bytes:
+    """The event as `user` may read it (`message_for`: a hand-over's note, as on the desk socket)."""
+    message = message_for(event.as_message(), username=user.get_username(), admin=is_admin(user))
+    data = json.dumps(message, separators=(",", ":"))
     return f"id: {event.id}\nevent: {event.type}\ndata: {data}\n\n".encode()
 
 
@@ -206,14 +218,28 @@ async def _refuse(send, refused: StreamRefused) -> None:
     await send({"type": "http.response.body", "body": json.dumps(problem).encode()})
 
 
+def _token_usable(token) -> bool:
+    """Whether the stream's token is still neither revoked nor expired, and its user active:
+    one statement, the token read by its primary key with its user joined."""
+    return (
+        ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True, user__is_active=True)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+        .exists()
+    )
+
+
 def _poll(user, token, run_id, after: int, session_key: str | None, check: bool):
     """(the user now, or None: the stream ends; the events to send; the sequence covered).
     When `check`, rights are checked first, in the same call as the scan: no event committed
-    after a logout or a demotion is sent on the strength of rights checked before it."""
+    after a logout or a demotion is sent on the strength of rights checked before it. Between
+    keep-alives a token's stream re-reads its token at each poll, before the scan, the same
+    way: a revoked or expired token, or a deactivated user, ends it within one poll."""
     if check:
         user = _still_allowed(user, token, run_id, session_key)
         if user is None:
             return None, [], after
+    elif token is not None and not _token_usable(token):
+        return None, [], after
     events, covered = _events_after(user, run_id, after)
     return user, events, covered
 
@@ -230,7 +256,7 @@ async def _stream(send, user, token, run_id, after: int, session_key: str | None
             await send({"type": "http.response.body", "body": b"event: end\ndata: {}\n\n"})
             return
         for event in events:
-            await send({"type": "http.response.body", "body": sse_message(event), "more_body": True})
+            await send({"type": "http.response.body", "body": sse_message(event, user), "more_body": True})
         after = max(after, covered)
         if due:
             beat = f": keep-alive seq={after}\n\n".encode()

@@ -45,6 +45,10 @@ class RunMessagesView(DeskAPIView):
             serializer.is_valid(raise_exception=True)
             posted = run_follow_up(run_id=run_id, user=request.user, input=serializer.validated_data["input"])
             run = _with_details(Run.objects.filter(pk=posted.run_id)).get()
-            return Response(run_detail(run), status=201, headers={"Location": f"/api/v1/runs/{run.id}"})
+            return Response(
+                run_detail(run, viewer=request.user),
+                status=201,
+                headers={"Location": f"/api/v1/runs/{run.id}"},
+            )
 
         return idempotent(request, follow_up)

@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from reviewdesk.accounts.models import ApiToken
+from reviewdesk.accounts.roles import is_admin
 from reviewdesk.api import paging
 from reviewdesk.api import schema as doc
 from reviewdesk.api.idempotency import idempotent
@@ -40,6 +41,7 @@ from reviewdesk.approvals.handover import approval_handover
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus
 from reviewdesk.approvals.selectors import approval_get_for_reviewer, approvals_visible_to
 from reviewdesk.approvals.services import approval_decide
+from reviewdesk.events.builders import message_for
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.numbers import HEADER_DIGITS, whole_number
 from reviewdesk.runs.models import Checkpoint, Run, RunStatus
@@ -109,7 +111,9 @@ class RunListCreateView(DeskAPIView):
             runs = runs.filter(status=status)
         if agent := paging.text_parameter(request, "agent"):
             runs = runs.filter(agent=agent)
-        return paging.keyset_page(request, _with_details(runs), run_details)
+        return paging.keyset_page(
+            request, _with_details(runs), lambda page: run_details(page, viewer=request.user)
+        )
 
     @extend_schema(
         operation_id="runs_submit",
@@ -127,7 +131,9 @@ class RunListCreateView(DeskAPIView):
             serializer.is_valid(raise_exception=True)
             run = run_submit(submitter=request.user, **serializer.validated_data)
             return Response(
-                run_detail(run, new=True), status=201, headers={"Location": f"/api/v1/runs/{run.id}"}
+                run_detail(run, viewer=request.user, new=True),
+                status=201,
+                headers={"Location": f"/api/v1/runs/{run.id}"},
             )
 
         return idempotent(request, submit)
@@ -145,7 +151,7 @@ class RunDetailView(DeskAPIView):
     )
     def get(self, request, run_id):
         run = run_get_for_user(run_id=run_id, user=request.user)
-        return Response(run_detail(_with_details(Run.objects.filter(pk=run.pk)).get()))
+        return Response(run_detail(_with_details(Run.objects.filter(pk=run.pk)).get(), viewer=request.user))
 
 
 class RunEventsView(DeskAPIView):
@@ -165,7 +171,10 @@ class RunEventsView(DeskAPIView):
         events = DeskEvent.objects.filter(run=run)
         if event_type := paging.text_parameter(request, "type"):
             events = events.filter(type=event_type)
-        return paging.sequence_page(request, events, DeskEvent.as_message)
+        username, admin = request.user.get_username(), is_admin(request.user)
+        return paging.sequence_page(
+            request, events, lambda event: message_for(event.as_message(), username=username, admin=admin)
+        )
 
 
 class ApprovalListView(DeskAPIView):
@@ -326,7 +335,10 @@ class RunCancelView(DeskAPIView):
         # A token acts only in its scopes' roles: a submitter's review-scoped token cannot cancel.
         scopes = frozenset(request.auth.scopes) if isinstance(request.auth, ApiToken) else None
         return idempotent(
-            request, lambda: Response(run_detail(run_cancel(run_id=run_id, user=request.user, scopes=scopes)))
+            request,
+            lambda: Response(
+                run_detail(run_cancel(run_id=run_id, user=request.user, scopes=scopes), viewer=request.user)
+            ),
         )
 
 
@@ -350,7 +362,7 @@ class RunRetryView(DeskAPIView):
             run = run_retry(
                 run_id=run_id, user=request.user, checkpoint_id=str(checkpoint_id) if checkpoint_id else None
             )
-            return Response(run_detail(run), status=201)
+            return Response(run_detail(run, viewer=request.user), status=201)
 
         return idempotent(request, retry)
 

@@ -93,6 +93,9 @@ SIGNATURE_UNKNOWN_KEY = "unknown key"
 # pinned roots, a revoked key, a signature the endorsed key does not verify (and why, after it).
 SIGNATURE_UNTRUSTED = "device key not trusted"
 SIGNATURE_MISSING = "no decision"
+# The signed payload names another reviewer than the decision row (a row edited in the database):
+# the signature may verify, but not as this reviewer's decision. Followed by both names.
+SIGNATURE_OTHER_REVIEWER = "invalid: signed by another reviewer"
 
 
 def _is_uuid(text: str) -> bool:
@@ -105,7 +108,7 @@ def _is_uuid(text: str) -> bool:
 
 def _signatures(events: Iterable[AuditEvent]) -> dict[int, str]:
     """For each decision row among `events` (id → badge): whether the Decision it names
-    carries a valid signature over a payload that is that decision's (its verdict,
+    carries a valid signature over a payload that is that decision's (its reviewer, verdict,
     arguments, texts and answer), with the arguments hash the audit row recorded. A
     server-signed one is checked with the keyring; a device-signed one as the workers' gate
     checks it (`agents.trust.verify_with_trust`): with the public key an endorsement under the
@@ -113,7 +116,7 @@ def _signatures(events: Iterable[AuditEvent]) -> dict[int, str]:
     query for all the rows' decisions, two for their device keys' records."""
     named = {e.id: str(e.data.get("decision", "")) for e in events if e.action.startswith("decision.")}
     wanted = [decision_id for decision_id in named.values() if _is_uuid(decision_id)]
-    decisions = {str(d.id): d for d in Decision.objects.filter(id__in=wanted)}
+    decisions = {str(d.id): d for d in Decision.objects.filter(id__in=wanted).select_related("reviewer")}
     device_key_ids = {d.key_id for d in decisions.values() if is_device_signed(d.payload)}
     trust = TrustSnapshot(device_key_ids) if device_key_ids else None
     keyring, keys = FileKeyring(), {}
@@ -131,6 +134,12 @@ def _signatures(events: Iterable[AuditEvent]) -> dict[int, str]:
             badges[event_id] = SIGNATURE_UNKNOWN_KEY
             continue
         payload = decision.payload
+        # Who signed is who the row says decided, server- or device-signed alike (the gate
+        # checks the payload's reviewer against the request; the row is what the page shows).
+        signer, recorded = payload.get("reviewer"), decision.reviewer.get_username()
+        if signer != recorded:
+            badges[event_id] = f"{SIGNATURE_OTHER_REVIEWER} ({signer}), the decision names {recorded}"
+            continue
         agrees = (
             payload.get("decision_id") == decision_id
             and payload.get("verdict") == decision.verdict

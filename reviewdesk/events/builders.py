@@ -86,21 +86,34 @@ def approval_data(approval: ApprovalRequest, *, named: Expand = usernames_named)
     }
 
 
-def message_for(message: dict[str, Any], *, username: str, admin: bool) -> dict[str, Any]:
-    """A desk event's message as one user's socket may receive it.
+def approval_for(data: dict[str, Any], *, username: str, admin: bool) -> dict[str, Any]:
+    """An approval's payload (`approval_data`, or an approval event's data) as one user may read
+    it: the one rule for a hand-over's note, on the desk socket and on the run's feeds alike.
 
-    An approval event also reaches those a change takes the call from, so that their desks drop
-    its card: a hand-over of a call open to every reviewer reaches every reviewer. Its note is
-    written for who may see the call now (the users its targets name, and admins) and by who
-    handed it over; to anyone else the hand-over is told with its note left blank."""
-    data = message.get("data")
-    handover = data.get("handover") if message["type"].startswith("approval.") and data else None
+    The note is written for who may see the call now (the users its targets name, and admins)
+    and by who handed it over; to anyone else who may read the call (an event reaches those a
+    change takes it from, a run is read whole by whoever may open it) the hand-over is told with
+    its note left blank."""
+    handover = data.get("handover")
     if admin or not handover or not handover.get("note") or handover.get("by") == username:
-        return message
+        return data
     reviewer = data.get("reviewer") or {}
     if not reviewer.get("targets") or username in reviewer.get("users", ()):
+        return data
+    return {**data, "handover": {**handover, "note": ""}}
+
+
+def message_for(message: dict[str, Any], *, username: str, admin: bool) -> dict[str, Any]:
+    """A desk event's message as one user's socket or stream may receive it: an approval
+    event's data through `approval_for`.
+
+    An approval event also reaches those a change takes the call from, so that their desks drop
+    its card: a hand-over of a call open to every reviewer reaches every reviewer."""
+    data = message.get("data")
+    if not data or not message["type"].startswith("approval."):
         return message
-    return {**message, "data": {**data, "handover": {**handover, "note": ""}}}
+    shown = approval_for(data, username=username, admin=admin)
+    return message if shown is data else {**message, "data": shown}
 
 
 def approvals_data(approvals: Iterable[ApprovalRequest]) -> list[dict[str, Any]]:

@@ -124,3 +124,109 @@ def test_a_demoted_admin_stops_hearing_of_other_users_runs(personas):
 
     body = streamed([(b"authorization", f"Bearer {raw}".encode())], emit_demote_emit)
     assert b"after-demotion" not in body
+
+
+def ended_after(headers: list[tuple[bytes, bytes]], meanwhile) -> tuple[bytes, float | None]:
+    """GET /api/v1/stream through reviewdesk.asgi.application; `meanwhile` (a sync callable)
+    runs once the stream is open. The body sent, and how many seconds after `meanwhile`
+    returned the stream ended (None: still open 2 s later)."""
+    from reviewdesk.asgi import application
+
+    sent: list[dict] = []
+    opened = [False]
+
+    async def receive():
+        if not opened[0]:
+            opened[0] = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await asyncio.Future()  # the client stays
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/api/v1/stream",
+        "raw_path": b"/api/v1/stream",
+        "root_path": "",
+        "query_string": b"",
+        "server": ("testserver", 80),
+        "client": ("127.0.0.1", 1),
+        "headers": [(b"host", b"testserver"), *headers],
+    }
+
+    async def main() -> float | None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(application(scope, receive, send))
+        await asyncio.sleep(0.5)
+        assert sent and sent[0]["status"] == 200, sent
+        await sync_to_async(meanwhile)()
+        done_at = loop.time()
+        finished, _ = await asyncio.wait({task}, timeout=2.0)
+        took = loop.time() - done_at if finished else None
+        task.cancel()
+        return took
+
+    took = asyncio.run(main())
+    return b"".join(message.get("body", b"") for message in sent[1:]), took
+
+
+def _revoke(token, user) -> None:
+    from reviewdesk.accounts.services import token_revoke
+
+    token_revoke(token=token, by=None)
+
+
+def _deactivate(token, user) -> None:
+    User.objects.filter(pk=user.pk).update(is_active=False)
+
+
+def _expire(token, user) -> None:
+    from django.utils import timezone
+
+    from reviewdesk.accounts.models import ApiToken
+
+    ApiToken.objects.filter(pk=token.pk).update(expires_at=timezone.now())
+
+
+@pytest.mark.parametrize("end_it", [_revoke, _deactivate, _expire], ids=["revoked", "deactivated", "expired"])
+def test_a_token_stream_ends_within_a_poll_of_its_token_going_not_a_keep_alive(personas, settings, end_it):
+    """A keep-alive a minute away (DESK_SSE_HEARTBEAT_SECONDS=60) and a poll every 0.05 s: the
+    token revoked, its user deactivated or the token expired, the stream sends `event: end`
+    within a second, and not the event committed after it."""
+    settings.DESK_SSE_HEARTBEAT_SECONDS = 60
+    token, raw = token_create(user=personas.carol, scopes=["submit"])
+    run = submitted(personas.carol)
+
+    def end_then_emit():
+        emit(run, "before-the-end")
+        end_it(token, personas.carol)
+        emit(run, "after-the-end")
+
+    body, took = ended_after([(b"authorization", f"Bearer {raw}".encode())], end_then_emit)
+    assert took is not None and took < 1.0, (took, body)
+    assert body.endswith(b"event: end\ndata: {}\n\n"), body
+    assert b"after-the-end" not in body
+
+
+def test_a_token_stream_between_keep_alives_reads_its_token_once_a_poll(personas):
+    """Between keep-alives a poll of a token's stream makes one statement more than a poll
+    without a token: a read of the token by its primary key (its user's `is_active` joined in)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from reviewdesk.api.streams import _poll
+
+    token, _ = token_create(user=personas.carol, scopes=["submit"])
+    with CaptureQueriesContext(connection) as without_token:
+        _poll(personas.carol, None, None, 0, None, False)
+    with CaptureQueriesContext(connection) as with_token:
+        user, _events, _covered = _poll(personas.carol, token, None, 0, None, False)
+    assert user == personas.carol
+    assert len(with_token) == len(without_token) + 1
+    [read] = [q["sql"] for q in with_token if "accounts_apitoken" in q["sql"]]
+    assert '"accounts_apitoken"."id" = ' in read and '"auth_user"."is_active"' in read, read

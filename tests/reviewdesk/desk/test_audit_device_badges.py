@@ -90,3 +90,14 @@ def test_a_registered_public_key_a_database_writer_swaps_does_not_verify(
     page = audit_page(personas.admin)
     assert VALID_DEVICE not in page
     assert "✗ device key not trusted" in page and "does not verify" in page
+
+
+def test_a_device_signed_decision_whose_row_names_another_reviewer_is_not_shown_verified(
+    device_decided, personas
+):
+    """alice's device-signed decision (shown valid untouched: the first test here), its row's
+    reviewer edited in the database to bob: not shown valid, and the badge names both."""
+    Decision.objects.filter(pk=device_decided.pk).update(reviewer=personas.bob)
+    page = audit_page(personas.admin)
+    assert VALID_DEVICE not in page
+    assert "✗ invalid: signed by another reviewer (alice), the decision names bob" in page

@@ -248,6 +248,18 @@ def test_a_decision_whose_words_were_edited_is_flagged(decided, personas, field,
     assert page.count("✓ signature valid") == 1 and page.count("✗ invalid") == 1
 
 
+def test_a_decision_row_whose_reviewer_was_edited_is_not_shown_verified(decided, personas):
+    """alice's approval, its payload (naming alice) and signature untouched, is moved to bob in
+    the database: its badge says it was signed by another reviewer, naming both; bob's own
+    rejection still shows valid."""
+    approved = Decision.objects.get(verdict="approve")
+    assert approved.payload["reviewer"] == "alice"
+    Decision.objects.filter(pk=approved.pk).update(reviewer=personas.bob)
+    page = logged_in(personas.admin).get(reverse("audit"), {"action": "decision."}).content.decode()
+    assert page.count("✓ signature valid") == 1  # bob's own rejection, untouched
+    assert page.count("✗ invalid: signed by another reviewer (alice), the decision names bob") == 1
+
+
 def test_a_decision_signed_with_a_key_not_in_the_keyring_is_flagged(decided, personas):
     Decision.objects.filter(verdict="approve").update(key_id="ed25519:0000000000000000")
     page = logged_in(personas.admin).get(reverse("audit"), {"action": "decision."}).content.decode()

@@ -226,10 +226,9 @@ class ApprovalGate(DecisionVerifier):
             raise DecisionRefused("this call needs an approved decision and has none")
         if decision is not None:
             # Still bound to this call and in date; it was consumed by the first try.
-            rerun = decision.verdict in RERUN_VERDICTS
-            self.verify(decision, binding, verdicts=RERUN_VERDICTS if rerun else APPROVING_VERDICTS)
-            if not rerun:
-                self.verify_quorum(decision, binding, required=tool.quorum.approvals)
+            verdicts = RERUN_VERDICTS if decision.verdict in RERUN_VERDICTS else APPROVING_VERDICTS
+            self.verify(decision, binding, verdicts=verdicts)
+            self.verify_quorum(decision, binding, required=tool.quorum.approvals, verdicts=verdicts)
             arguments = decision.arguments
         if tool.effect in (Effect.READ, Effect.DATABASE):
             # Its first try rolled back with its consumption (or grant use): consumed now, with the effect.
@@ -273,8 +272,11 @@ class ApprovalGate(DecisionVerifier):
         )
 
     def _rerun(self, *, tool: Tool, binding: CallBinding, decision: SignedDecision, ctx: ToolContext) -> Any:
-        """A reviewer checked that an interrupted effect did not happen and signed a re-run."""
+        """Reviewers checked that an interrupted effect did not happen and signed a re-run. It
+        makes the effect happen, so it needs what the call needed: the tool's quorum of distinct
+        reviewers, each with a signed re-run of exactly this call (DESIGN: Quorum)."""
         self.verify(decision, binding, verdicts=RERUN_VERDICTS)
+        self.verify_quorum(decision, binding, required=tool.quorum.approvals, verdicts=RERUN_VERDICTS)
         if tool.effect in (Effect.READ, Effect.DATABASE):
             return self._in_transaction(
                 tool=tool,
@@ -291,7 +293,11 @@ class ApprovalGate(DecisionVerifier):
         )
 
     def _consume_rerun(self, tool: Tool, binding: CallBinding, decision: SignedDecision | None) -> None:
-        if decision is None or not self.ledger.consume(decision.decision_id):
+        """Consume the re-run and every co-vote of its quorum, or none: the caller's transaction
+        rolls back those consumed before one found used."""
+        if decision is None or not all(
+            self.ledger.consume(vote.decision_id) for vote in (decision, *decision.co_decisions)
+        ):
             # Used already: that re-run started and was cut short before a new
             # reconciliation could be saved. Back to a human; never run it again here.
             raise EffectUnknown(f"the authorised re-run of {tool.name} was interrupted")

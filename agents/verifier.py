@@ -93,13 +93,21 @@ class DecisionVerifier:
         if not self.reviewer_allowed(reviewer, binding.run_id, request_id):
             raise DecisionRefused("reviewer is no longer allowed to approve this run")
 
-    def verify_quorum(self, decision: SignedDecision, binding: CallBinding, *, required: int) -> None:
-        """Raise DecisionRefused unless `required` different reviewers each signed an approval of
-        exactly this call and these arguments: `decision` (verified by the caller) and its
-        co-decisions. One reviewer's two decisions count once."""
+    def verify_quorum(
+        self,
+        decision: SignedDecision,
+        binding: CallBinding,
+        *,
+        required: int,
+        verdicts: tuple[str, ...] = APPROVING_VERDICTS,
+    ) -> None:
+        """Raise DecisionRefused unless `required` different reviewers each signed a decision of
+        `verdicts` (an approval; for a re-run, a re-run) for exactly this call and these
+        arguments: `decision` (verified by the caller) and its co-decisions. One reviewer's two
+        decisions count once."""
         reviewers = {str(decision.payload.get("reviewer"))}
         for vote in decision.co_decisions:
-            self.verify(vote, binding)
+            self.verify(vote, binding, verdicts=verdicts)
             if sha256_hex(vote.arguments) != sha256_hex(decision.arguments):
                 raise DecisionRefused("the quorum's approvals are not for the same arguments")
             reviewers.add(str(vote.payload.get("reviewer")))

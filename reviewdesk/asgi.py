@@ -6,6 +6,16 @@ from reviewdesk.asgi_handler import get_asgi_application
 
 django_asgi_app = get_asgi_application()  # before importing consumers: it sets Django up
 
+from reviewdesk.audit.keys import audit_key_problem  # noqa: E402
+from reviewdesk.deployment import refuse_to_start  # noqa: E402
+
+# A web process audits what it does (a login, a decision): in production it starts with the
+# audit key or not at all. ASGI servers (daphne, uvicorn) run no system checks, so the entry
+# point they load asks itself; `manage.py` commands ask through the check (audit/checks.py).
+_audit_key_problem = audit_key_problem()
+if _audit_key_problem is not None:
+    refuse_to_start("web", _audit_key_problem)
+
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402

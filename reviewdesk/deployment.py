@@ -1,12 +1,23 @@
 """Whether this process runs a production configuration: the one rule the desk's production
 checks share (a worker refusing signing keys it can read, a writer refusing to make its own
-audit key)."""
+audit key), and how a process refuses to start over one."""
 
 from __future__ import annotations
 
 import os
+import sys
+from typing import NoReturn
 
 from django.conf import settings
+
+EX_CONFIG = 78  # sysexits.h: a configuration error
+
+
+def refuse_to_start(process: str, problem: str) -> NoReturn:
+    """Say why on stderr and exit with EX_CONFIG, which tells a configuration error from a crash
+    (systemd's RestartPreventExitStatus=78 stops a restart loop on it)."""
+    print(f"reviewdesk {process} refuses to start: {problem}", file=sys.stderr)
+    raise SystemExit(EX_CONFIG)
 
 
 def is_production_configuration() -> bool:

@@ -69,11 +69,12 @@ def approval_raise(
         arguments=arguments,
         arguments_sha256=sha256_hex(arguments),
         reason=reason,
-        # Who must decide, and how many: the tool's routes and quorum (a reconciliation is
-        # one reviewer's word on what happened, routed like the call).
+        # Who must decide, and how many: the tool's routes and quorum. A reconciliation is
+        # routed like the call and keeps its quorum: a re-run makes the effect happen again, so
+        # it needs as many reviewers' votes (models.QUORUM_VERDICTS; confirming takes one).
         assignees=targets_for_call(run=run, tool_name=call.name, arguments=arguments or {}),
-        required_approvals=1 if reconcile else quorum.approvals,
-        quorum_groups=[] if reconcile else list(quorum.groups),
+        required_approvals=quorum.approvals,
+        quorum_groups=list(quorum.groups),
         expires_at=now + timedelta(seconds=run.approval_ttl_seconds),
         respond_by=None if reconcile else respond_by_for(run, call.name, since=now),
     )

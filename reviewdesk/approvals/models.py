@@ -41,6 +41,16 @@ KIND_VERDICTS: dict[str, tuple[str, ...]] = {
     ApprovalKind.RECONCILE: (Verdict.CONFIRM, Verdict.RERUN, Verdict.REJECT),
     ApprovalKind.QUESTION: (Verdict.ANSWER, Verdict.REJECT),
 }
+# The verdicts that count towards a request's quorum, by kind: those that make the call's
+# effect happen. A re-run of an effect of unknown outcome makes it happen again, so it needs as
+# many reviewers as the call did (DESIGN: Quorum). Any other verdict settles a request on one
+# reviewer's word: a rejection, an answer, or a confirmation that the effect did happen (it
+# records the reference the reviewer gives, and runs nothing).
+QUORUM_VERDICTS: dict[str, tuple[str, ...]] = {
+    ApprovalKind.TOOL_CALL: (Verdict.APPROVE, Verdict.EDIT),
+    ApprovalKind.RECONCILE: (Verdict.RERUN,),
+    ApprovalKind.QUESTION: (),
+}
 # The kinds raised for a call waiting on a human's say (CallStatus.AWAITING).
 AWAITING_KINDS = (ApprovalKind.TOOL_CALL, ApprovalKind.QUESTION)
 # The statuses a decision row settled (ApprovalRequest.decision); the others have none that counts.
@@ -136,11 +146,10 @@ class ApprovalRequest(models.Model):
         return decisions[-1] if decisions else None
 
     def approving_decisions(self) -> list[Decision]:
-        """The quorum's votes so far, oldest first."""
-        approving = (Verdict.APPROVE, Verdict.EDIT)
-        return sorted(
-            (d for d in self._decision_rows() if d.verdict in approving), key=lambda d: d.decided_at
-        )
+        """The quorum's votes so far (QUORUM_VERDICTS: approvals; re-runs on a reconciliation),
+        oldest first."""
+        votes = QUORUM_VERDICTS[self.kind]
+        return sorted((d for d in self._decision_rows() if d.verdict in votes), key=lambda d: d.decided_at)
 
     def refresh_from_db(self, using=None, fields=None, from_queryset=None) -> None:
         # A full refresh drops what prefetch_related cached, but not the list a page put in

@@ -24,6 +24,7 @@ from reviewdesk.approvals.device import (
 )
 from reviewdesk.approvals.grants import grant_check_input, grant_do_create
 from reviewdesk.approvals.models import (
+    QUORUM_VERDICTS,
     ApprovalRequest,
     ApprovalStatus,
     Decision,
@@ -135,8 +136,8 @@ def approval_do_decide(
             [approval], Prefetch("decisions", queryset=Decision.objects.select_related("reviewer"))
         )
     votes = len(approval.approving_decisions())
-    # Any rejection (and any answer to a reconciliation) settles it; an approval waits for its quorum.
-    settled = verdict not in (Verdict.APPROVE, Verdict.EDIT) or votes >= approval.required_approvals
+    # Any rejection, answer or confirmation settles it; an approval or a re-run waits for its quorum.
+    settled = verdict not in QUORUM_VERDICTS[approval.kind] or votes >= approval.required_approvals
     if settled:
         approval.status = ApprovalStatus.REJECTED if verdict == Verdict.REJECT else ApprovalStatus.APPROVED
     approval.save(update_fields=["status", "updated_at"])

@@ -58,6 +58,23 @@ def audit_key(*, create: bool = True) -> bytes:
     return _key_from_file(path, create)
 
 
+def audit_key_problem() -> str | None:
+    """Why this process, in a production configuration, could write no audit row (and so do
+    nothing it audits): its key is neither in DESK_AUDIT_KEY nor in a readable
+    DESK_AUDIT_KEY_FILE. None when it has one, and outside production, where `audit_key` makes
+    its own on first use. The web process, the workers and the system check ask this at start
+    (reviewdesk/asgi.py, runs/tasks.py, audit/checks.py) rather than at the first write."""
+    if not is_production_configuration():
+        return None
+    try:
+        audit_key()
+    except AuditKeyMissing as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"cannot read the audit key {settings.DESK_AUDIT_KEY_FILE} (DESK_AUDIT_KEY_FILE): {exc}"
+    return None
+
+
 @lru_cache(maxsize=4)
 def _key_from_file(path: Path, create: bool) -> bytes:
     if not create and not path.exists():

@@ -254,9 +254,10 @@ def _decided_by(approval: ApprovalRequest, exc: DeskError) -> str:
     if exc.code != "decided":
         return ""
     settled = ApprovalRequest.objects.prefetch_related("decisions__reviewer").get(pk=approval.pk)
-    # An answer, a confirm or a re-run settles as approved too, by its one decision.
-    votes = settled.approving_decisions() if settled.status == ApprovalStatus.APPROVED else []
-    deciders = votes or [settled.decision]
+    # The last vote of a quorum settles it with the votes before it; any other verdict (a
+    # rejection, an answer, a confirm, even after re-run votes) settles it alone.
+    votes = settled.approving_decisions()
+    deciders = votes if settled.decision in votes else [settled.decision]
     names = sorted({d.reviewer.get_username() for d in deciders if d is not None})
     return f" by {', '.join(names)}" if names else ""
 

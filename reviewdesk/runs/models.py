@@ -181,8 +181,8 @@ class SideEffect(models.Model):
     # and the last one's error: shown on the run page, counted against the retry budget.
     retries = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
-    # `retries` when the run was last retried by hand: the retry budgets count the failures
-    # since (a retry by hand is a new go at the tool), while `retries` keeps the call's history.
+    # `retries` when the run was last retried by hand or followed up: the retry budgets count
+    # the failures since (either is a new go at the tool), while `retries` keeps the call's history.
     retries_at_retry = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

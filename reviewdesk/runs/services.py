@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from agents.providers import ProviderName, model_spec_errors
@@ -35,7 +34,6 @@ from reviewdesk.runs.models import (
     Message,
     Run,
     RunStatus,
-    SideEffect,
 )
 from reviewdesk.runs.retention import checkpoints_prune
 from reviewdesk.runs.selectors import run_get_for_user
@@ -44,6 +42,7 @@ from reviewdesk.runs.transitions import (
     RUN_TASK,
     revoke_on_commit,
     run_emit_updated,
+    run_retry_budgets_renew,
     send_on_commit,
     task_id_assign,
 )
@@ -222,9 +221,9 @@ def run_retry(*, run_id: Any, user: User, checkpoint_id: str | None = None) -> R
         run.status = RunStatus.QUEUED
         run.error, run.error_kind, run.next_attempt_at = None, "", None
         run.retried_at_epoch = run.lease_epoch  # the attempts so far died, if they did, before it
-        run.retries = 0  # a new go at the run: the automatic-retry budget afresh, as a follow-up's
-        # The tools' retry budgets afresh too: a call that stayed unavailable gets its tries again.
-        SideEffect.objects.filter(run=run).update(retries_at_retry=F("retries"))
+        # A new go at the run: the automatic-retry budget afresh, and the tools' (a call that
+        # stayed unavailable gets its tries again), as a follow-up's next turn does.
+        run_retry_budgets_renew(run)
         if start is not None and start != latest:
             _restart_from(run, start)
         run.revision += 1

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 from typing import Any
 
 from celery import shared_task, signals
 
 from reviewdesk.accounts.devicekeys import device_trust_problems
 from reviewdesk.approvals.signing import worker_key_problems
-from reviewdesk.deployment import is_production_configuration
+from reviewdesk.audit.keys import audit_key_problem
+from reviewdesk.deployment import is_production_configuration, refuse_to_start
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.sweeper import runs_sweep
 from reviewdesk.runs.transitions import RESUME_TASK, RUN_TASK
@@ -36,8 +36,7 @@ def sweep() -> dict[str, int]:
     return runs_sweep()
 
 
-# --- Keys held apart: checked when a worker starts (this module is what workers import) ----
-EX_CONFIG = 78  # sysexits.h: a configuration error
+# --- Keys, checked when a worker starts (this module is what workers import) ---------------
 
 
 @signals.worker_init.connect
@@ -51,9 +50,17 @@ def refuse_to_hold_signing_keys(**_: object) -> None:
         return
     problems = worker_key_problems() + device_trust_problems()
     if problems:
-        print(
-            "reviewdesk worker refuses to start: " + "; ".join(problems) + ". Run workers as a user that "
-            "cannot read the private key, with a read-only keyring (README: web and worker as different users).",
-            file=sys.stderr,
+        refuse_to_start(
+            "worker",
+            "; ".join(problems) + ". Run workers as a user that cannot read the private key, with a "
+            "read-only keyring (README: web and worker as different users).",
         )
-        raise SystemExit(EX_CONFIG)
+
+
+@signals.worker_init.connect
+def refuse_to_start_without_the_audit_key(**_: object) -> None:
+    """A production worker audits every step it commits: without the audit key it would take a
+    run and refuse its first audited write. It exits with EX_CONFIG before its pool starts."""
+    problem = audit_key_problem()
+    if problem is not None:
+        refuse_to_start("worker", problem)

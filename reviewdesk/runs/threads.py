@@ -27,7 +27,7 @@ from reviewdesk.events.services import event_emit
 from reviewdesk.runs.models import ENDED, Checkpoint, FollowUp, Message, Run, RunStatus
 from reviewdesk.runs.selectors import run_audience, run_get_for_user
 from reviewdesk.runs.stores import checkpoint_state, snapshot_column
-from reviewdesk.runs.transitions import RESUME_TASK, send_on_commit, task_id_assign
+from reviewdesk.runs.transitions import RESUME_TASK, run_retry_budgets_renew, send_on_commit, task_id_assign
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -79,7 +79,10 @@ def run_do_follow_up(*, run: Run, user: User, input: str) -> FollowUp:
     )
     run.status = RunStatus.QUEUED
     run.output = run.error = run.next_attempt_at = None
-    run.error_kind, run.retries = "", 0  # a new turn gets the automatic-retry budget afresh
+    run.error_kind = ""
+    # A new turn: the automatic-retry budget and the tools' retry budgets afresh, as a retry by
+    # hand gives them (the earlier turns' failures stay on their ledger rows).
+    run_retry_budgets_renew(run)
     run.revision += 1
     task_id_assign(run)  # sent at the end, after the run's event
     run.save(

@@ -16,13 +16,14 @@ import logging
 import uuid
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from reviewdesk.audit.services import audit_record
 from reviewdesk.celery import app as celery_app
 from reviewdesk.events.builders import run_data
 from reviewdesk.events.services import event_emit
-from reviewdesk.runs.models import Attempt, AttemptStatus, Run, RunStatus
+from reviewdesk.runs.models import Attempt, AttemptStatus, Run, RunStatus, SideEffect
 from reviewdesk.runs.retention import checkpoints_prune
 from reviewdesk.runs.selectors import run_audience
 
@@ -74,6 +75,16 @@ def run_requeue(run: Run) -> None:
     run.save(update_fields=["status", "revision", "task_id", "updated_at"])
     run_emit_updated(run)
     send_on_commit(RESUME_TASK, run)  # after the event: its push leaves first, as before
+
+
+def run_retry_budgets_renew(run: Run) -> None:
+    """A new go at the run (a retry by hand, or a follow-up's next turn): the automatic-retry
+    budget (`run.retries`, which the caller saves) and the tools' retry budgets, a call's and
+    the run's (DESK_TOOL_RETRIES, DESK_TOOL_RETRIES_PER_RUN), start afresh. The ledger rows keep
+    every failure in `retries`, the call's history the run page shows; the budgets count those
+    since `retries_at_retry` (runs.ledger)."""
+    run.retries = 0
+    SideEffect.objects.filter(run=run).update(retries_at_retry=F("retries"))
 
 
 def run_mark_failed(run: Run, error: str, *, kind: str, save: bool = True) -> None:

@@ -90,6 +90,9 @@ def test_check_deploy_prints_nothing_for_the_production_example(tmp_path):
         k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "DESK_", "DATABASE_", "REDIS_"))
     }
     env.update(production_example(), DESK_VAR_DIR=str(tmp_path / "var"))
+    # The example's audit key file, as the operator provides it (without it the check stops).
+    env["DESK_AUDIT_KEY_FILE"] = str(tmp_path / "audit_key")
+    (tmp_path / "audit_key").write_text(secrets.token_urlsafe(32) + "\n")
 
     done = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy"],

@@ -1,4 +1,5 @@
-"""Keys held apart: a production worker refuses to start when it could forge an approval.
+"""Keys held apart: a production worker refuses to start when it could forge an approval, or
+when it lacks the audit key every writer needs.
 
 Real `celery -A reviewdesk worker` processes, in a production configuration
 (DJANGO_DEBUG off, REDIS_URL set, not a test process: DESK_TESTING unset), on
@@ -24,6 +25,7 @@ import pytest
 from django.conf import settings
 
 from reviewdesk.approvals import signing
+from reviewdesk.audit.keys import audit_key
 from reviewdesk.deployment import is_production_configuration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,6 +67,7 @@ def wait_for(process: subprocess.Popen, log: Path, *, ready: bool, timeout: floa
 @pytest.fixture
 def keys(tmp_path, redis_server):
     signing.ensure_keys()
+    audit_key()  # the suite's audit key file, which the workers inherit: made here if not yet
     public = tmp_path / "public"
     public.mkdir()
     keyring = public / "verify_keys.json"
@@ -132,6 +135,34 @@ def test_a_production_worker_that_requires_device_keys_without_a_trust_file_refu
     assert worker.returncode == 78, log
     assert "device keys are required (DESK_REQUIRE_DEVICE_KEYS) and no trust file" in log
     assert " ready." not in log
+
+
+def test_a_production_worker_without_the_audit_key_refuses_to_start(tmp_path, keys):
+    """It writes audit rows with every step it commits: without the key it would start, take a
+    run and refuse its first audited write. It says so at start instead."""
+    _, keyring = keys
+    keyring.chmod(0o444)
+    keyring.parent.chmod(0o555)
+    key_file = tmp_path / "no-audit-key"
+
+    worker = start_worker(
+        tmp_path,
+        key_file=tmp_path / "no-such-key.pem",
+        keyring=keyring,
+        DESK_AUDIT_KEY="",
+        DESK_AUDIT_KEY_FILE=str(key_file),
+    )
+    try:  # returns once it exits, or (as it did before it checked the key) once it is ready
+        log = wait_for(worker, tmp_path / "worker.log", ready=True)
+    finally:
+        if worker.poll() is None:
+            worker.terminate()
+            worker.wait(timeout=30)
+
+    assert worker.returncode == 78, log
+    assert "reviewdesk worker refuses to start: no audit key in a production configuration" in log
+    assert "DESK_AUDIT_KEY," in log and f"{key_file} (DESK_AUDIT_KEY_FILE)" in log
+    assert " ready." not in log and not key_file.exists()
 
 
 @pytest.mark.skipif(not AS_ROOT, reason="the mode check is the root branch")

@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from reviewdesk.audit.keys import AuditKeyMissing, audit_key
+from reviewdesk.audit.keys import AuditKeyMissing, audit_key, audit_key_problem
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.audit.services import audit_check, audit_record
 
@@ -71,3 +71,31 @@ def test_a_production_writer_with_the_key_provided_writes(settings, tmp_path, pr
     settings.DESK_AUDIT_KEY_FILE = tmp_path / "absent"
     settings.DESK_AUDIT_KEY = "from-the-environment"
     assert audit_key() == b"from-the-environment"
+
+
+def test_a_production_writer_whose_key_file_cannot_be_read_is_told_so_at_start(
+    settings, tmp_path, production
+):
+    """The start-up check (audit_key_problem, asked by the web process, the workers and
+    `manage.py check`) reads the key as a write would: a path it cannot read is a problem too."""
+    settings.DESK_AUDIT_KEY_FILE = tmp_path / "a-directory"
+    settings.DESK_AUDIT_KEY_FILE.mkdir()
+
+    problem = audit_key_problem()
+
+    assert problem is not None
+    assert problem.startswith(
+        f"cannot read the audit key {settings.DESK_AUDIT_KEY_FILE} (DESK_AUDIT_KEY_FILE)"
+    )
+
+
+def test_the_start_up_check_passes_with_the_key_provided_and_outside_production(
+    settings, tmp_path, monkeypatch
+):
+    settings.DESK_AUDIT_KEY_FILE = tmp_path / "absent"
+    assert audit_key_problem() is None  # a test process makes its own on first use
+    settings.DEBUG, settings.REDIS_URL = False, "redis://127.0.0.1:6379/9"
+    monkeypatch.delenv("DESK_TESTING")
+    assert "no audit key in a production configuration" in (audit_key_problem() or "")
+    settings.DESK_AUDIT_KEY = "from-the-environment"
+    assert audit_key_problem() is None

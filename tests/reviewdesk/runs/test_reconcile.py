@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
 from reviewdesk.approvals.models import ApprovalRequest, Decision
 from reviewdesk.approvals.services import approval_decide
+from reviewdesk.events.builders import approval_data
 from reviewdesk.runs.execution import run_execute
-from reviewdesk.runs.models import RunStatus, SideEffect
+from reviewdesk.runs.models import Run, RunStatus, SideEffect
 
 pytestmark = pytest.mark.django_db
 
@@ -265,3 +267,118 @@ def test_marking_the_effect_done_does_not_wait_for_the_stale_attempt(stale_attem
     response = answer(api_as, personas.bob, reconcile, verdict="confirm", external_ref="smtp-queue-1")
 
     assert response.status_code == 201, response.json()
+
+
+# --- A re-run of a quorum tool's effect -------------------------------------------------------
+# `execute` needs two reviewers; the command leaves a line in the run's directory each time it runs.
+LOGGED_EXECUTE_SCRIPT = [
+    {"tool_calls": [{"name": "execute", "arguments": {"command": "echo ran >> effects.log"}}]},
+    {"content": "Ran it."},
+]
+
+
+def times_executed(run) -> int:
+    from django.conf import settings
+
+    log = Path(settings.DESK_RUNS_DIR) / str(run.id) / "effects.log"
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+@pytest.fixture
+def interrupted_execute(interrupted_run, personas):
+    """`execute` approved by alice and bob, then its worker 'died' after writing pending, long enough
+    ago that a re-run may be signed."""
+    run, approval = interrupted_run(script=LOGGED_EXECUTE_SCRIPT)
+    assert approval.required_approvals == 2
+    approval_decide(
+        approval_id=approval.id,
+        reviewer=personas.alice,
+        verdict="approve",
+        checkpoint_id=str(approval.checkpoint_id),
+    )
+    approved_then_left_pending(run, approval, personas.bob)
+    run = finish(run)
+    assert run.status == RunStatus.INPUT_REQUIRED
+    reconcile = ApprovalRequest.objects.get(run=run, kind="reconcile", status="pending")
+    past_the_hard_time_limit(run)
+    assert times_executed(run) == 0
+    return run, reconcile
+
+
+def test_one_reviewers_rerun_of_a_quorum_tools_effect_leaves_it_waiting_and_runs_nothing(
+    interrupted_execute, personas, api_as
+):
+    run, reconcile = interrupted_execute
+
+    response = answer(api_as, personas.bob, reconcile, verdict="rerun", reason="not in the shell history")
+
+    assert response.status_code == 201, response.json()
+    reconcile.refresh_from_db()
+    assert reconcile.status == "pending"
+    assert approval_data(reconcile)["quorum"] == {"required": 2, "approved_by": ["bob"], "groups": []}
+    run = finish(run)
+    assert run.status == RunStatus.INPUT_REQUIRED
+    assert times_executed(run) == 0
+    assert SideEffect.objects.get(run=run).status == "unknown"
+
+
+def test_two_reviewers_reruns_of_a_quorum_tools_effect_run_it_exactly_once(
+    interrupted_execute, personas, api_as
+):
+    run, reconcile = interrupted_execute
+
+    for reviewer in (personas.bob, personas.alice):
+        response = answer(api_as, reviewer, reconcile, verdict="rerun")
+        assert response.status_code == 201, response.json()
+
+    reconcile.refresh_from_db()
+    assert reconcile.status == "approved"
+    run = finish(run)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert times_executed(run) == 1
+    assert SideEffect.objects.get(run=run).status == "confirmed"
+    assert all(d.consumed_at for d in Decision.objects.filter(request=reconcile))
+    assert finish(run).status == RunStatus.SUCCEEDED and times_executed(run) == 1
+
+
+def test_the_same_reviewer_cannot_cast_both_rerun_votes(interrupted_execute, personas, api_as):
+    _, reconcile = interrupted_execute
+    answer(api_as, personas.bob, reconcile, verdict="rerun")
+
+    response = answer(api_as, personas.bob, reconcile, verdict="rerun")
+
+    assert response.status_code == 409 and response.json()["code"] == "voted"
+    assert Decision.objects.filter(request=reconcile).count() == 1
+
+
+def test_marking_a_quorum_tools_effect_done_takes_one_reviewer_and_runs_nothing(
+    interrupted_execute, personas, api_as
+):
+    """Confirming runs nothing (the result the reviewer recorded is used), like a rejection,
+    which under a quorum also takes one reviewer: the quorum guards making an effect happen."""
+    run, reconcile = interrupted_execute
+
+    response = answer(api_as, personas.bob, reconcile, verdict="confirm", external_ref="ran by hand")
+
+    assert response.status_code == 201, response.json()
+    run = finish(run)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert times_executed(run) == 0
+
+
+def test_the_gate_wants_the_tools_quorum_for_a_rerun_whatever_the_row_says(
+    interrupted_execute, personas, api_as
+):
+    """Someone lowers the reconciliation's quorum in the database and marks it approved after
+    one re-run vote: the tool still wants two reviewers' signatures, and nothing runs."""
+    run, reconcile = interrupted_execute
+    answer(api_as, personas.bob, reconcile, verdict="rerun")
+    ApprovalRequest.objects.filter(pk=reconcile.pk).update(required_approvals=1, status="approved")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.QUEUED)  # as the decide service would
+
+    run = finish(run)
+
+    assert (run.status, run.error_kind) == (RunStatus.FAILED, "approval")
+    assert "needs approvals from 2 different reviewers; it has 1" in run.error
+    assert times_executed(run) == 0
+    assert SideEffect.objects.get(run=run).status == "unknown"

@@ -134,3 +134,14 @@ def _insert_sql(model: type[Model], vendor: str, makes_pk: bool) -> tuple[str, l
     if makes_pk and connection.features.can_return_columns_from_insert:
         sql += f" RETURNING {quote(meta.pk.column)}"  # type: ignore[union-attr]
     return sql, fields
+
+
+def for_update_of(alias: str) -> str:
+    """The clause that locks `alias`'s row until the transaction ends, as the ORM's
+    `select_for_update(of=(...))` does; empty where writing transactions already exclude each
+    other (SQLite)."""
+    if not connection.features.has_select_for_update:
+        return ""
+    if connection.features.has_select_for_update_of:
+        return f" FOR UPDATE OF {quote(alias)}"
+    return " FOR UPDATE"

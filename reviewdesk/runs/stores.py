@@ -98,7 +98,7 @@ class DatabaseCheckpointStore:
         return [_stored(row) for row in rows]
 
     def latest(self, run_id: str) -> StoredCheckpoint | None:
-        row = Checkpoint.objects.filter(run_id=run_id).order_by("-number").first()
+        row = latest_checkpoint(run_id)
         self._last_number[run_id] = row.number if row else 0
         return _stored(row) if row else None
 
@@ -128,6 +128,20 @@ class DatabaseCheckpointStore:
 
     def list(self, run_id: str) -> list[StoredCheckpoint]:
         return [_stored(row) for row in Checkpoint.objects.filter(run_id=run_id).order_by("number")]
+
+
+def latest_checkpoint(run_id: Any) -> Checkpoint | None:
+    """The run's latest checkpoint row, in one hand-written statement: a decision asks whether
+    its call still waits there, a worker where to continue (issue 11)."""
+    columns = Columns.of(Checkpoint, "c")
+    sql = (
+        f"SELECT {columns.sql} FROM {table(Checkpoint)} c WHERE c.{column(Checkpoint, 'run')} = %s "
+        f"ORDER BY c.{column(Checkpoint, 'number')} DESC LIMIT 1"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [prep(Checkpoint, "run", run_id)])
+        row = cursor.fetchone()
+    return None if row is None else columns.build(row)
 
 
 def checkpoint_state(row: Checkpoint) -> AgentState:

@@ -4,6 +4,7 @@ arguments whose invisible characters are shown escaped."""
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal
 from html import unescape
 from pathlib import Path
@@ -16,7 +17,12 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from reviewdesk.approvals.models import ApprovalRequest
-from reviewdesk.approvals.queue import QUEUE_PAGE_SIZE, QueueFilters, approvals_queue_for
+from reviewdesk.approvals.queue import (
+    QUEUE_MAX_PAGE_OFFSET,
+    QUEUE_PAGE_SIZE,
+    QueueFilters,
+    approvals_queue_for,
+)
 from reviewdesk.demo.models import DemoRefund
 from reviewdesk.desk.templatetags.desk_json import exact, has_invisible, pretty_json, shown_json, visible
 
@@ -255,6 +261,71 @@ def test_past_the_count_cap_the_desk_says_1000_plus_and_still_pages_to_the_end(
     monkeypatch.setattr(selectors, "QUEUE_COUNT_CAP", 5)
     exact = alice.get("/").content.decode()
     assert "<title>(5) Desk" in exact and 'data-total-capped=""' in exact
+
+
+def furthest_read(queries) -> int:
+    """The largest LIMIT or OFFSET in the statements: how far into the queue any of them may walk."""
+    return max(
+        (int(n) for q in queries for n in re.findall(r"\b(?:LIMIT|OFFSET) (\d+)", q["sql"])), default=0
+    )
+
+
+@pytest.mark.parametrize("tiers", ["one tier", "named first"])
+def test_an_offset_far_past_the_end_of_the_queue_is_its_last_page_read_no_further(
+    interrupted_run, personas, tiers
+):
+    """The window read as far as the offset asked (an OFFSET, or each tier's ids up to it, of a
+    billion): one request walked every pending call to draw an empty page. Now an offset past
+    the counted end is the last real page, read as that page is, on the page and its socket."""
+    from reviewdesk.events import consumers
+
+    _, approval = interrupted_run()
+    template = ApprovalRequest.objects.get(pk=approval.pk)
+    for n in range(QUEUE_PAGE_SIZE + 5):
+        template.pk, template.tool_call_id = None, f"clone-{n}"
+        template.assignees = ["alice"] if tiers == "named first" and n % 2 else []
+        template.save(force_insert=True)
+    alice = logged_in(personas.alice)
+    with CaptureQueriesContext(connection) as ordinary:
+        last = alice.get("/", {"offset": QUEUE_PAGE_SIZE}).content.decode()
+    with CaptureQueriesContext(connection) as huge:
+        response = alice.get("/", {"offset": 999_999_999})
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert page.count('<li class="card"') - 1 == 6 == last.count('<li class="card"') - 1
+    assert f'data-offset="{QUEUE_PAGE_SIZE}"' in page and 'rel="prev"' in page and 'rel="next"' not in page
+    assert "Call 1,000,000,000 is past the end of this queue: here is its last page." in page
+    assert len(huge) == len(ordinary)
+    assert furthest_read(huge) <= QUEUE_MAX_PAGE_OFFSET + QUEUE_PAGE_SIZE + 1
+    snapshot = consumers._snapshot.func(personas.alice, (QueueFilters(), 999_999_999))["data"]
+    assert (snapshot["offset"], len(snapshot["approvals"]), snapshot["more"]) == (QUEUE_PAGE_SIZE, 6, False)
+
+
+def test_the_queue_pages_no_deeper_than_its_limit_and_says_how_to_reach_the_rest(
+    interrupted_run, personas, monkeypatch
+):
+    """Past QUEUE_MAX_PAGE_OFFSET (here one page of 2) no next page is offered, and an offset
+    asked beyond it is that deepest page, read no further; the page says to filter."""
+    from reviewdesk.approvals import queue
+
+    monkeypatch.setattr(queue, "QUEUE_MAX_PAGE_OFFSET", 2)
+    monkeypatch.setattr(queue, "QUEUE_PAGE_SIZE", 2)
+    monkeypatch.setattr(queue, "QUEUE_COUNT_CAP", 3)
+    _, approval = interrupted_run()
+    template = ApprovalRequest.objects.get(pk=approval.pk)
+    for n in range(6):
+        template.pk, template.tool_call_id = None, f"clone-{n}"
+        template.save(force_insert=True)
+    alice = logged_in(personas.alice)
+    note = "The desk pages no further than call 4: filter the queue to reach the rest."
+    clicked = alice.get("/", {"offset": 2}).content.decode()
+    with CaptureQueriesContext(connection) as queries:
+        asked = alice.get("/", {"offset": 10**6}).content.decode()
+    for page in (clicked, asked):
+        assert page.count('<li class="card"') - 1 == 2 and 'data-offset="2"' in page
+        assert note in page and 'rel="next"' not in page and 'rel="prev"' in page
+    assert furthest_read(queries) <= 21  # each count at most 3 + 1; Django's get() reads up to 21
+    assert note not in alice.get("/").content.decode()  # the first page pages on
 
 
 def test_invisible_characters_in_arguments_are_escaped_and_flagged_on_every_page(interrupted_run, personas):

@@ -38,6 +38,10 @@ QUEUE_FILTER_NAMES = ("agent", "tool", "run", "assignee")
 # The furthest offset a URL may ask for: past it every page is empty anyway, and the database's
 # integer (a bigint, and SQLite's) must not overflow on a number someone typed.
 QUEUE_MAX_OFFSET = 10**9
+# The deepest a page may start (500 pages of 20). The window reads the rows before the page,
+# so an offset of a billion walked every pending call (to draw nothing); capped, no read goes
+# further than this and a page, however many are pending. The filters reach the rest.
+QUEUE_MAX_PAGE_OFFSET = 10_000
 
 
 def queue_view_from(params: Mapping[str, str]) -> tuple[QueueFilters, int]:
@@ -63,6 +67,7 @@ class QueuePage:
     prev_offset: int | None
     total_capped: bool = False  # more than `total` are pending: show "1000+"
     matching_capped: bool = False
+    deeper: bool = False  # matching calls follow, past the deepest page (QUEUE_MAX_PAGE_OFFSET)
 
 
 def _capped_count(rows: QuerySet) -> tuple[int, bool]:
@@ -104,7 +109,8 @@ def approvals_queue_for(user: Any, filters: QueueFilters, *, offset: int = 0) ->
     theirs ("group:NAME"), then the rest, each tier by expiry (soonest first); filtered,
     one page, read with what a card shows of each (`approval_rows`). A fixed number of queries
     whatever the number pending; none of them reads more than QUEUE_COUNT_CAP rows, or the rows
-    before the page and the page itself."""
+    before the page and the page itself. No page starts past QUEUE_MAX_PAGE_OFFSET, and an
+    offset past the counted end (the count is exact below the cap) is the last real page."""
     pending = approvals_pending_for(user)
     tiers = queue_tiers(pending, user)
     total, total_capped = _capped_count(pending)
@@ -126,15 +132,19 @@ def approvals_queue_for(user: Any, filters: QueueFilters, *, offset: int = 0) ->
         rows = rows.filter(NamesAny("assignees", [filters.assignee]))
     filtered = rows is not pending
     matching, matching_capped = _capped_count(rows) if filtered else (total, total_capped)
-    offset = max(0, offset)
+    offset = min(max(0, offset), QUEUE_MAX_PAGE_OFFSET)
+    if offset and offset >= matching and not matching_capped:  # past the end
+        offset = (matching - 1) // QUEUE_PAGE_SIZE * QUEUE_PAGE_SIZE if matching else 0
     window, more = _window(rows, in_queue_order(rows, tiers), offset)
+    deeper = more and offset + QUEUE_PAGE_SIZE > QUEUE_MAX_PAGE_OFFSET
     return QueuePage(
         approvals=window,
         total=total,
         matching=matching,
         offset=offset,
-        next_offset=offset + QUEUE_PAGE_SIZE if more else None,
+        next_offset=offset + QUEUE_PAGE_SIZE if more and not deeper else None,
         prev_offset=max(0, offset - QUEUE_PAGE_SIZE) if offset > 0 else None,
         total_capped=total_capped,
         matching_capped=matching_capped,
+        deeper=deeper,
     )

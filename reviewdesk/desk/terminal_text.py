@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.approvals.selectors import approval_context, approval_preview
-from reviewdesk.desk.templatetags.desk_json import has_invisible, pretty_json
+from reviewdesk.desk.templatetags.desk_json import exact, has_invisible, pretty_json, shown_json, visible
 from reviewdesk.events.builders import iso
 
 INDENT = "    "
@@ -28,7 +28,13 @@ def indented(text: str, prefix: str = INDENT) -> list[str]:
 
 
 def flagged(value: Any) -> list[str]:
+    """The flag under a value shown with `exact` or `shown_json` (its edge spaces escaped too)."""
     return [INDENT + INVISIBLE_FLAG] if has_invisible(value) else []
+
+
+def flagged_prose(text: str) -> list[str]:
+    """The flag under prose, shown with `visible`: its spaces are printed as typed."""
+    return [INDENT + INVISIBLE_FLAG] if visible(text) != text else []
 
 
 def in_words(seconds: float) -> str:
@@ -59,11 +65,11 @@ def approval_text(approval: ApprovalRequest, *, position: str) -> list[str]:
     ]
     if approval.assignees:
         lines.append(f"Assigned    {', '.join(approval.assignees)}")
-    lines += ["Task:", *indented(context["task"]), *flagged(context["task"])]
+    lines += ["Task:", *indented(context["task"]), *flagged_prose(context["task"])]
     if context["asking_text"]:
         asking = context["asking_text"]
         shown = asking if len(asking) <= MODEL_TEXT_SHOWN else asking[:MODEL_TEXT_SHOWN] + " …(cut)"
-        lines += ["The model's message (model text, untrusted):", *indented(shown), *flagged(asking)]
+        lines += ["The model's message (model text, untrusted):", *indented(shown), *flagged_prose(asking)]
     lines += [f"Arguments (sha256 {approval.arguments_sha256}):", *arguments_text(approval.arguments)]
     lines += preview_text(approval_preview(approval, approval.arguments))
     lines += decisions_text(context["decisions"])
@@ -71,7 +77,7 @@ def approval_text(approval: ApprovalRequest, *, position: str) -> list[str]:
 
 
 def arguments_text(arguments: Any) -> list[str]:
-    return [*indented(pretty_json(arguments)), *flagged(arguments)]
+    return [*indented(shown_json(arguments)), *flagged(arguments)]
 
 
 def preview_text(result: dict[str, Any]) -> list[str]:
@@ -87,11 +93,11 @@ def preview_text(result: dict[str, Any]) -> list[str]:
     width = max((len(label) for label, _ in rows), default=0)
     for label, value in rows:
         lines.append(
-            f"{INDENT}{label.ljust(width)}  {value}"
+            f"{INDENT}{label.ljust(width)}  {exact(value)}"
             + ("  ⚠ invisible characters" if has_invisible(value) else "")
         )
     if preview.get("body") is not None:
-        lines += [INDENT + "┌", *indented(str(preview["body"]), INDENT + "│ "), INDENT + "└"]
+        lines += [INDENT + "┌", *indented(exact(preview["body"]), INDENT + "│ "), INDENT + "└"]
         lines += flagged(preview["body"])
     return lines
 

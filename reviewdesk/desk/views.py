@@ -82,6 +82,13 @@ def desk(request: HttpRequest) -> HttpResponse:
     filters, offset = queue_view_from(request.GET)
     filters = replace(filters, run=run_filter_text(filters.run))
     page = approvals_queue_for(request.user, filters, offset=offset)
+    if page.deeper:
+        last_call = page.offset + len(page.approvals)
+        messages.info(
+            request, f"The desk pages no further than call {last_call:,}: filter the queue to reach the rest."
+        )
+    elif page.offset < offset:
+        messages.info(request, f"Call {offset + 1:,} is past the end of this queue: here is its last page.")
     kept = {name: getattr(filters, name) for name in FILTERS if getattr(filters, name)}
     tools = sorted({tool.name for name in agent_names() for tool in get_agent(name).tools})
     return render(

@@ -13,6 +13,8 @@ from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
+from reviewdesk.api.throttling import ResendThrottle
+from reviewdesk.desk.rate_limits import over_limit
 from reviewdesk.errors import DeskError, NotFound
 from reviewdesk.webhooks.models import WebhookEndpoint, WebhookEvent
 from reviewdesk.webhooks.services import (
@@ -95,6 +97,12 @@ def webhook_delete_post(request: HttpRequest, webhook_id) -> HttpResponse:
 @login_required
 @require_http_methods(["POST"])
 def webhook_resend_post(request: HttpRequest, webhook_id, delivery_id) -> HttpResponse:
+    # Each re-send queues up to DESK_WEBHOOK_MAX_ATTEMPTS POSTs to the owner's URL: the page is
+    # held to the API's limit, on the API's counter for this user (counted first, as there).
+    refusal = over_limit(request, ResendThrottle(), what="re-sends")
+    if refusal:
+        messages.error(request, f"Not re-sent: {refusal}")
+        return redirect("webhook", webhook_id=webhook_id)
     try:
         webhook_resend(webhook_id=webhook_id, delivery_id=delivery_id, owner=request.user)
     except NotFound:

@@ -3,7 +3,7 @@
 (function () {
   "use strict";
   const page = document.getElementById("approval");
-  const { visible, hasInvisible, shownJson } = window.DeskShown;
+  const { visible, exact, hasInvisible, shownJson } = window.DeskShown;
   const approvalId = page.dataset.approvalId;
   const irreversible = page.dataset.effect === "external";
   const help = document.getElementById("keys-help");
@@ -51,7 +51,7 @@
     document.getElementById("approval-targets").firstChild.textContent = (targets.length ? targets.join(", ") : "any reviewer") + " ";
     const h = approval.handover;
     if (h && targets.length && !users.includes(page.dataset.username) && page.dataset.admin !== "yes") {
-      gone("Handed over to " + targets.join(", ") + " by " + h.by + (h.note ? ": “" + h.note + "”" : "") + ". This page's buttons are off.");
+      gone("Handed over to " + targets.join(", ") + " by " + h.by + (h.note ? ": “" + visible(h.note) + "”" : "") + ". This page's buttons are off.");
     }
   }
 
@@ -179,13 +179,13 @@
       const dl = el("dl", "preview-rows");
       (p.rows || []).forEach(([label, value]) => {
         dl.appendChild(el("dt", "", visible(label)));
-        const dd = el("dd", "", visible(value));
+        const dd = el("dd", "", exact(value));
         if (hasInvisible(String(value))) dd.append(" ", el("span", "invisible-flag", "⚠ contains invisible characters"));
         dl.appendChild(dd);
       });
       nodes.push(dl);
       if (p.body !== null && p.body !== undefined) {
-        nodes.push(el("pre", "preview-body", visible(p.body)));
+        nodes.push(el("pre", "preview-body", exact(p.body)));
         if (hasInvisible(p.body)) nodes.push(el("p", "invisible-flag", "⚠ the body contains invisible characters (shown escaped)"));
       }
     } else {

@@ -10,7 +10,7 @@
   const count = document.getElementById("count");
   const notices = document.getElementById("notices");
   const help = document.getElementById("keys-help");
-  const { visible, hasInvisible, shownJson } = window.DeskShown;
+  const { visible, exact, hasInvisible, shownJson } = window.DeskShown;
   const me = list.dataset.username;
   const filters = {
     agent: list.dataset.filterAgent,
@@ -100,7 +100,7 @@
     if (q && q.required > 1) node.querySelector(".quorum").textContent = q.approved_by.length + " of " + q.required;
     else node.querySelectorAll("[data-if-quorum]").forEach((el) => el.remove());
     const h = approval.handover;
-    if (h) node.querySelector(".handover").textContent = h.by + (h.note ? ": “" + h.note + "”" : "");
+    if (h) node.querySelector(".handover").textContent = h.by + (h.note ? ": “" + visible(h.note) + "”" : "");
     else node.querySelectorAll("[data-if-handover]").forEach((el) => el.remove());
     const expires = node.querySelector(".expires");
     expires.dateTime = approval.expires_at;
@@ -169,7 +169,7 @@
     (Array.isArray(args.options) ? args.options : []).forEach((option) => {
       const button = document.createElement("button");
       Object.assign(button, { type: "submit", name: "answer", value: String(option), className: "option" });
-      button.textContent = visible(String(option));
+      button.textContent = exact(String(option));
       options.append(button);
     });
   }

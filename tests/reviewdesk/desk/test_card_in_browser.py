@@ -624,3 +624,43 @@ def test_a_call_that_reaches_me_from_elsewhere_is_counted_as_the_server_counts(p
         push(page, fresh)
         expect(page.locator("#count")).to_have_text("2")
         expect(page.locator("li.card")).to_have_count(2)
+
+
+def test_a_card_with_lookalike_characters_and_a_hand_over_note_is_escaped_alike_by_desk_js(
+    interrupted_run, personas
+):
+    """A variation selector, a Hangul filler, a no-break space and a trailing space in the
+    arguments, and a reversed span in the hand-over note: the card desk.js builds shows each
+    escaped, exactly as the server's card does."""
+    from reviewdesk.approvals.handover import approval_handover
+
+    subject = "Your\u00a0refund\ufe0f is\u3164here "
+    script = [
+        {
+            "tool_calls": [
+                {
+                    "name": "send_email",
+                    "arguments": {"to": "ada@example.com", "subject": subject, "body": "Hi"},
+                }
+            ]
+        },
+        {"content": "sent"},
+    ]
+    _, approval = interrupted_run(script)
+    approval = approval_handover(approval_id=approval.id, by=personas.alice, to="bob", note="fine\u202etxt")
+    client = Client()
+    client.force_login(personas.bob)
+    html = client.get("/").content.decode()
+    snapshot = {"seq": 0, "type": "snapshot", "data": {"approvals": [approval_data(approval)]}}
+    with desk_in_chromium(html, snapshot) as page:
+        served = page.evaluate(
+            f"(html) => ({SHAPE})(new DOMParser().parseFromString(html, 'text/html'))", html
+        )
+        built = page.evaluate(SHAPE, page.query_selector("#approvals"))
+        card = page.locator(f"li.card[data-approval-id='{approval.id}']")
+        args = card.locator(".args").text_content()
+        handover = card.locator(".handover").text_content()
+    armed(served)
+    assert built == served
+    assert '"subject": "Your\\u00a0refund\\ufe0f is\\u3164here\\u0020"' in args
+    assert handover == "alice: “fine\\u202etxt”"

@@ -4,7 +4,9 @@ arguments whose invisible characters are shown escaped."""
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -15,9 +17,14 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from reviewdesk.approvals.models import ApprovalRequest
-from reviewdesk.approvals.queue import QUEUE_PAGE_SIZE, QueueFilters, approvals_queue_for
+from reviewdesk.approvals.queue import (
+    QUEUE_MAX_PAGE_OFFSET,
+    QUEUE_PAGE_SIZE,
+    QueueFilters,
+    approvals_queue_for,
+)
 from reviewdesk.demo.models import DemoRefund
-from reviewdesk.desk.templatetags.desk_json import has_invisible, visible
+from reviewdesk.desk.templatetags.desk_json import exact, has_invisible, pretty_json, shown_json, visible
 
 pytestmark = pytest.mark.django_db
 
@@ -256,6 +263,71 @@ def test_past_the_count_cap_the_desk_says_1000_plus_and_still_pages_to_the_end(
     assert "<title>(5) Desk" in exact and 'data-total-capped=""' in exact
 
 
+def furthest_read(queries) -> int:
+    """The largest LIMIT or OFFSET in the statements: how far into the queue any of them may walk."""
+    return max(
+        (int(n) for q in queries for n in re.findall(r"\b(?:LIMIT|OFFSET) (\d+)", q["sql"])), default=0
+    )
+
+
+@pytest.mark.parametrize("tiers", ["one tier", "named first"])
+def test_an_offset_far_past_the_end_of_the_queue_is_its_last_page_read_no_further(
+    interrupted_run, personas, tiers
+):
+    """The window read as far as the offset asked (an OFFSET, or each tier's ids up to it, of a
+    billion): one request walked every pending call to draw an empty page. Now an offset past
+    the counted end is the last real page, read as that page is, on the page and its socket."""
+    from reviewdesk.events import consumers
+
+    _, approval = interrupted_run()
+    template = ApprovalRequest.objects.get(pk=approval.pk)
+    for n in range(QUEUE_PAGE_SIZE + 5):
+        template.pk, template.tool_call_id = None, f"clone-{n}"
+        template.assignees = ["alice"] if tiers == "named first" and n % 2 else []
+        template.save(force_insert=True)
+    alice = logged_in(personas.alice)
+    with CaptureQueriesContext(connection) as ordinary:
+        last = alice.get("/", {"offset": QUEUE_PAGE_SIZE}).content.decode()
+    with CaptureQueriesContext(connection) as huge:
+        response = alice.get("/", {"offset": 999_999_999})
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert page.count('<li class="card"') - 1 == 6 == last.count('<li class="card"') - 1
+    assert f'data-offset="{QUEUE_PAGE_SIZE}"' in page and 'rel="prev"' in page and 'rel="next"' not in page
+    assert "Call 1,000,000,000 is past the end of this queue: here is its last page." in page
+    assert len(huge) == len(ordinary)
+    assert furthest_read(huge) <= QUEUE_MAX_PAGE_OFFSET + QUEUE_PAGE_SIZE + 1
+    snapshot = consumers._snapshot.func(personas.alice, (QueueFilters(), 999_999_999))["data"]
+    assert (snapshot["offset"], len(snapshot["approvals"]), snapshot["more"]) == (QUEUE_PAGE_SIZE, 6, False)
+
+
+def test_the_queue_pages_no_deeper_than_its_limit_and_says_how_to_reach_the_rest(
+    interrupted_run, personas, monkeypatch
+):
+    """Past QUEUE_MAX_PAGE_OFFSET (here one page of 2) no next page is offered, and an offset
+    asked beyond it is that deepest page, read no further; the page says to filter."""
+    from reviewdesk.approvals import queue
+
+    monkeypatch.setattr(queue, "QUEUE_MAX_PAGE_OFFSET", 2)
+    monkeypatch.setattr(queue, "QUEUE_PAGE_SIZE", 2)
+    monkeypatch.setattr(queue, "QUEUE_COUNT_CAP", 3)
+    _, approval = interrupted_run()
+    template = ApprovalRequest.objects.get(pk=approval.pk)
+    for n in range(6):
+        template.pk, template.tool_call_id = None, f"clone-{n}"
+        template.save(force_insert=True)
+    alice = logged_in(personas.alice)
+    note = "The desk pages no further than call 4: filter the queue to reach the rest."
+    clicked = alice.get("/", {"offset": 2}).content.decode()
+    with CaptureQueriesContext(connection) as queries:
+        asked = alice.get("/", {"offset": 10**6}).content.decode()
+    for page in (clicked, asked):
+        assert page.count('<li class="card"') - 1 == 2 and 'data-offset="2"' in page
+        assert note in page and 'rel="next"' not in page and 'rel="prev"' in page
+    assert furthest_read(queries) <= 21  # each count at most 3 + 1; Django's get() reads up to 21
+    assert note not in alice.get("/").content.decode()  # the first page pages on
+
+
 def test_invisible_characters_in_arguments_are_escaped_and_flagged_on_every_page(interrupted_run, personas):
     run, approval = interrupted_run(BIDI_SCRIPT)
     alice = logged_in(personas.alice)
@@ -329,7 +401,14 @@ def test_a_questions_options_and_fields_show_their_invisible_characters_escaped(
         ("tag\U000e0041", "tag\\udb40\\udc41"),
         ("line\nand\ttab stay, é and 😀 too", "line\nand\ttab stay, é and 😀 too"),
         ("ascii bell\x07, escape\x1b and delete\x7f", "ascii bell\\u0007, escape\\u001b and delete\\u007f"),
-        ("plain ascii\nwith a tab\t", "plain ascii\nwith a tab\t"),
+        ("plain ascii\nwith a\ttab", "plain ascii\nwith a\ttab"),
+        ("vs16 \u2764\ufe0f, vs \U000e0100", "vs16 \u2764\\ufe0f, vs \\udb40\\udd00"),
+        ("\u115f\u1160\u3164\uffa0", "\\u115f\\u1160\\u3164\\uffa0"),
+        ("a\u00a0b\u2009c\u202fd\u3000e\u2007f", "a\\u00a0b\\u2009c\\u202fd\\u3000e\\u2007f"),
+        (
+            "cgj\u034f mongolian\u180b khmer\u17b4 braille\u2800",
+            "cgj\\u034f mongolian\\u180b khmer\\u17b4 braille\\u2800",
+        ),
     ],
     ids=[
         "bidi override",
@@ -340,6 +419,10 @@ def test_a_questions_options_and_fields_show_their_invisible_characters_escaped(
         "ordinary text untouched",
         "ASCII controls (the regex path)",
         "plain ASCII untouched",
+        "variation selectors",
+        "Hangul fillers",
+        "no-break and other odd spaces",
+        "other default-ignorables and the blank braille cell",
     ],
 )
 def test_visible_escapes_what_cannot_be_seen(text, shown):
@@ -381,3 +464,160 @@ def test_tool_call_names_in_the_conversation_show_their_invisible_characters_esc
         html = alice.get(url).content.decode()
         assert "lookup\u202e" not in html, url
         assert "lookup\\u202eliame_dnes" in html, url
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("Your refund ", "Your refund\\u0020"),
+        ("  two leading", "\\u0020\\u0020two leading"),
+        ("line one \t\nline two", "line one\\u0020\\u0009\nline two"),
+        ("tab at the end\t", "tab at the end\\u0009"),
+        ("words  with\ttwo spaces\n  and an indent", "words  with\ttwo spaces\n  and an indent"),
+        ("a\u00a0", "a\\u00a0"),
+    ],
+    ids=["trailing", "leading", "before a line break", "trailing tab", "ordinary spacing untouched", "nbsp"],
+)
+def test_exact_also_shows_the_spaces_and_tabs_at_a_values_edges(text, shown):
+    """For a value that is sent or signed (a preview's row, an option): a space or tab at its
+    start, at its end or before a line break is escaped too; spaces between words are not."""
+    assert exact(text) == shown
+    assert has_invisible(text) == (text != shown)
+
+
+def test_shown_json_marks_the_edge_spaces_of_each_string_and_still_parses_to_the_same_value():
+    value = {"to ": " ada@example.com", "subject": "Your refund ", "body": "Hi \nAda", "same": "a  b"}
+    shown = shown_json(value)
+    assert '"to\\u0020": "\\u0020ada@example.com"' in shown
+    assert '"subject": "Your refund\\u0020"' in shown and '"body": "Hi\\u0020\\nAda"' in shown
+    assert '"same": "a  b"' in shown  # spaces between words, and the JSON's own, stay
+    assert json.loads(shown) == value  # the edit form starts from this text: it must read back
+    assert shown_json({"plain": "text", "n": [1, "two"]}) == pretty_json({"plain": "text", "n": [1, "two"]})
+
+
+# What a reviewer could take for another call's arguments: each class of character that does
+# not show (or shows as an ordinary space), in the subject of an email.
+LOOKALIKE_SUBJECTS = {
+    "variation selectors": (
+        "Your refund\ufe0f is here\U000e0100",
+        "Your refund\\ufe0f is here\\udb40\\udd00",
+    ),
+    "Hangul fillers": (
+        "Your\u115frefund\u1160is\u3164here\uffa0",
+        "Your\\u115frefund\\u1160is\\u3164here\\uffa0",
+    ),
+    "no-break and odd spaces": (
+        "Your\u00a0refund\u2009is\u202fhere\u3000",
+        "Your\\u00a0refund\\u2009is\\u202fhere\\u3000",
+    ),
+    "a trailing space": ("Your refund ", "Your refund\\u0020"),
+}
+
+
+def the_card(desk_page: str, approval) -> str:
+    """The server's card for `approval` on the desk page (not the blank template desk.js clones),
+    after its start tag: the arguments in its data attribute are data for batch.js, not shown."""
+    start = desk_page.index('<div class="head">', desk_page.index(f'data-approval-id="{approval.id}"'))
+    return unescape(desk_page[start : desk_page.index("</li>", start)])
+
+
+def an_email_with_subject(interrupted_run, subject: str):
+    script = [
+        {
+            "tool_calls": [
+                {
+                    "name": "send_email",
+                    "arguments": {"to": "ada@example.com", "subject": subject, "body": "Hi"},
+                }
+            ]
+        },
+        {"content": "sent"},
+    ]
+    return interrupted_run(script)
+
+
+@pytest.mark.parametrize("kind", sorted(LOOKALIKE_SUBJECTS))
+def test_each_class_of_lookalike_character_is_shown_marked_on_the_card_and_the_approval_page(
+    interrupted_run, personas, kind
+):
+    raw, shown = LOOKALIKE_SUBJECTS[kind]
+    _, approval = an_email_with_subject(interrupted_run, raw)
+    alice = logged_in(personas.alice)
+    card = the_card(alice.get("/").content.decode(), approval)
+    assert f'"subject": "{shown}"' in card and raw not in card
+    assert "contains invisible characters" in card
+    page = unescape(alice.get(f"/approvals/{approval.id}/").content.decode())
+    assert raw not in page[: page.index('<script id="tool-schema"')]  # then the data approval.js reads
+    assert f'"subject": "{shown}"' in page  # what you sign, and the edit form's text
+    assert f'"subject":"{shown}"' in page  # the canonical JSON, compact as it is signed
+    conversation = page[page.index('id="conversation"') : page.index('id="decided-before"')]
+    assert f'"subject": "{shown}"' in conversation  # the model's call, in the conversation
+    assert f'<dt>Subject</dt><dd>{shown} <span class="invisible-flag">' in page  # the preview
+    assert "contains invisible characters: they are shown escaped" in page
+
+
+def test_ordinary_text_renders_unchanged_on_the_card_and_the_approval_page(interrupted_run, personas):
+    subject = "Your refund,  Ada: é, 東京 and 😀"
+    _, approval = an_email_with_subject(interrupted_run, subject)
+    alice = logged_in(personas.alice)
+    card = the_card(alice.get("/").content.decode(), approval)
+    page = unescape(alice.get(f"/approvals/{approval.id}/").content.decode())
+    for html in (card, page):
+        assert f'"subject": "{subject}"' in html
+        assert "\\u0020" not in html and "contains invisible characters" not in html
+    assert f"<dt>Subject</dt><dd>{subject}</dd>" in page
+
+
+REVIEWER_TEXT = "ok\u202etxt.lave\u00a0\u3164 "  # a reversed span, a no-break space, a filler
+
+
+def test_a_hand_over_note_is_shown_escaped_on_the_card_and_the_approval_page(interrupted_run, personas):
+    from reviewdesk.approvals.handover import approval_handover
+
+    _, approval = interrupted_run()
+    approval_handover(approval_id=approval.id, by=personas.alice, to="bob", note=REVIEWER_TEXT)
+    bob = logged_in(personas.bob)
+    card = the_card(bob.get("/").content.decode(), approval)
+    page = unescape(bob.get(f"/approvals/{approval.id}/").content.decode())
+    assert "alice: “ok\\u202etxt.lave\\u00a0\\u3164 ”" in card
+    assert 'by alice: “<span id="handover-note">ok\\u202etxt.lave\\u00a0\\u3164 </span>”' in page
+    for html in (card, page):
+        assert "\u202e" not in html and "\u3164" not in html
+
+
+def test_a_decisions_reason_and_note_are_shown_escaped_where_the_desk_shows_them(interrupted_run, personas):
+    from reviewdesk.approvals.services import approval_decide
+    from reviewdesk.runs.execution import run_execute
+
+    two_emails = [
+        {
+            "tool_calls": [
+                {"name": "send_email", "arguments": {"to": "ada@example.com", "subject": "1", "body": "a"}}
+            ]
+        },
+        {
+            "tool_calls": [
+                {"name": "send_email", "arguments": {"to": "ada@example.com", "subject": "2", "body": "b"}}
+            ]
+        },
+        {"content": "done"},
+    ]
+    run, first = interrupted_run(two_emails)
+    approval_decide(
+        approval_id=first.id,
+        reviewer=personas.bob,
+        verdict="reject",
+        reason="reason " + REVIEWER_TEXT,
+        note="note\ufe0f" + REVIEWER_TEXT,
+        checkpoint_id=str(first.checkpoint_id),
+    )
+    run_execute(run_id=run.id, worker="in-process")
+    second = ApprovalRequest.objects.get(run=run, status="pending")
+    alice = logged_in(personas.alice)
+    decided = unescape(alice.get(f"/approvals/{first.id}/").content.decode())
+    assert "<dd>reason ok\\u202etxt.lave\\u00a0\\u3164 </dd>" in decided
+    assert "<dd>note\\ufe0fok\\u202etxt.lave\\u00a0\\u3164 </dd>" in decided
+    earlier = unescape(alice.get(f"/approvals/{second.id}/").content.decode())
+    assert "by bob: “reason ok\\u202etxt.lave\\u00a0\\u3164 ”" in earlier
+    for html in (decided, earlier):
+        assert "\u202e" not in html and "\ufe0f" not in html and "\u3164" not in html

@@ -16,7 +16,7 @@ from django.urls import reverse
 from reviewdesk.approvals.models import Decision
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.audit.models import AuditEvent
-from reviewdesk.desk.paging import LIST_PAGE_SIZE
+from reviewdesk.desk.paging import COUNT_CAP, LIST_PAGE_SIZE, MAX_PAGE_OFFSET
 from reviewdesk.runs.models import Run, RunStatus
 
 pytestmark = pytest.mark.django_db
@@ -108,6 +108,65 @@ def test_a_malformed_offset_shows_the_first_page(personas, offset):
     make_runs(personas.carol, 2)
     response = logged_in(personas.carol).get(reverse("runs"), {"offset": offset})
     assert response.status_code == 200 and len(run_ids(response.content.decode())) == 2
+
+
+def furthest_read(queries) -> int:
+    """The largest LIMIT or OFFSET in the statements: how far into a list any of them may walk."""
+    return max(
+        (int(n) for q in queries for n in re.findall(r"\b(?:LIMIT|OFFSET) (\d+)", q["sql"])), default=0
+    )
+
+
+def test_an_offset_far_past_the_end_shows_the_last_page_says_so_and_reads_no_further(personas):
+    """The count and the slice were bounded by the offset asked (a LIMIT and an OFFSET of a
+    billion), so one cheap request walked every run the user may see to draw an empty page.
+    Now an offset past the end is the last real page, read as that page is, with a note."""
+    runs = make_runs(personas.carol, LIST_PAGE_SIZE + 10)
+    client = logged_in(personas.carol)
+    with CaptureQueriesContext(connection) as ordinary:
+        last = client.get(reverse("runs"), {"offset": LIST_PAGE_SIZE}).content.decode()
+    with CaptureQueriesContext(connection) as huge:
+        response = client.get(reverse("runs"), {"offset": 999_999_999})
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert run_ids(page) == run_ids(last) and len(run_ids(page)) == 10 and len(runs) == LIST_PAGE_SIZE + 10
+    assert f"{LIST_PAGE_SIZE + 1}\N{EN DASH}{LIST_PAGE_SIZE + 10} of {LIST_PAGE_SIZE + 10}<" in page
+    assert "Row 1,000,000,000 is past the end of this list: here is its last page." in page
+    assert 'rel="prev"' in page and 'rel="next"' not in page
+    assert len(huge) == len(ordinary)
+    assert furthest_read(huge) <= MAX_PAGE_OFFSET + LIST_PAGE_SIZE + COUNT_CAP + 1
+
+
+def test_the_lists_page_no_deeper_than_their_limit_and_say_how_to_reach_the_rest(personas, monkeypatch):
+    """Past MAX_PAGE_OFFSET (here one page) there is no next link, and an offset asked beyond it
+    is that deepest page; either way the page says to narrow the list with its filters."""
+    monkeypatch.setattr("reviewdesk.desk.paging.MAX_PAGE_OFFSET", LIST_PAGE_SIZE)
+    monkeypatch.setattr("reviewdesk.desk.paging.COUNT_CAP", 10)
+    make_runs(personas.carol, 2 * LIST_PAGE_SIZE + 20)
+    client = logged_in(personas.carol)
+    note = f"This list pages no further than row {2 * LIST_PAGE_SIZE}: narrow it with the filters"
+    clicked = client.get(reverse("runs"), {"offset": LIST_PAGE_SIZE}).content.decode()
+    with CaptureQueriesContext(connection) as queries:
+        asked = client.get(reverse("runs"), {"offset": 10**6}).content.decode()
+    for page in (clicked, asked):
+        assert f"{LIST_PAGE_SIZE + 1}\N{EN DASH}{2 * LIST_PAGE_SIZE} of {2 * LIST_PAGE_SIZE + 10}+" in page
+        assert note in page and 'rel="next"' not in page and 'rel="prev"' in page
+    assert run_ids(asked) == run_ids(clicked)
+    assert furthest_read(queries) <= 2 * LIST_PAGE_SIZE + 10 + 1
+    assert note not in client.get(reverse("runs")).content.decode()  # the first page pages on
+
+
+@pytest.mark.parametrize("path", ["grants", "audit"])
+def test_the_grants_and_audit_lists_answer_a_huge_offset_with_their_last_page(personas, path):
+    client = logged_in(personas.admin)
+    with CaptureQueriesContext(connection) as ordinary:
+        client.get(reverse(path))
+    with CaptureQueriesContext(connection) as huge:
+        response = client.get(reverse(path), {"offset": 999_999_999})
+    assert response.status_code == 200
+    assert "is past the end of this list: here is its last page." in response.content.decode()
+    assert len(huge) == len(ordinary)
+    assert furthest_read(huge) <= MAX_PAGE_OFFSET + LIST_PAGE_SIZE + COUNT_CAP + 1
 
 
 # -- the audit page --------------------------------------------------------------------------

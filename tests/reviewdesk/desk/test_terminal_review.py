@@ -165,6 +165,21 @@ def test_invisible_and_control_characters_are_escaped_never_printed(personas, in
     assert "⚠ holds invisible characters, shown as \\uXXXX" in shown
 
 
+def test_lookalike_characters_and_a_trailing_space_in_the_arguments_are_escaped_as_on_the_page(
+    personas, interrupted_run
+):
+    subject = "Your\u00a0refund\ufe0f is\u3164here "
+    script = [
+        {"tool_calls": [{"name": "send_email", "arguments": {**EMAIL, "subject": subject}}]},
+        {"content": "sent"},
+    ]
+    interrupted_run(script)
+    shown = session(personas.alice, "q")
+    assert '"subject": "Your\\u00a0refund\\ufe0f is\\u3164here\\u0020",' in shown  # the arguments
+    assert "Subject            Your\\u00a0refund\\ufe0f is\\u3164here\\u0020  ⚠" in shown  # the preview
+    assert subject not in shown
+
+
 def test_every_verdict_a_kind_takes_has_a_choice_with_its_own_key():
     from reviewdesk.approvals.models import KIND_VERDICTS
 

@@ -104,3 +104,51 @@ def test_a_disabled_webhook_says_so_and_why(personas):
     assert (
         "a re-send that succeeds enables it again" in page.get(f"/webhooks/{endpoint.id}/").content.decode()
     )
+
+
+@pytest.fixture
+def fresh_throttle_counts(redis_client, settings):
+    """User ids repeat across tests (rolled-back rows): forget the re-send counts of earlier tests."""
+    prefix = settings.CACHES["throttle"]["KEY_PREFIX"]
+
+    def forget():
+        for key in redis_client.scan_iter(f"{prefix}:*resend:*"):
+            redis_client.delete(key)
+
+    forget()
+    yield
+    forget()
+
+
+def test_a_resend_past_the_limit_on_the_page_sends_nothing_and_says_when_to_try_again(
+    personas, settings, fresh_throttle_counts
+):
+    settings.DESK_RATE_RESEND = "2/min"
+    endpoint, _ = webhook_register(owner=personas.carol, url=URL, events=["run.succeeded"])
+    delivery = a_delivery(endpoint)
+    page = logged_in(personas.carol)
+    resend = f"/webhooks/{endpoint.id}/deliveries/{delivery.id}/resend/"
+    for _ in range(2):
+        assert "Delivery queued again." in page.post(resend, follow=True).content.decode()
+    refused = page.post(resend)
+    assert (refused.status_code, refused["Location"]) == (302, f"/webhooks/{endpoint.id}/")
+    shown = page.get(refused["Location"]).content.decode()
+    assert "Not re-sent: at most 2 re-sends a minute" in shown and "Try again in" in shown
+    assert "Delivery queued again." not in shown
+    assert WebhookDelivery.objects.filter(resend_of=delivery).count() == 2  # the refused click sent nothing
+
+
+def test_the_page_and_the_api_share_one_resend_budget_for_the_user(personas, settings, fresh_throttle_counts):
+    """A session's re-sends through the page and through the API count in one place, so
+    alternating between the two does not double the limit."""
+    settings.DESK_RATE_RESEND = "2/min"
+    endpoint, _ = webhook_register(owner=personas.carol, url=URL, events=["run.succeeded"])
+    delivery = a_delivery(endpoint)
+    carol = logged_in(personas.carol)  # the API takes the same session
+    page_resend = f"/webhooks/{endpoint.id}/deliveries/{delivery.id}/resend/"
+    api_resend = f"/api/v1/webhooks/{endpoint.id}/deliveries/{delivery.id}/resend"
+    assert carol.post(page_resend).status_code == 302
+    assert carol.post(api_resend).status_code == 202
+    assert "Not re-sent" in carol.post(page_resend, follow=True).content.decode()
+    assert carol.post(api_resend).status_code == 429
+    assert WebhookDelivery.objects.filter(resend_of=delivery).count() == 2

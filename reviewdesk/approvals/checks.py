@@ -9,7 +9,6 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.db import connection
 from django.utils import timezone
 
@@ -26,6 +25,7 @@ from reviewdesk.approvals.validation import decision_input_check
 from reviewdesk.db_rows import Columns, column, for_update_of, prep, table
 from reviewdesk.errors import Conflict, Forbidden, Gone, Invalid
 from reviewdesk.runs.models import ENDED, Attempt, Run, SideEffect
+from reviewdesk.runs.selectors import run_locked
 from reviewdesk.runs.stores import latest_checkpoint, snapshot_of
 
 
@@ -55,7 +55,8 @@ def approval_check_decide(
     approval = approval_get_for_reviewer(
         approval_id=approval_id, user=reviewer, group_names=group_names, related=False
     )
-    run = _locked_run(approval.run_id)
+    # With its submitter, whom the approval's event names (the run row locked only).
+    run = run_locked(approval.run_id, with_submitter=True)
     approval = _locked_approval(approval.pk)
     if reviewer.pk == run.submitted_by_id:
         raise Forbidden("you submitted this run; another reviewer must decide its approvals")
@@ -95,27 +96,6 @@ def approval_check_decide(
     if verdict == Verdict.ANSWER:
         _check_answer(approval, answer)
     return approval, run
-
-
-def _locked_run(run_pk: Any) -> Run:
-    """The run, its row locked (not its submitter's), with its submitter, whom the approval's
-    event names: one hand-written statement, as the ORM's select_related read but not compiled
-    for every decision (issue 11, #2 and #6)."""
-    user_model = get_user_model()
-    run, user = Columns.of(Run, "r"), Columns.of(user_model, "u")
-    sql = (
-        f"SELECT {run.sql}, {user.sql} FROM {table(Run)} r "
-        f"JOIN {table(user_model)} u ON u.{column(user_model, 'id')} = r.{column(Run, 'submitted_by')} "
-        f"WHERE r.{column(Run, 'id')} = %s{for_update_of('r')}"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [prep(Run, "id", run_pk)])
-        row = cursor.fetchone()
-    if row is None:
-        raise Run.DoesNotExist(f"run {run_pk} does not exist")
-    locked = run.build(row)
-    locked.submitted_by = user.build(row, run.width)
-    return locked
 
 
 def _locked_approval(approval_pk: Any) -> ApprovalRequest:

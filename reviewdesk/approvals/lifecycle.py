@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from agents.canonical import sha256_hex
@@ -30,6 +30,7 @@ from reviewdesk.approvals.models import (
 from reviewdesk.approvals.routing import approval_audience, targets_for_call
 from reviewdesk.audit.services import audit_record
 from reviewdesk.db import prefetched_as
+from reviewdesk.db_rows import Columns, column, prep, table
 from reviewdesk.events.builders import approval_data
 from reviewdesk.events.services import event_emit
 from reviewdesk.runs.models import ENDED, Attempt, Checkpoint, ErrorKind, Run, RunStatus
@@ -125,7 +126,7 @@ def _arguments_that_ran(run: Run, call: CallState) -> dict[str, Any]:
 def approvals_cancel_open(*, run: Run, why: str) -> int:
     """Cancel the run's pending requests; their desk items vanish live."""
     cancelled = 0
-    for approval in ApprovalRequest.objects.filter(run=run, status=ApprovalStatus.PENDING):
+    for approval in _pending_of(run):
         approval.status = ApprovalStatus.CANCELLED
         approval.save(update_fields=["status", "updated_at"])
         audit_record(
@@ -143,6 +144,19 @@ def approvals_cancel_open(*, run: Run, why: str) -> int:
         )
         cancelled += 1
     return cancelled
+
+
+def _pending_of(run: Run) -> list[ApprovalRequest]:
+    """The run's pending requests, in one hand-written read: every run's end asks, and most
+    have none left (issue 11)."""
+    columns = Columns.of(ApprovalRequest, "a")
+    sql = (
+        f"SELECT {columns.sql} FROM {table(ApprovalRequest)} a WHERE a.{column(ApprovalRequest, 'run')} = %s "
+        f"AND a.{column(ApprovalRequest, 'status')} = %s ORDER BY a.{column(ApprovalRequest, 'created_at')}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [prep(ApprovalRequest, "run", run.pk), ApprovalStatus.PENDING.value])
+        return [columns.build(row) for row in cursor.fetchall()]
 
 
 def approvals_reraise_waiting(*, run: Run, refused: bool) -> None:

@@ -290,14 +290,8 @@ def reviewer_notes_for(*, run_id: Any, call_ids: list[str], gate: ApprovalGate) 
 
     Each note is checked against its signed decision first: a note edited in the database
     raises DecisionRefused and never reaches the model."""
-    decisions = (
-        Decision.objects.filter(request__run_id=run_id, request__tool_call_id__in=call_ids)
-        .exclude(note="")
-        .select_related("reviewer", "request")
-        .order_by("decided_at")
-    )
     notes = []
-    for d in decisions:
+    for d in _decisions_with_notes(run_id, call_ids):
         binding = CallBinding(
             str(run_id), str(d.request.checkpoint_id), d.request.tool_call_id, d.request.tool
         )
@@ -307,6 +301,33 @@ def reviewer_notes_for(*, run_id: Any, call_ids: list[str], gate: ApprovalGate) 
             f"({d.request.tool_call_id}): {d.note}"
         )
     return notes
+
+
+def _decisions_with_notes(run_id: Any, call_ids: list[str]) -> list[Decision]:
+    """The decisions with a note on any request of these calls, oldest first, each with its
+    request and reviewer: one hand-written statement (every resume asks; issue 11)."""
+    if not call_ids:
+        return []
+    user_model = get_user_model()
+    d, r, u = Columns.of(Decision, "d"), Columns.of(ApprovalRequest, "r"), Columns.of(user_model, "u")
+    marks = ", ".join(["%s"] * len(call_ids))
+    sql = (
+        f"SELECT {d.sql}, {r.sql}, {u.sql} FROM {table(Decision)} d "
+        f"JOIN {table(ApprovalRequest)} r ON r.{column(ApprovalRequest, 'id')} = d.{column(Decision, 'request')} "
+        f"JOIN {table(user_model)} u ON u.{column(user_model, 'id')} = d.{column(Decision, 'reviewer')} "
+        f"WHERE r.{column(ApprovalRequest, 'run')} = %s AND r.{column(ApprovalRequest, 'tool_call_id')} IN ({marks}) "
+        f"AND d.{column(Decision, 'note')} <> '' ORDER BY d.{column(Decision, 'decided_at')}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [prep(ApprovalRequest, "run", run_id), *call_ids])
+        rows = cursor.fetchall()
+    decisions = []
+    for row in rows:
+        decision = d.build(row)
+        decision.request = r.build(row, d.width)
+        decision.reviewer = u.build(row, d.width + r.width)
+        decisions.append(decision)
+    return decisions
 
 
 def calls_decided_meanwhile(*, run: Run, call_ids: tuple[str, ...]) -> bool:

@@ -31,6 +31,7 @@ from reviewdesk.runs.host import DatabaseHost, LeaseLost, StepWriteFailed
 from reviewdesk.runs.leases import LeaseKeeper
 from reviewdesk.runs.models import Attempt, AttemptStatus, Run, RunStatus
 from reviewdesk.runs.retention import checkpoints_prune
+from reviewdesk.runs.selectors import run_locked
 from reviewdesk.runs.transitions import (
     RESUME_TASK,
     record_stale_write,
@@ -165,7 +166,7 @@ def run_finish(*, attempt: Attempt, outcome: Outcome, host: DatabaseHost | None 
     attempt lost its lease. False when it lost it: nothing recorded, a stale write audited."""
     now = timezone.now()
     with atomic_appends_last():
-        run = Run.objects.select_for_update().get(pk=attempt.run_id)
+        run = run_locked(attempt.run_id)
         if (
             run.status != RunStatus.RUNNING
             or run.lease_epoch != attempt.lease_epoch

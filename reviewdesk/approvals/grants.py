@@ -21,7 +21,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -47,6 +47,7 @@ from reviewdesk.approvals.routing import named_for_call
 from reviewdesk.approvals.selectors import user_may_decide
 from reviewdesk.approvals.validation import FIELD_ERRORS_DETAIL
 from reviewdesk.audit.services import audit_record
+from reviewdesk.db_rows import Columns, column, prep, table
 from reviewdesk.errors import Conflict, Forbidden, Invalid, NotFound
 from reviewdesk.runs.models import Attempt, Run
 from reviewdesk.runs.selectors import runs_visible_to
@@ -203,26 +204,46 @@ def grant_do_create(*, spec: GrantSpec, decision: Decision, run: Run, reviewer: 
 # --- the worker's side -----------------------------------------------------------------
 
 
-def live_grants() -> QuerySet[Grant]:
-    """Grants that may still allow a call: not revoked, not expired, not used up."""
-    return Grant.objects.filter(
-        revoked_at__isnull=True, expires_at__gt=timezone.now(), uses__lt=F("max_uses")
+def live_grants_for(*, run: Run, tool: str) -> list[Grant]:
+    """The grants that may still allow a call of `tool` in `run` (not revoked, not expired, not
+    used up; scoped to the run, its agent, or everywhere), each with its maker: one hand-written
+    statement, asked before every call that would need a human (issue 11). A pre-filter only:
+    the gate verifies the grant's signature, and counting its use re-reads the row
+    (`grant_use`), so a grant revoked or used up meanwhile is refused there."""
+    user_model = get_user_model()
+    g, u = Columns.of(Grant, "g"), Columns.of(user_model, "u")
+    sql = (
+        f"SELECT {g.sql}, {u.sql} FROM {table(Grant)} g "
+        f"JOIN {table(user_model)} u ON u.{column(user_model, 'id')} = g.{column(Grant, 'granted_by')} "
+        f"WHERE g.{column(Grant, 'revoked_at')} IS NULL AND g.{column(Grant, 'expires_at')} > %s "
+        f"AND g.{column(Grant, 'uses')} < g.{column(Grant, 'max_uses')} AND g.{column(Grant, 'tool')} = %s "
+        f"AND ((g.{column(Grant, 'scope')} = %s AND g.{column(Grant, 'run')} = %s) "
+        f"OR (g.{column(Grant, 'scope')} = %s AND g.{column(Grant, 'agent')} = %s) OR g.{column(Grant, 'scope')} = %s)"
     )
+    params = [
+        prep(Grant, "expires_at", timezone.now()),
+        tool,
+        GrantScope.RUN.value,
+        prep(Grant, "run", run.pk),
+        GrantScope.AGENT.value,
+        run.agent,
+        GrantScope.GLOBAL.value,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    grants = []
+    for row in rows:
+        grant = g.build(row)
+        grant.granted_by = u.build(row, g.width)
+        grants.append(grant)
+    return grants
 
 
 def grant_matching_call(*, run: Run, call: CallState) -> str | None:
     """The id of the narrowest live grant covering this call of `run` (run, then agent, then
     global; soonest expiry first), or None. The gate verifies the signed payload later."""
-    candidates = (
-        live_grants()
-        .select_related("granted_by")
-        .filter(
-            Q(scope=GrantScope.RUN, run=run)
-            | Q(scope=GrantScope.AGENT, agent=run.agent)
-            | Q(scope=GrantScope.GLOBAL),
-            tool=call.name,
-        )
-    )
+    candidates = live_grants_for(run=run, tool=call.name)
     order = {GrantScope.RUN: 0, GrantScope.AGENT: 1, GrantScope.GLOBAL: 2}
     for grant in sorted(candidates, key=lambda g: (order[GrantScope(g.scope)], g.expires_at)):
         covers = grant_mismatch(

@@ -145,3 +145,26 @@ def for_update_of(alias: str) -> str:
     if connection.features.has_select_for_update_of:
         return f" FOR UPDATE OF {quote(alias)}"
     return " FOR UPDATE"
+
+
+def insert_many(instances: Sequence[M]) -> list[M]:
+    """INSERT rows of one model as `bulk_create` does (each field's `pre_save`, in batches the
+    database takes), in hand-written statements; a key the database makes is not read back (the
+    desk's callers name their rows by keys they chose, or by position)."""
+    if not instances:
+        return []
+    model = type(instances[0])
+    meta = model._meta
+    fields = [f for f in meta.local_concrete_fields if f is not meta.auto_field]
+    batch = max(connection.ops.bulk_batch_size(fields, instances) or len(instances), 1)
+    row = f"({', '.join(['%s'] * len(fields))})"
+    head = f"INSERT INTO {table(model)} ({', '.join(quote(f.column) for f in fields)}) VALUES "
+    with connection.cursor() as cursor:
+        for start in range(0, len(instances), batch):
+            chunk = instances[start : start + batch]
+            values = [f.get_db_prep_save(f.pre_save(obj, True), connection) for obj in chunk for f in fields]
+            cursor.execute(head + ", ".join([row] * len(chunk)), values)
+    for obj in instances:
+        obj._state.adding = False
+        obj._state.db = connection.alias
+    return list(instances)

@@ -54,6 +54,7 @@ from reviewdesk.approvals.selectors import (
 )
 from reviewdesk.approvals.signing import FileKeyring
 from reviewdesk.db import atomic_appends_last
+from reviewdesk.db_rows import insert_many
 from reviewdesk.runs.ledger import DatabaseLedger
 from reviewdesk.runs.models import Attempt, Message, Run, RunStatus
 from reviewdesk.runs.stores import DatabaseCheckpointStore
@@ -263,10 +264,12 @@ class DatabaseHost:
         steps, self._unsaved = self._unsaved, []
         if not steps:
             return set()
-        Message.objects.bulk_create(
-            Message(run_id=self.run.pk, position=step.start + i, role=m["role"], body=m)
-            for step in steps
-            for i, m in enumerate(step.new_messages)
+        insert_many(
+            [
+                Message(run_id=self.run.pk, position=step.start + i, role=m["role"], body=m)
+                for step in steps
+                for i, m in enumerate(step.new_messages)
+            ]
         )
         checkpoints = self.checkpoints.put_many(
             self.run_id, [(step.snapshot, step.checkpoint_id) for step in steps]

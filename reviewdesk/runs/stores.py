@@ -18,7 +18,7 @@ from django.db.models import Func, Max, TextField
 
 from agents.state import SCHEMA_VERSION, AgentState
 from agents.store import Checkpoint as StoredCheckpoint
-from reviewdesk.db_rows import Columns, column, prep, table
+from reviewdesk.db_rows import Columns, column, insert_many, prep, table
 from reviewdesk.runs.models import Checkpoint, Message
 
 
@@ -90,9 +90,11 @@ class DatabaseCheckpointStore:
         # No savepoint: the caller's fenced transaction rolls back as a whole (issue 11).
         with transaction.atomic(savepoint=False):
             last = self._last(run_id)
-            rows = Checkpoint.objects.bulk_create(
-                self._row(run_id, last + 1 + i, snapshot, checkpoint_id)
-                for i, (snapshot, checkpoint_id) in enumerate(snapshots)
+            rows = insert_many(
+                [
+                    self._row(run_id, last + 1 + i, snapshot, checkpoint_id)
+                    for i, (snapshot, checkpoint_id) in enumerate(snapshots)
+                ]
             )
             self._last_number[run_id] = last + len(rows)
         return [_stored(row) for row in rows]

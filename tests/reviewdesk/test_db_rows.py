@@ -147,3 +147,26 @@ def test_a_calls_decisions_come_with_each_reviewers_groups_once(waiting_run, per
     # No decision yet on another call: the request alone, no groups.
     other = CallState(id="call_none", name="send_email", arguments=EMAIL, status=CallStatus.AWAITING)
     assert _latest_request_with_decisions(waiting_run, other, (ApprovalKind.TOOL_CALL,)) == (None, {})
+
+
+def test_insert_many_writes_the_rows_bulk_create_would(waiting_run, settings, monkeypatch):
+    """In batches the database takes (here 2 rows a statement), with `pre_save` applied; a key
+    the database makes is not read back."""
+    from reviewdesk.db_rows import insert_many
+    from reviewdesk.runs.models import Message
+
+    monkeypatch.setattr(connection.ops, "bulk_batch_size", lambda fields, objs: 2)
+    start = waiting_run.messages.count()
+    rows = [
+        Message(run=waiting_run, position=start + i, role="user", body={"role": "user", "content": f"ü {i}"})
+        for i in range(5)
+    ]
+    with transaction.atomic():
+        assert insert_many(rows) == rows
+    assert all(row.pk is None and not row._state.adding for row in rows)
+    stored = list(waiting_run.messages.filter(position__gte=start).order_by("position"))
+    assert [(m.position, m.role, m.body) for m in stored] == [(r.position, r.role, r.body) for r in rows]
+    assert all(
+        m.created_at is not None and m.created_at == r.created_at for m, r in zip(stored, rows, strict=True)
+    )
+    assert insert_many([]) == []

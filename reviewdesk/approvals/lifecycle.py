@@ -30,7 +30,7 @@ from reviewdesk.approvals.models import (
 from reviewdesk.approvals.routing import approval_audience, targets_for_call
 from reviewdesk.audit.services import audit_record
 from reviewdesk.db import prefetched_as
-from reviewdesk.db_rows import Columns, column, prep, table
+from reviewdesk.db_rows import Columns, column, insert, prep, table
 from reviewdesk.events.builders import approval_data
 from reviewdesk.events.services import event_emit
 from reviewdesk.runs.models import ENDED, Attempt, Checkpoint, ErrorKind, Run, RunStatus
@@ -56,7 +56,7 @@ def approval_raise(
     )
     now = timezone.now()
     quorum = _quorum_of(run, call.name)
-    approval = ApprovalRequest.objects.create(
+    approval = ApprovalRequest(
         kind=ApprovalKind.RECONCILE
         if reconcile
         else ApprovalKind.QUESTION
@@ -79,6 +79,7 @@ def approval_raise(
         expires_at=now + timedelta(seconds=run.approval_ttl_seconds),
         respond_by=None if reconcile else respond_by_for(run, call.name, since=now),
     )
+    insert(approval)  # hand-written: not compiled for every request raised (issue 11)
     # A request just created has no votes yet: its event's quorum reads none, as if prefetched
     # (issue 11: no query, and no SQL compiled for an empty one).
     prefetched_as(approval, "decisions", [])

@@ -30,7 +30,7 @@ from reviewdesk.approvals.models import (
 from reviewdesk.approvals.routing import approval_audience, targets_for_call
 from reviewdesk.audit.services import audit_record
 from reviewdesk.db import prefetched_as
-from reviewdesk.db_rows import Columns, column, insert, prep, table
+from reviewdesk.db_rows import Columns, column, insert, prep, table, update
 from reviewdesk.events.builders import approval_data
 from reviewdesk.events.services import event_emit
 from reviewdesk.runs.models import ENDED, Attempt, Checkpoint, ErrorKind, Run, RunStatus
@@ -129,7 +129,7 @@ def approvals_cancel_open(*, run: Run, why: str) -> int:
     cancelled = 0
     for approval in _pending_of(run):
         approval.status = ApprovalStatus.CANCELLED
-        approval.save(update_fields=["status", "updated_at"])
+        update(approval, ["status", "updated_at"])
         audit_record(
             actor=None,
             action="approval.cancelled",

@@ -34,7 +34,7 @@ from reviewdesk.approvals.payloads import decision_not_after, decision_payload_f
 from reviewdesk.approvals.routing import approval_audience
 from reviewdesk.audit.services import audit_record
 from reviewdesk.db import atomic_appends_last, prefetched_as
-from reviewdesk.db_rows import column, insert, prep, table
+from reviewdesk.db_rows import column, insert, prep, table, update
 from reviewdesk.errors import Invalid
 from reviewdesk.events.builders import approval_data
 from reviewdesk.events.services import event_emit
@@ -141,7 +141,7 @@ def approval_do_decide(
     settled = verdict not in QUORUM_VERDICTS[approval.kind] or votes >= approval.required_approvals
     if settled:
         approval.status = ApprovalStatus.REJECTED if verdict == Verdict.REJECT else ApprovalStatus.APPROVED
-    approval.save(update_fields=["status", "updated_at"])
+    update(approval, ["status", "updated_at"])
     if verdict == Verdict.CONFIRM:
         _record_reconciled_effect(run, approval, decision)
     audit_record(

@@ -26,6 +26,7 @@ from reviewdesk.approvals.lifecycle import approvals_cancel_open
 from reviewdesk.approvals.selectors import calls_decided_meanwhile
 from reviewdesk.audit.services import audit_record
 from reviewdesk.db import atomic_appends_last
+from reviewdesk.db_rows import update, update_by_pk
 from reviewdesk.runs.claim import gave_up, run_claim, run_fail
 from reviewdesk.runs.host import DatabaseHost, LeaseLost, StepWriteFailed
 from reviewdesk.runs.leases import LeaseKeeper
@@ -215,8 +216,9 @@ def run_finish(*, attempt: Attempt, outcome: Outcome, host: DatabaseHost | None 
                 run.status = RunStatus.INPUT_REQUIRED
         run.lease_expires_at = None
         run.revision += 1
-        run.save(
-            update_fields=[
+        update(
+            run,
+            [
                 "status",
                 "output",
                 "error",
@@ -227,9 +229,9 @@ def run_finish(*, attempt: Attempt, outcome: Outcome, host: DatabaseHost | None 
                 "task_id",
                 "revision",
                 "updated_at",
-            ]
+            ],
         )
-        Attempt.objects.filter(pk=attempt.pk).update(status=attempt_status, ended_at=now, error=attempt_error)
+        update_by_pk(Attempt, attempt.pk, status=attempt_status, ended_at=now, error=attempt_error)
         run_emit_updated(run)
     return True
 

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from reviewdesk.audit.services import audit_record
 from reviewdesk.celery import app as celery_app
+from reviewdesk.db_rows import update
 from reviewdesk.events.builders import run_data
 from reviewdesk.events.services import event_emit
 from reviewdesk.runs.models import Attempt, AttemptStatus, Run, RunStatus, SideEffect
@@ -72,7 +73,7 @@ def run_requeue(run: Run) -> None:
     run.status = RunStatus.QUEUED
     run.revision += 1
     task_id_assign(run)
-    run.save(update_fields=["status", "revision", "task_id", "updated_at"])
+    update(run, ["status", "revision", "task_id", "updated_at"])
     run_emit_updated(run)
     send_on_commit(RESUME_TASK, run)  # after the event: its push leaves first, as before
 

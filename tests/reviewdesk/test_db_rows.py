@@ -170,3 +170,28 @@ def test_insert_many_writes_the_rows_bulk_create_would(waiting_run, settings, mo
         m.created_at is not None and m.created_at == r.created_at for m, r in zip(stored, rows, strict=True)
     )
     assert insert_many([]) == []
+
+
+def test_update_writes_the_named_fields_and_stamps_auto_now_as_save_does(waiting_run):
+    from django.db import DatabaseError
+
+    from reviewdesk.db_rows import update, update_by_pk
+
+    run = Run.objects.get(pk=waiting_run.pk)
+    before = run.updated_at
+    run.status, run.output, run.revision = "succeeded", "done ü", run.revision + 1
+    run.error = "not named, so not written"
+    update(run, ["status", "output", "revision", "updated_at"])
+    stored = Run.objects.get(pk=run.pk)
+    assert (stored.status, stored.output, stored.revision) == ("succeeded", "done ü", run.revision)
+    assert stored.updated_at == run.updated_at > before  # auto_now, on the row and the instance
+    assert stored.error != "not named, so not written"
+
+    gone = Run(pk=uuid.uuid4(), status="queued")
+    with pytest.raises(DatabaseError, match="did not affect any rows"):
+        update(gone, ["status"])
+
+    attempt = waiting_run.attempts.get()
+    assert update_by_pk(Attempt, attempt.pk, status="failed", error="x") == 1
+    assert update_by_pk(Attempt, attempt.pk + 1000, status="failed") == 0
+    assert Attempt.objects.filter(pk=attempt.pk, status="failed", error="x").exists()

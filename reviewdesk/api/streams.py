@@ -41,7 +41,7 @@ from rest_framework.exceptions import AuthenticationFailed
 
 from reviewdesk.accounts.authentication import BearerTokenAuthentication, session_user_now
 from reviewdesk.accounts.models import ApiToken
-from reviewdesk.accounts.roles import is_admin
+from reviewdesk.accounts.roles import forget_group_names, is_admin
 from reviewdesk.errors import ERROR_CODES, DeskError, NotFound
 from reviewdesk.events.builders import message_for
 from reviewdesk.events.models import DeskEvent
@@ -81,6 +81,8 @@ def _authenticate(headers: dict[bytes, bytes], session_user: Any):
         except AuthenticationFailed:
             raise StreamRefused(401, "authentication_failed", "invalid or revoked token") from None
         if result is not None:
+            # The stream outlives this lookup: its scans read the user's groups as they are then.
+            forget_group_names(result[0])
             return result
     if session_user is not None and session_user.is_authenticated and session_user.is_active:
         return session_user, None

@@ -314,3 +314,37 @@ def test_two_repeats_racing_to_take_over_an_abandoned_key_run_it_once(personas, 
         t.join(30)
     assert Run.objects.count() == 1
     assert sorted(statuses) in ([201, 201], [201, 409])  # a replay of the one run, or "in flight"
+
+
+def test_the_token_lookup_reads_the_users_groups_for_the_request_only(personas):
+    """The API's authentication reads a user's groups with the token, and the role checks of
+    that request answer from them (no query); a stream, which outlives its request, forgets
+    them, so each of its scans reads the groups as they are."""
+    from django.contrib.auth.models import Group
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from reviewdesk.accounts.authentication import token_for_digest
+    from reviewdesk.accounts.roles import forget_group_names, group_names_of, is_reviewer, is_submitter
+    from reviewdesk.accounts.services import token_create, token_digest
+    from reviewdesk.api.streams import _authenticate
+
+    personas.alice.groups.add(Group.objects.create(name="finance"))
+    _, raw = token_create(user=personas.alice, scopes=["review"], name="t")
+    with CaptureQueriesContext(connection) as queries:
+        user = token_for_digest(token_digest(raw)).user
+        assert group_names_of(user) == {"reviewers", "finance"}
+        assert is_reviewer(user) and not is_submitter(user)
+    assert len(queries) == 1
+
+    personas.alice.groups.remove(Group.objects.get(name="reviewers"))
+    assert is_reviewer(user)  # this request's view of her
+    forget_group_names(user)
+    assert not is_reviewer(user) and group_names_of(user) == {"finance"}
+
+    header = {b"authorization": f"Bearer {raw}".encode()}
+    streamed, _ = _authenticate(header, None)
+    personas.alice.groups.add(Group.objects.get(name="reviewers"))
+    assert is_reviewer(streamed)  # read afresh: the stream's next scan sees the change
+    personas.alice.groups.remove(Group.objects.get(name="reviewers"))
+    assert not is_reviewer(streamed)

@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import connection
 from django.utils import timezone
 
@@ -20,10 +21,10 @@ from agents.tools import Tool
 from reviewdesk.accounts.roles import group_names_of, is_reviewer
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus, Verdict
 from reviewdesk.approvals.routing import named_by, targets_for_call, user_qualifies
-from reviewdesk.approvals.selectors import approval_get_for_reviewer
+from reviewdesk.approvals.selectors import approval_visible_to
 from reviewdesk.approvals.validation import decision_input_check
 from reviewdesk.db_rows import Columns, column, for_update_of, prep, table
-from reviewdesk.errors import Conflict, Forbidden, Gone, Invalid
+from reviewdesk.errors import Conflict, Forbidden, Gone, Invalid, NotFound
 from reviewdesk.runs.models import ENDED, Attempt, Run, SideEffect
 from reviewdesk.runs.selectors import run_locked
 from reviewdesk.runs.stores import latest_checkpoint, snapshot_of
@@ -51,13 +52,16 @@ def approval_check_decide(
     group_names = group_names_of(reviewer)
     if not is_reviewer(reviewer, group_names=group_names):
         raise Forbidden("only reviewers can decide approvals")
-    # Visible to them (or NotFound): the row alone, locked and read again just below.
-    approval = approval_get_for_reviewer(
-        approval_id=approval_id, user=reviewer, group_names=group_names, related=False
-    )
-    # With its submitter, whom the approval's event names (the run row locked only).
-    run = run_locked(approval.run_id, with_submitter=True)
-    approval = _locked_approval(approval.pk)
+    # The run (with its submitter, whom the approval's event names), then the approval (with
+    # its attempt, which the payload names): each row locked, the run's first. Visible to the
+    # reviewer, or NotFound, as a missing one is: the rule is applied to the locked row.
+    try:
+        run = run_locked(approval_id, with_submitter=True, of_approval=True)
+        approval = _locked_approval(approval_id)
+    except (ValueError, TypeError, ValidationError, Run.DoesNotExist, ApprovalRequest.DoesNotExist):
+        raise NotFound("no such approval") from None
+    if not approval_visible_to(reviewer, approval, group_names=group_names):
+        raise NotFound("no such approval")
     if reviewer.pk == run.submitted_by_id:
         raise Forbidden("you submitted this run; another reviewer must decide its approvals")
     if not user_qualifies(reviewer, approval, run, group_names=group_names):

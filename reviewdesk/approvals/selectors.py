@@ -62,6 +62,17 @@ def approvals_visible_to(
     return approvals.filter(Q(assignees=[]) | NamesAny("assignees", mine))
 
 
+def approval_visible_to(user: Any, approval: ApprovalRequest, *, group_names: set[str] | None = None) -> bool:
+    """`approvals_visible_to`'s rule on one row already read: admins see every approval, a
+    reviewer those open to any reviewer or naming them or a group of theirs (a decision checks
+    it on the row it has locked, instead of reading it once more; issue 11)."""
+    if is_admin(user):
+        return True
+    if not is_reviewer(user, group_names=group_names):
+        return False
+    return not approval.assignees or bool(set(approval.assignees) & targets_of(user, group_names=group_names))
+
+
 def approvals_pending_for(user: Any) -> QuerySet[ApprovalRequest]:
     """Pending and waiting for this user: not those whose quorum already has their vote. The
     rows alone: the queue reads a page's relations for its window (events.builders.approval_rows)."""

@@ -24,6 +24,7 @@ from reviewdesk.approvals.lifecycle import approvals_cancel_open, approvals_rera
 from reviewdesk.approvals.selectors import user_may_decide
 from reviewdesk.audit.services import audit_record
 from reviewdesk.db import atomic_appends_last
+from reviewdesk.db_rows import insert
 from reviewdesk.errors import CheckpointNotFound, Conflict, Forbidden, Invalid
 from reviewdesk.runs.models import (
     ENDED,
@@ -124,7 +125,7 @@ def run_submit(
             submitted_by=submitter,
         )
         task_id_assign(run)  # inserted with the row: no UPDATE for it
-        run.save(force_insert=True)
+        insert(run)  # hand-written: not compiled for every submit (issue 11)
         audit_record(
             actor=submitter,
             action="run.submitted",

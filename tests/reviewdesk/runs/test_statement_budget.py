@@ -56,8 +56,11 @@ RESUME_BUDGET = (24, 9)
 # nobody asked for). Then decide 25 → 23: the run's submitter read with the locked run (the
 # event names them), and a single-approval request's votes taken as the decision just made
 # (the same on both databases: the bound is the count, so one statement back is caught).
-SUBMIT_BUDGET = 16
-DECIDE_BUDGET = 23
+# Then the token's user read with their groups (the submitter and reviewer checks read no
+# more), and a decision's visibility checked on the locked row instead of a read of its own:
+# submit 16 -> 14, decide 23 -> 21.
+SUBMIT_BUDGET = 14
+DECIDE_BUDGET = 21
 
 
 @dataclass

@@ -202,3 +202,17 @@ def _update_sql(model: type[Model], names: tuple[str, ...], vendor: str) -> tupl
     sets = ", ".join(f"{quote(field.column)} = %s" for field in fields)
     sql = f"UPDATE {table(model)} SET {sets} WHERE {quote(model._meta.pk.column)} = %s"  # type: ignore[union-attr]
     return sql, fields
+
+
+def fetchone(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+    """The first row of a hand-written statement, or None."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
+def fetchall(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """Every row of a hand-written statement."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()

@@ -7,7 +7,6 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.auth.models import Group
-from django.db import connection
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 from rest_framework import authentication, exceptions
@@ -15,7 +14,7 @@ from rest_framework import authentication, exceptions
 from reviewdesk.accounts.models import ApiToken
 from reviewdesk.accounts.roles import remember_group_names
 from reviewdesk.accounts.services import token_digest
-from reviewdesk.db_rows import Columns, column, table
+from reviewdesk.db_rows import Columns, column, fetchall, table
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):
@@ -53,9 +52,7 @@ def token_for_digest(digest: str) -> ApiToken | None:
         f"LEFT JOIN {table(Group)} g ON g.{column(Group, 'id')} = m.{column(through, 'group')} "
         f"WHERE t.{column(ApiToken, 'token_sha256')} = %s AND t.{column(ApiToken, 'revoked_at')} IS NULL"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [digest])
-        rows = cursor.fetchall()
+    rows = fetchall(sql, [digest])
     if not rows:
         return None
     found = token.build(rows[0])

@@ -10,7 +10,6 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import connection
 from django.utils import timezone
 
 from agents.canonical import canonical_json
@@ -23,7 +22,7 @@ from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalS
 from reviewdesk.approvals.routing import named_by, targets_for_call, user_qualifies
 from reviewdesk.approvals.selectors import approval_visible_to
 from reviewdesk.approvals.validation import decision_input_check
-from reviewdesk.db_rows import Columns, column, for_update_of, prep, table
+from reviewdesk.db_rows import Columns, column, fetchone, for_update_of, prep, table
 from reviewdesk.errors import Conflict, Forbidden, Gone, Invalid, NotFound
 from reviewdesk.runs.models import ENDED, Attempt, Run, SideEffect
 from reviewdesk.runs.selectors import run_locked
@@ -111,9 +110,7 @@ def _locked_approval(approval_pk: Any) -> ApprovalRequest:
         f"LEFT JOIN {table(Attempt)} t ON t.{column(Attempt, 'id')} = a.{column(ApprovalRequest, 'attempt')} "
         f"WHERE a.{column(ApprovalRequest, 'id')} = %s{for_update_of('a')}"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [prep(ApprovalRequest, "id", approval_pk)])
-        row = cursor.fetchone()
+    row = fetchone(sql, [prep(ApprovalRequest, "id", approval_pk)])
     if row is None:
         raise ApprovalRequest.DoesNotExist(f"approval {approval_pk} does not exist")
     locked = approval.build(row)

@@ -21,7 +21,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -47,7 +47,7 @@ from reviewdesk.approvals.routing import named_for_call
 from reviewdesk.approvals.selectors import user_may_decide
 from reviewdesk.approvals.validation import FIELD_ERRORS_DETAIL
 from reviewdesk.audit.services import audit_record
-from reviewdesk.db_rows import Columns, column, prep, table
+from reviewdesk.db_rows import Columns, column, fetchall, prep, table
 from reviewdesk.errors import Conflict, Forbidden, Invalid, NotFound
 from reviewdesk.runs.models import Attempt, Run
 from reviewdesk.runs.selectors import runs_visible_to
@@ -229,9 +229,7 @@ def live_grants_for(*, run: Run, tool: str) -> list[Grant]:
         run.agent,
         GrantScope.GLOBAL.value,
     ]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
+    rows = fetchall(sql, params)
     grants = []
     for row in rows:
         grant = g.build(row)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from agents.canonical import sha256_hex
@@ -30,7 +30,7 @@ from reviewdesk.approvals.models import (
 from reviewdesk.approvals.routing import approval_audience, targets_for_call
 from reviewdesk.audit.services import audit_record
 from reviewdesk.db import prefetched_as
-from reviewdesk.db_rows import Columns, column, insert, prep, table, update
+from reviewdesk.db_rows import Columns, column, fetchall, insert, prep, table, update
 from reviewdesk.events.builders import approval_data
 from reviewdesk.events.services import event_emit
 from reviewdesk.runs.models import ENDED, Attempt, Checkpoint, ErrorKind, Run, RunStatus
@@ -155,9 +155,10 @@ def _pending_of(run: Run) -> list[ApprovalRequest]:
         f"SELECT {columns.sql} FROM {table(ApprovalRequest)} a WHERE a.{column(ApprovalRequest, 'run')} = %s "
         f"AND a.{column(ApprovalRequest, 'status')} = %s ORDER BY a.{column(ApprovalRequest, 'created_at')}"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [prep(ApprovalRequest, "run", run.pk), ApprovalStatus.PENDING.value])
-        return [columns.build(row) for row in cursor.fetchall()]
+    return [
+        columns.build(row)
+        for row in fetchall(sql, [prep(ApprovalRequest, "run", run.pk), ApprovalStatus.PENDING.value])
+    ]
 
 
 def approvals_reraise_waiting(*, run: Run, refused: bool) -> None:

@@ -32,7 +32,7 @@ from reviewdesk.approvals.models import (
 )
 from reviewdesk.approvals.routing import user_qualifies
 from reviewdesk.db import NamesAny, prefetched_as
-from reviewdesk.db_rows import Columns, column, prep, table
+from reviewdesk.db_rows import Columns, column, fetchall, fetchone, prep, table
 from reviewdesk.errors import NotFound
 from reviewdesk.runs.models import Run
 from reviewdesk.tool_world import sandbox_config, tool_world
@@ -173,9 +173,7 @@ def _latest_request_with_decisions(
     0.2 ms on the wire (issue 11, #2). The models are those the ORM builds (reviewdesk/db_rows.py)."""
     sql, columns = _decisions_sql(len(kinds), connection.vendor)
     params = [prep(ApprovalRequest, "run", run.pk), call.id, *kinds]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
+    rows = fetchall(sql, params)
     if not rows:
         return _latest_request(params, len(kinds)), {}
     decision_columns, request_columns, user_columns = columns
@@ -236,9 +234,7 @@ def _latest_request(params: list[Any], kinds: int) -> ApprovalRequest | None:
     `_latest_request_subquery`)."""
     r = Columns.of(ApprovalRequest, "r")
     sql = f"SELECT {r.sql} FROM {table(ApprovalRequest)} r WHERE r.{column(ApprovalRequest, 'id')} = ({_latest_request_subquery(kinds, connection.vendor)})"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    row = fetchone(sql, params)
     return None if row is None else r.build(row)
 
 
@@ -329,9 +325,7 @@ def _decisions_with_notes(run_id: Any, call_ids: list[str]) -> list[Decision]:
         f"WHERE r.{column(ApprovalRequest, 'run')} = %s AND r.{column(ApprovalRequest, 'tool_call_id')} IN ({marks}) "
         f"AND d.{column(Decision, 'note')} <> '' ORDER BY d.{column(Decision, 'decided_at')}"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [prep(ApprovalRequest, "run", run_id), *call_ids])
-        rows = cursor.fetchall()
+    rows = fetchall(sql, [prep(ApprovalRequest, "run", run_id), *call_ids])
     decisions = []
     for row in rows:
         decision = d.build(row)

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from reviewdesk.approvals.lifecycle import approvals_cancel_open
 from reviewdesk.db import atomic_appends_last
-from reviewdesk.db_rows import Columns, insert
+from reviewdesk.db_rows import Columns, fetchone, insert
 from reviewdesk.runs.models import Attempt, AttemptStatus, ErrorKind, Run, RunStatus
 from reviewdesk.runs.transitions import run_emit_updated, run_mark_failed
 
@@ -107,9 +107,7 @@ def _claim_due(run_id: Any, now: datetime) -> Run | None:
     pk = Run._meta.get_field("id")
     assert isinstance(pk, models.Field)
     params = [RunStatus.RUNNING.value, at(expires), at(now), pk.get_db_prep_value(run_id, connection)]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, RunStatus.QUEUED.value, at(now)])
-        row = cursor.fetchone()
+    row = fetchone(sql, [*params, RunStatus.QUEUED.value, at(now)])
     return None if row is None else returned.build(row)
 
 

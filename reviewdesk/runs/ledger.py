@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, Sum
 from django.utils import timezone
 
@@ -19,7 +19,7 @@ from agents.gate import CallBinding, LedgerEntry, LedgerStatus
 from reviewdesk import faults
 from reviewdesk.approvals.grants import grant_is_live, grant_use
 from reviewdesk.approvals.services import decision_consume
-from reviewdesk.db_rows import Columns, column, insert, table
+from reviewdesk.db_rows import Columns, column, fetchone, insert, table
 from reviewdesk.runs.models import EffectStatus, SideEffect
 
 if TYPE_CHECKING:
@@ -47,9 +47,7 @@ class DatabaseLedger:
         # built, no SQL compiled (issue 11).
         columns = Columns.of(SideEffect, "e", "status", "result")
         sql = f"SELECT {columns.sql} FROM {table(SideEffect)} e WHERE e.{column(SideEffect, 'idempotency_key')} = %s"
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [key])
-            row = cursor.fetchone()
+        row = fetchone(sql, [key])
         if row is None:
             return None
         status, result = columns.values(row)

@@ -4,14 +4,13 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib.auth import get_user_model
-from django.db import connection
 from django.db.models import Exists, Model, OuterRef, Q, QuerySet
 
 from reviewdesk.accounts.roles import is_admin, is_reviewer
 from reviewdesk.accounts.targets import targets_of
 from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.db import NamesAny
-from reviewdesk.db_rows import Columns, column, for_update_of, prep, table
+from reviewdesk.db_rows import Columns, column, fetchone, for_update_of, prep, table
 from reviewdesk.errors import NotFound
 from reviewdesk.runs.models import Run
 
@@ -40,9 +39,7 @@ def run_locked(run_pk: Any, *, with_submitter: bool = False, of_approval: bool =
         f"SELECT {run.sql}{', ' + user.sql if with_submitter else ''} FROM {table(Run)} r {join}"
         f"WHERE r.{column(Run, 'id')} = {key}{for_update_of('r')}"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [prep(ApprovalRequest if of_approval else Run, "id", run_pk)])
-        row = cursor.fetchone()
+    row = fetchone(sql, [prep(ApprovalRequest if of_approval else Run, "id", run_pk)])
     if row is None:
         raise Run.DoesNotExist(f"run {run_pk} does not exist")
     locked = run.build(row)

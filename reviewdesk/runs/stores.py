@@ -18,7 +18,7 @@ from django.db.models import Func, Max, TextField
 
 from agents.state import SCHEMA_VERSION, AgentState
 from agents.store import Checkpoint as StoredCheckpoint
-from reviewdesk.db_rows import Columns, column, insert_many, prep, table
+from reviewdesk.db_rows import Columns, column, fetchone, insert_many, prep, table
 from reviewdesk.runs.models import Checkpoint, Message
 
 
@@ -107,22 +107,12 @@ class DatabaseCheckpointStore:
     def latest_with_messages(self, run_id: str) -> tuple[StoredCheckpoint, list[dict[str, Any]]] | None:
         """The latest checkpoint and the live messages it covers, in one hand-written statement
         (a resume's two reads in one round trip, and no SQL compiled for it; issue 11)."""
-        columns = Columns.of(Checkpoint, Checkpoint._meta.db_table)
-        log, _ = MessagesCovered().as_sql(None, connection)
-        sql = (
-            f"SELECT {columns.sql}, {log} FROM {table(Checkpoint)} WHERE {column(Checkpoint, 'run')} = %s "
-            f"ORDER BY {column(Checkpoint, 'number')} DESC LIMIT 1"
-        )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [prep(Checkpoint, "run", run_id)])
-            found = cursor.fetchone()
+        found = _latest_row(run_id, with_log=True)
+        self._last_number[run_id] = found[0].number if found else 0
         if found is None:
-            self._last_number[run_id] = 0
             return None
-        row = columns.build(found)
-        self._last_number[run_id] = row.number
-        pairs = connection.vendor == "sqlite"
-        return _stored(row), MessagesCovered.decode(found[-1], pairs=pairs)
+        row, log = found
+        return _stored(row), MessagesCovered.decode(log, pairs=connection.vendor == "sqlite")
 
     def get(self, checkpoint_id: str) -> StoredCheckpoint | None:
         row = Checkpoint.objects.filter(pk=checkpoint_id).first()
@@ -135,15 +125,23 @@ class DatabaseCheckpointStore:
 def latest_checkpoint(run_id: Any) -> Checkpoint | None:
     """The run's latest checkpoint row, in one hand-written statement: a decision asks whether
     its call still waits there, a worker where to continue (issue 11)."""
-    columns = Columns.of(Checkpoint, "c")
+    found = _latest_row(run_id, with_log=False)
+    return None if found is None else found[0]
+
+
+def _latest_row(run_id: Any, *, with_log: bool) -> tuple[Checkpoint, str | None] | None:
+    """The run's latest checkpoint row and, `with_log`, the live messages it covers as
+    `MessagesCovered` gives them (which names the checkpoint table itself, so no alias here)."""
+    columns = Columns.of(Checkpoint, Checkpoint._meta.db_table)
+    log = f", {MessagesCovered().as_sql(None, connection)[0]}" if with_log else ""
     sql = (
-        f"SELECT {columns.sql} FROM {table(Checkpoint)} c WHERE c.{column(Checkpoint, 'run')} = %s "
-        f"ORDER BY c.{column(Checkpoint, 'number')} DESC LIMIT 1"
+        f"SELECT {columns.sql}{log} FROM {table(Checkpoint)} WHERE {column(Checkpoint, 'run')} = %s "
+        f"ORDER BY {column(Checkpoint, 'number')} DESC LIMIT 1"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [prep(Checkpoint, "run", run_id)])
-        row = cursor.fetchone()
-    return None if row is None else columns.build(row)
+    found = fetchone(sql, [prep(Checkpoint, "run", run_id)])
+    if found is None:
+        return None
+    return columns.build(found), (found[-1] if with_log else None)
 
 
 def checkpoint_state(row: Checkpoint) -> AgentState:

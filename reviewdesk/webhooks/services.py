@@ -20,13 +20,13 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from reviewdesk.audit.services import audit_record
 from reviewdesk.celery import app as celery_app
-from reviewdesk.db_rows import Columns, column, prep, table
+from reviewdesk.db_rows import Columns, column, fetchall, prep, table
 from reviewdesk.errors import Invalid, NotFound
 from reviewdesk.events.builders import approval_for, iso
 from reviewdesk.runs.models import Run
@@ -259,9 +259,7 @@ def _live_endpoints_of_submitter(run_id: Any) -> tuple[list[WebhookEndpoint], tu
         f"AND u.{column(user_model, 'is_active')} = %s "
         f"AND e.{column(WebhookEndpoint, 'disabled_at')} IS NULL"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [prep(Run, "id", run_id), True])
-        rows = cursor.fetchall()
+    rows = fetchall(sql, [prep(Run, "id", run_id), True])
     if not rows:
         return [], ("", False)
     owner = (rows[0][-2], bool(rows[0][-1]))  # an owner read here is active: admin is staff

@@ -3,8 +3,9 @@ from __future__ import annotations
 import pytest
 
 from reviewdesk.approvals.models import ApprovalRequest
+from reviewdesk.approvals.services import approval_decide
 from reviewdesk.runs.execution import run_execute
-from reviewdesk.runs.models import Run, RunStatus
+from reviewdesk.runs.models import Run, RunStatus, SideEffect
 from reviewdesk.runs.services import run_submit
 from tests.conftest import SEND_EMAIL_SCRIPT
 from tests.reviewdesk.device_keys import device_keys  # noqa: F401 - a fixture for device-key tests
@@ -30,6 +31,41 @@ def interrupted_run(personas):
         run.refresh_from_db()
         assert run.status == RunStatus.INPUT_REQUIRED, run.error
         return run, run.approvals.filter(status="pending").order_by("tool_call_id").first()
+
+    return make
+
+
+@pytest.fixture
+def quorum_reconcile(interrupted_run, personas, settings):
+    """A reconciliation of the demo's `execute`, which needs two reviewers: alice and bob
+    approved the call, its effect was left `pending` by an attempt now past its task's hard time
+    limit, and the resume (in-process) raised the reconcile item. () -> (run, the item)."""
+
+    def make() -> tuple[Run, ApprovalRequest]:
+        run, approval = interrupted_run(
+            script=[
+                {"tool_calls": [{"name": "execute", "arguments": {"command": "echo hi"}}]},
+                {"content": "Ran it."},
+            ]
+        )
+        for reviewer in (personas.alice, personas.bob):
+            decision = approval_decide(
+                approval_id=approval.id,
+                reviewer=reviewer,
+                verdict="approve",
+                checkpoint_id=str(approval.checkpoint_id),
+            )
+        SideEffect.objects.create(
+            run=run,
+            idempotency_key=f"{run.id}:{approval.tool_call_id}",
+            tool_call_id=approval.tool_call_id,
+            tool="execute",
+            status="pending",
+            decision=decision,
+        )
+        settings.CELERY_TASK_TIME_LIMIT = 0  # the interrupted attempt is past its task's hard limit
+        run_execute(run_id=run.id, worker="in-process")
+        return run, ApprovalRequest.objects.get(run=run, kind="reconcile", status="pending")
 
     return make
 

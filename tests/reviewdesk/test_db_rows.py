@@ -18,9 +18,7 @@ from reviewdesk.approvals.selectors import _latest_request_with_decisions
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.db_rows import Columns, insert, table
 from reviewdesk.events.models import DeskEvent
-from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Attempt, Checkpoint, Run, SideEffect
-from reviewdesk.runs.services import run_submit
 
 pytestmark = pytest.mark.django_db
 
@@ -44,17 +42,10 @@ def read_back(model, pk):
 
 
 @pytest.fixture
-def waiting_run(personas):
+def waiting_run(interrupted_run):
     """A run stopped at its `send_email` approval: rows with UUIDs, JSON, datetimes and nulls."""
-    run = run_submit(
-        submitter=personas.carol,
-        agent="demo",
-        input="Tell Ada.",
-        model={"provider": "scripted", "script": SCRIPT},
-        metadata={"ticket": 7, "tags": ["a", "ü"], "none": None},
-    )
-    run_execute(run_id=run.id, worker="test")
-    return Run.objects.get(pk=run.pk)
+    run, _ = interrupted_run(script=SCRIPT, metadata={"ticket": 7, "tags": ["a", "ü"], "none": None})
+    return run
 
 
 @pytest.mark.parametrize("model", [Run, ApprovalRequest, Checkpoint, Attempt, DeskEvent])

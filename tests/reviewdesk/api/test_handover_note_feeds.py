@@ -25,6 +25,7 @@ from reviewdesk.accounts.roles import REVIEWERS
 from reviewdesk.accounts.services import token_create
 from reviewdesk.approvals.handover import approval_handover
 from tests.conftest import make_user
+from tests.reviewdesk.api.sse import StreamCall
 
 # The streams read through database_sync_to_async, on threads of their own.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -58,43 +59,16 @@ def client_with(raw: str) -> APIClient:
 
 def streamed(raw: str, path: str) -> list[dict]:
     """The messages (`data:` lines) an SSE stream at `path` sent from the start within 0.6 s."""
-    from reviewdesk.asgi import application
-
-    sent: list[dict] = []
-    opened = [False]
-
-    async def receive():
-        if not opened[0]:
-            opened[0] = True
-            return {"type": "http.request", "body": b"", "more_body": False}
-        await asyncio.Future()  # the client stays
-
-    async def send(message):
-        sent.append(message)
-
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": b"after=0",
-        "server": ("testserver", 80),
-        "client": ("127.0.0.1", 1),
-        "headers": [(b"host", b"testserver"), (b"authorization", f"Bearer {raw}".encode())],
-    }
+    call = StreamCall(path, [(b"authorization", f"Bearer {raw}".encode())], query=b"after=0")
 
     async def main():
-        task = asyncio.ensure_future(application(scope, receive, send))
+        task = call.start()
         await asyncio.wait({task}, timeout=0.6)
         task.cancel()
 
     async_to_sync(main)()
-    assert sent and sent[0]["status"] == 200, sent
-    body = b"".join(message.get("body", b"") for message in sent[1:]).decode()
+    assert call.status == 200, call.sent
+    body = call.body().decode()
     return [json.loads(line[len("data: ") :]) for line in body.splitlines() if line.startswith("data: {")]
 
 

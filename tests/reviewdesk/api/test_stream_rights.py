@@ -18,6 +18,7 @@ from reviewdesk.accounts.services import token_create
 from reviewdesk.events.services import event_emit
 from reviewdesk.runs.services import run_submit
 from tests.conftest import SEND_EMAIL_SCRIPT
+from tests.reviewdesk.api.sse import StreamCall
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -46,45 +47,18 @@ def emit(run, status: str) -> None:
 def streamed(headers: list[tuple[bytes, bytes]], meanwhile) -> bytes:
     """GET /api/v1/stream through reviewdesk.asgi.application while `meanwhile` (a sync
     callable) runs; the body sent until the stream ended or a second had passed."""
-    from reviewdesk.asgi import application
-
-    sent: list[dict] = []
-    opened = [False]
-
-    async def receive():
-        if not opened[0]:
-            opened[0] = True
-            return {"type": "http.request", "body": b"", "more_body": False}
-        await asyncio.Future()  # the client stays
-
-    async def send(message):
-        sent.append(message)
-
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": "/api/v1/stream",
-        "raw_path": b"/api/v1/stream",
-        "root_path": "",
-        "query_string": b"",
-        "server": ("testserver", 80),
-        "client": ("127.0.0.1", 1),
-        "headers": [(b"host", b"testserver"), *headers],
-    }
+    call = StreamCall("/api/v1/stream", headers)
 
     async def main():
-        task = asyncio.ensure_future(application(scope, receive, send))
+        task = call.start()
         await asyncio.sleep(0.5)
-        assert sent and sent[0]["status"] == 200, sent
+        assert call.status == 200, call.sent
         await sync_to_async(meanwhile)()
         await asyncio.wait({task}, timeout=1.0)
         task.cancel()
 
     asyncio.run(main())
-    return b"".join(message.get("body", b"") for message in sent[1:])
+    return call.body()
 
 
 def test_a_stream_opened_with_a_session_ends_when_the_user_logs_out(personas):
@@ -130,40 +104,13 @@ def ended_after(headers: list[tuple[bytes, bytes]], meanwhile) -> tuple[bytes, f
     """GET /api/v1/stream through reviewdesk.asgi.application; `meanwhile` (a sync callable)
     runs once the stream is open. The body sent, and how many seconds after `meanwhile`
     returned the stream ended (None: still open 2 s later)."""
-    from reviewdesk.asgi import application
-
-    sent: list[dict] = []
-    opened = [False]
-
-    async def receive():
-        if not opened[0]:
-            opened[0] = True
-            return {"type": "http.request", "body": b"", "more_body": False}
-        await asyncio.Future()  # the client stays
-
-    async def send(message):
-        sent.append(message)
-
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": "/api/v1/stream",
-        "raw_path": b"/api/v1/stream",
-        "root_path": "",
-        "query_string": b"",
-        "server": ("testserver", 80),
-        "client": ("127.0.0.1", 1),
-        "headers": [(b"host", b"testserver"), *headers],
-    }
+    call = StreamCall("/api/v1/stream", headers)
 
     async def main() -> float | None:
         loop = asyncio.get_running_loop()
-        task = asyncio.ensure_future(application(scope, receive, send))
+        task = call.start()
         await asyncio.sleep(0.5)
-        assert sent and sent[0]["status"] == 200, sent
+        assert call.status == 200, call.sent
         await sync_to_async(meanwhile)()
         done_at = loop.time()
         finished, _ = await asyncio.wait({task}, timeout=2.0)
@@ -172,7 +119,7 @@ def ended_after(headers: list[tuple[bytes, bytes]], meanwhile) -> tuple[bytes, f
         return took
 
     took = asyncio.run(main())
-    return b"".join(message.get("body", b"") for message in sent[1:]), took
+    return call.body(), took
 
 
 def _revoke(token, user) -> None:

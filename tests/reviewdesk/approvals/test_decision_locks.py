@@ -10,10 +10,7 @@ from reviewdesk.approvals.checks import approval_check_decide
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus, Decision
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.errors import Conflict
-from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Run
-from reviewdesk.runs.services import run_submit
-from tests.conftest import SEND_EMAIL_SCRIPT
 from tests.reviewdesk.test_writers_lock import WAIT, Holder, Writer
 
 pytestmark = [
@@ -23,15 +20,8 @@ pytestmark = [
 
 
 @pytest.fixture
-def approval(personas) -> ApprovalRequest:
-    run = run_submit(
-        submitter=personas.carol,
-        agent="demo",
-        input="Tell Ada.",
-        model={"provider": "scripted", "script": SEND_EMAIL_SCRIPT},
-    )
-    run_execute(run_id=run.id, worker="test")
-    return run.approvals.get()
+def approval(interrupted_run) -> ApprovalRequest:
+    return interrupted_run()[1]
 
 
 def locked_elsewhere(model, pk) -> bool:

@@ -11,26 +11,16 @@ from django.contrib.auth.models import Group
 
 from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.approvals.selectors import approval_visible_to, approvals_visible_to
-from reviewdesk.runs.execution import run_execute
-from reviewdesk.runs.services import run_submit
-from tests.conftest import SEND_EMAIL_SCRIPT
 
 pytestmark = pytest.mark.django_db
 
 ROUTES = [[], ["alice"], ["bob"], ["group:finance"], ["carol", "group:legal"], ["nobody"]]
 
 
-def test_the_rule_on_one_row_agrees_with_the_querysets_for_every_user_and_route(personas):
+def test_the_rule_on_one_row_agrees_with_the_querysets_for_every_user_and_route(personas, interrupted_run):
     personas.bob.groups.add(Group.objects.create(name="finance"))
     personas.olivia.groups.add(Group.objects.create(name="legal"))  # in legal, but not a reviewer
-    run = run_submit(
-        submitter=personas.carol,
-        agent="demo",
-        input="x",
-        model={"provider": "scripted", "script": SEND_EMAIL_SCRIPT},
-    )
-    run_execute(run_id=run.id, worker="test")
-    raised = run.approvals.get()
+    _, raised = interrupted_run()
     approvals = [raised]
     for i, route in enumerate(ROUTES):
         copy = ApprovalRequest.objects.get(pk=raised.pk)

@@ -102,34 +102,11 @@ def test_a_reconciliation_marked_done_first_names_who_marked_it(pending, persona
 
 
 def test_a_quorum_reconciliation_marked_done_after_a_rerun_vote_names_who_marked_it(
-    interrupted_run, personas, settings
+    quorum_reconcile, personas
 ):
     """execute needs two re-run votes: bob voted to re-run, then admin marked it done. The
     refusal names admin, whose confirmation settled it, not bob, whose vote did not."""
-    from reviewdesk.approvals.models import ApprovalRequest
-    from reviewdesk.runs.models import SideEffect
-
-    run, approval = interrupted_run(
-        [{"tool_calls": [{"name": "execute", "arguments": {"command": "echo hi"}}]}]
-    )
-    for reviewer in (personas.alice, personas.bob):
-        decision = approval_decide(
-            approval_id=approval.id,
-            reviewer=reviewer,
-            verdict=Verdict.APPROVE,
-            checkpoint_id=str(approval.checkpoint_id),
-        )
-    SideEffect.objects.create(
-        run=run,
-        idempotency_key=f"{run.id}:{approval.tool_call_id}",
-        tool_call_id=approval.tool_call_id,
-        tool="execute",
-        status="pending",
-        decision=decision,
-    )
-    settings.CELERY_TASK_TIME_LIMIT = 0  # the interrupted attempt is past its task's hard limit
-    run_execute(run_id=run.id, worker="in-process")
-    reconcile = ApprovalRequest.objects.get(run=run, kind="reconcile", status="pending")
+    _, reconcile = quorum_reconcile()
     for reviewer, verdict in ((personas.bob, Verdict.RERUN), (personas.admin, Verdict.CONFIRM)):
         approval_decide(
             approval_id=reconcile.id,

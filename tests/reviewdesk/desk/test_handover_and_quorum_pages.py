@@ -119,32 +119,10 @@ def test_a_voter_is_not_offered_the_hand_over_form(interrupted_run, personas):
     assert 'id="handover-form"' in logged_in(personas.bob).get(f"/approvals/{approval.id}/").content.decode()
 
 
-def test_a_quorum_tools_reconciliation_page_counts_rerun_votes(interrupted_run, personas, settings):
+def test_a_quorum_tools_reconciliation_page_counts_rerun_votes(quorum_reconcile, personas):
     """execute needs two reviewers, so re-running its unknown effect needs two re-run votes: the
     page says so before the first, and the voter sees their vote instead of the buttons."""
-    from reviewdesk.approvals.models import ApprovalRequest
-    from reviewdesk.runs.execution import run_execute
-    from reviewdesk.runs.models import SideEffect
-
-    run, approval = interrupted_run(script=EXECUTE_SCRIPT)
-    for reviewer in (personas.alice, personas.bob):
-        decision = approval_decide(
-            approval_id=approval.id,
-            reviewer=reviewer,
-            verdict="approve",
-            checkpoint_id=str(approval.checkpoint_id),
-        )
-    SideEffect.objects.create(
-        run=run,
-        idempotency_key=f"{run.id}:{approval.tool_call_id}",
-        tool_call_id=approval.tool_call_id,
-        tool="execute",
-        status="pending",
-        decision=decision,
-    )
-    settings.CELERY_TASK_TIME_LIMIT = 0  # the interrupted attempt is past its task's hard limit
-    run_execute(run_id=run.id, worker="in-process")
-    reconcile = ApprovalRequest.objects.get(run=run, kind="reconcile", status="pending")
+    _, reconcile = quorum_reconcile()
     page = logged_in(personas.alice).get(f"/approvals/{reconcile.id}/").content.decode()
     assert 'id="reconcile-form"' in page and 'id="rerun-quorum"' in page
     assert "A re-run needs 2 different reviewers' votes" in page

@@ -46,6 +46,22 @@ BIDI_SCRIPT = [
 ]
 
 
+# Two gated calls, one model turn after the other: the second is asked once the first is decided.
+TWO_EMAILS = [
+    {
+        "tool_calls": [
+            {"name": "send_email", "arguments": {"to": "ada@example.com", "subject": "1", "body": "a"}}
+        ]
+    },
+    {
+        "tool_calls": [
+            {"name": "send_email", "arguments": {"to": "ada@example.com", "subject": "2", "body": "b"}}
+        ]
+    },
+    {"content": "done"},
+]
+
+
 def logged_in(user) -> Client:
     client = Client()
     client.force_login(user)
@@ -80,20 +96,7 @@ def test_the_approval_page_lists_the_runs_earlier_decisions(interrupted_run, per
     from reviewdesk.approvals.services import approval_decide
     from reviewdesk.runs.execution import run_execute
 
-    two_emails = [
-        {
-            "tool_calls": [
-                {"name": "send_email", "arguments": {"to": "ada@example.com", "subject": "1", "body": "a"}}
-            ]
-        },
-        {
-            "tool_calls": [
-                {"name": "send_email", "arguments": {"to": "ada@example.com", "subject": "2", "body": "b"}}
-            ]
-        },
-        {"content": "done"},
-    ]
-    run, first = interrupted_run(two_emails)
+    run, first = interrupted_run(TWO_EMAILS)
     approval_decide(
         approval_id=first.id,
         reviewer=personas.bob,
@@ -589,20 +592,7 @@ def test_a_decisions_reason_and_note_are_shown_escaped_where_the_desk_shows_them
     from reviewdesk.approvals.services import approval_decide
     from reviewdesk.runs.execution import run_execute
 
-    two_emails = [
-        {
-            "tool_calls": [
-                {"name": "send_email", "arguments": {"to": "ada@example.com", "subject": "1", "body": "a"}}
-            ]
-        },
-        {
-            "tool_calls": [
-                {"name": "send_email", "arguments": {"to": "ada@example.com", "subject": "2", "body": "b"}}
-            ]
-        },
-        {"content": "done"},
-    ]
-    run, first = interrupted_run(two_emails)
+    run, first = interrupted_run(TWO_EMAILS)
     approval_decide(
         approval_id=first.id,
         reviewer=personas.bob,

@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar
 
 from django.db import DatabaseError, connection
 from django.db.models import Model
+from django.db.transaction import TransactionManagementError
 
 M = TypeVar("M", bound=Model)
 Converter = Callable[[Any, Any, Any], Any]
@@ -139,9 +140,13 @@ def _insert_sql(model: type[Model], vendor: str, makes_pk: bool) -> tuple[str, l
 def for_update_of(alias: str) -> str:
     """The clause that locks `alias`'s row until the transaction ends, as the ORM's
     `select_for_update(of=(...))` does; empty where writing transactions already exclude each
-    other (SQLite)."""
+    other (SQLite). Outside a transaction the lock would end with its own statement: refused
+    there (TransactionManagementError), as the ORM refuses it. Ask for it as the statement is
+    built, each time, not in a cached one."""
     if not connection.features.has_select_for_update:
         return ""
+    if connection.get_autocommit():
+        raise TransactionManagementError("select_for_update cannot be used outside of a transaction.")
     if connection.features.has_select_for_update_of:
         return f" FOR UPDATE OF {quote(alias)}"
     return " FOR UPDATE"

@@ -195,3 +195,30 @@ def test_update_writes_the_named_fields_and_stamps_auto_now_as_save_does(waiting
     assert update_by_pk(Attempt, attempt.pk, status="failed", error="x") == 1
     assert update_by_pk(Attempt, attempt.pk + 1000, status="failed") == 0
     assert Attempt.objects.filter(pk=attempt.pk, status="failed", error="x").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite takes no row lock: the clause is empty")
+def test_a_locked_read_outside_a_transaction_is_refused_as_the_orms_select_for_update_is(personas):
+    """FOR UPDATE in autocommit locks the row for its own statement only: the ORM's
+    select_for_update refuses to run there (TransactionManagementError), and so does a
+    hand-written locked read (db_rows.for_update_of), rather than return a row it does not hold."""
+    from django.db.transaction import TransactionManagementError
+
+    from reviewdesk.approvals.checks import _locked_approval
+    from reviewdesk.runs.selectors import run_locked
+
+    run = run_submit(
+        submitter=personas.carol, agent="demo", input="x", model={"provider": "scripted", "script": SCRIPT}
+    )
+    run_execute(run_id=run.id, worker="test")
+    approval = run.approvals.get()
+    with pytest.raises(TransactionManagementError):
+        Run.objects.select_for_update(of=("self",)).get(pk=run.pk)  # the ORM's refusal
+    with pytest.raises(TransactionManagementError):
+        run_locked(run.pk)
+    with pytest.raises(TransactionManagementError):
+        _locked_approval(approval.pk)
+    with transaction.atomic():
+        assert run_locked(run.pk, with_submitter=True).submitted_by == personas.carol
+        assert _locked_approval(approval.pk).pk == approval.pk

@@ -100,12 +100,16 @@ def _converters(fields: list[Any], alias: str) -> list[tuple[int, tuple[list[Con
 
 
 def insert(instance: M) -> M:
-    """INSERT `instance` as `save(force_insert=True)` would, in one hand-written statement: each
-    field's `pre_save` (auto_now_add) and its prepared value, the primary key read back when
-    the database makes it. For the desk's own append-only rows on the hot paths (events, the
-    ledger, attempts): no model signals are sent, and none of those models has a receiver."""
+    """INSERT `instance` as `save(force_insert=True)` would, in one hand-written statement: its
+    related objects checked (an unsaved one refused), each field's `pre_save` (auto_now_add) and
+    its prepared value, the primary key read back when the database makes it. For the desk's
+    own rows on the hot paths (runs, requests, decisions, attempts, events, audit rows, the
+    ledger): no model signals are sent, and none of those models has a receiver."""
     model = type(instance)
     meta = model._meta
+    # As save does: a related object assigned unsaved is refused (ValueError), not written as
+    # a NULL key; one saved since it was assigned gives its key.
+    instance._prepare_related_fields_for_save(operation_name="save")
     makes_pk = meta.auto_field is not None and instance.pk is None
     sql, fields = _insert_sql(model, connection.vendor, makes_pk)
     values = [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in fields]
@@ -153,13 +157,15 @@ def for_update_of(alias: str) -> str:
 
 
 def insert_many(instances: Sequence[M]) -> list[M]:
-    """INSERT rows of one model as `bulk_create` does (each field's `pre_save`, in batches the
-    database takes), in hand-written statements; a key the database makes is not read back (the
+    """INSERT rows of one model as `bulk_create` does (their related objects checked, each
+    field's `pre_save`, in batches the database takes), in hand-written statements; a key the database makes is not read back (the
     desk's callers name their rows by keys they chose, or by position)."""
     if not instances:
         return []
     model = type(instances[0])
     meta = model._meta
+    for obj in instances:  # as bulk_create does (see insert)
+        obj._prepare_related_fields_for_save(operation_name="bulk_create")
     fields = [f for f in meta.local_concrete_fields if f is not meta.auto_field]
     batch = max(connection.ops.bulk_batch_size(fields, instances) or len(instances), 1)
     row = f"({', '.join(['%s'] * len(fields))})"

@@ -222,3 +222,36 @@ def test_a_locked_read_outside_a_transaction_is_refused_as_the_orms_select_for_u
     with transaction.atomic():
         assert run_locked(run.pk, with_submitter=True).submitted_by == personas.carol
         assert _locked_approval(approval.pk).pk == approval.pk
+
+
+def test_a_related_object_is_taken_as_save_takes_it_an_unsaved_one_refused(waiting_run):
+    """insert and insert_many check the related objects as save and bulk_create do: one assigned
+    unsaved is refused (ValueError), not written as a NULL key (an attempt's, a checkpoint's:
+    nullable, so nothing else would say the link was lost); one saved since it was assigned
+    gives its key."""
+    from reviewdesk.db_rows import insert_many
+
+    attempt = Attempt(run=waiting_run, number=999, lease_epoch=999, expires_at=timezone.now())
+    effect = SideEffect(
+        run=waiting_run,
+        idempotency_key="k",
+        tool_call_id="c",
+        tool="send_email",
+        status="pending",
+        attempt=attempt,
+    )
+    checkpoint = Checkpoint(
+        run=waiting_run, attempt=attempt, number=999, schema_version=1, message_count=0, snapshot={}
+    )
+    with transaction.atomic():
+        with pytest.raises(ValueError, match="unsaved related object 'attempt'"):
+            insert(effect)
+        with pytest.raises(ValueError, match="unsaved related object 'attempt'"):
+            insert_many([checkpoint])
+        assert not SideEffect.objects.filter(idempotency_key="k").exists()
+        assert not Checkpoint.objects.filter(run=waiting_run, number=999).exists()
+        insert(attempt)  # saved after it was assigned: the rows take its key
+        insert(effect)
+        insert_many([checkpoint])
+    assert SideEffect.objects.get(idempotency_key="k").attempt_id == attempt.pk
+    assert Checkpoint.objects.get(run=waiting_run, number=999).attempt_id == attempt.pk

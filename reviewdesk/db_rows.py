@@ -185,7 +185,10 @@ def update(instance: Model, names: Sequence[str]) -> None:
     """UPDATE the fields `names` of `instance`'s row as `save(update_fields=names)` does (each
     field's `pre_save`, so an `auto_now` field is stamped), in one hand-written statement;
     DatabaseError when no row has its key, as the ORM raises. For the desk's own rows on the
-    hot paths: no model signals are sent, and none of those models has a receiver."""
+    hot paths: no model signals are sent, and none of those models has a receiver. No
+    statement for no fields, as save(update_fields=[]) writes nothing."""
+    if not names:
+        return
     model = type(instance)
     sql, fields = _update_sql(model, tuple(names), connection.vendor)
     values = [field.get_db_prep_save(field.pre_save(instance, False), connection) for field in fields]
@@ -197,7 +200,11 @@ def update(instance: Model, names: Sequence[str]) -> None:
 
 def update_by_pk(model: type[Model], pk: Any, **values: Any) -> int:
     """`model.objects.filter(pk=pk).update(**values)` in one hand-written statement (no
-    `pre_save`, as the ORM's update has none); the number of rows changed."""
+    `pre_save`, as the ORM's update has none); the number of rows changed. Plain values only:
+    no expressions (F, Now), a foreign key by its key. No statement for no values (0), as the
+    ORM's update runs none."""
+    if not values:
+        return 0
     sql, fields = _update_sql(model, tuple(values), connection.vendor)
     params = [
         field.get_db_prep_save(values[name], connection) for name, field in zip(values, fields, strict=True)

@@ -255,3 +255,22 @@ def test_a_related_object_is_taken_as_save_takes_it_an_unsaved_one_refused(waiti
         insert_many([checkpoint])
     assert SideEffect.objects.get(idempotency_key="k").attempt_id == attempt.pk
     assert Checkpoint.objects.get(run=waiting_run, number=999).attempt_id == attempt.pk
+
+
+def test_an_update_of_no_fields_writes_nothing_as_the_orm_does(waiting_run):
+    """save(update_fields=[]) and a queryset's update() with no values run no statement; the
+    hand-written ones built `UPDATE ... SET  WHERE`, an SQL error (on PostgreSQL, one that
+    aborts the caller's whole transaction), for a list of changed fields that came out empty."""
+    from django.test.utils import CaptureQueriesContext
+
+    from reviewdesk.db_rows import update, update_by_pk
+
+    run = Run.objects.get(pk=waiting_run.pk)
+    attempt = waiting_run.attempts.get()
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        run.save(update_fields=[])
+        assert Attempt.objects.filter(pk=attempt.pk).update() == 0
+        update(run, [])
+        assert update_by_pk(Attempt, attempt.pk) == 0
+        assert Run.objects.filter(pk=run.pk).exists()  # the transaction is still usable
+    assert len(queries) == 1

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any, Generic, TypeVar
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Model
 from django.db.transaction import TransactionManagementError
 
@@ -113,7 +113,8 @@ def insert(instance: M) -> M:
     makes_pk = meta.auto_field is not None and instance.pk is None
     sql, fields = _insert_sql(model, connection.vendor, makes_pk)
     values = [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in fields]
-    with connection.cursor() as cursor:
+    # As save does: a failed statement marks the enclosing atomic block for rollback.
+    with transaction.mark_for_rollback_on_error(), connection.cursor() as cursor:
         cursor.execute(sql, values)
         if makes_pk:
             if connection.features.can_return_columns_from_insert:
@@ -170,7 +171,7 @@ def insert_many(instances: Sequence[M]) -> list[M]:
     batch = max(connection.ops.bulk_batch_size(fields, instances) or len(instances), 1)
     row = f"({', '.join(['%s'] * len(fields))})"
     head = f"INSERT INTO {table(model)} ({', '.join(quote(f.column) for f in fields)}) VALUES "
-    with connection.cursor() as cursor:
+    with transaction.mark_for_rollback_on_error(), connection.cursor() as cursor:
         for start in range(0, len(instances), batch):
             chunk = instances[start : start + batch]
             values = [f.get_db_prep_save(f.pre_save(obj, True), connection) for obj in chunk for f in fields]
@@ -192,7 +193,7 @@ def update(instance: Model, names: Sequence[str]) -> None:
     model = type(instance)
     sql, fields = _update_sql(model, tuple(names), connection.vendor)
     values = [field.get_db_prep_save(field.pre_save(instance, False), connection) for field in fields]
-    with connection.cursor() as cursor:
+    with transaction.mark_for_rollback_on_error(), connection.cursor() as cursor:
         cursor.execute(sql, [*values, model._meta.pk.get_db_prep_value(instance.pk, connection)])  # type: ignore[union-attr]
         if cursor.rowcount == 0:
             raise DatabaseError("Save with update_fields did not affect any rows.")
@@ -209,7 +210,7 @@ def update_by_pk(model: type[Model], pk: Any, **values: Any) -> int:
     params = [
         field.get_db_prep_save(values[name], connection) for name, field in zip(values, fields, strict=True)
     ]
-    with connection.cursor() as cursor:
+    with transaction.mark_for_rollback_on_error(), connection.cursor() as cursor:
         cursor.execute(sql, [*params, model._meta.pk.get_db_prep_value(pk, connection)])  # type: ignore[union-attr]
         return cursor.rowcount
 

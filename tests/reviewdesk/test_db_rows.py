@@ -188,7 +188,11 @@ def test_update_writes_the_named_fields_and_stamps_auto_now_as_save_does(waiting
     assert stored.error != "not named, so not written"
 
     gone = Run(pk=uuid.uuid4(), status="queued")
-    with pytest.raises(DatabaseError, match="did not affect any rows"):
+    gone._state.adding = False  # as a row read, then deleted: save updates, not inserts
+    # Each in a block of its own: the error marks the block for rollback, save's as this one's.
+    with pytest.raises(DatabaseError, match="did not affect any rows"), transaction.atomic():
+        gone.save(update_fields=["status"])
+    with pytest.raises(DatabaseError, match="did not affect any rows"), transaction.atomic():
         update(gone, ["status"])
 
     attempt = waiting_run.attempts.get()
@@ -274,3 +278,43 @@ def test_an_update_of_no_fields_writes_nothing_as_the_orm_does(waiting_run):
         assert update_by_pk(Attempt, attempt.pk) == 0
         assert Run.objects.filter(pk=run.pk).exists()  # the transaction is still usable
     assert len(queries) == 1
+
+
+def test_a_failed_write_marks_the_atomic_block_for_rollback_as_the_orms_does(waiting_run):
+    """save() and a queryset's update() mark the enclosing atomic block for rollback when their
+    statement fails, so an error caught inside the block cannot be committed past: the next
+    statement is refused (TransactionManagementError) on every database. The hand-written writes
+    did not: on SQLite the block went on and committed the rest, while on PostgreSQL the
+    aborted transaction refused it, so code that caught the error passed on the embedded
+    default only."""
+    from django.db import IntegrityError
+    from django.db.transaction import TransactionManagementError
+
+    from reviewdesk.db_rows import insert_many, update, update_by_pk
+    from reviewdesk.runs.models import Message
+
+    def duplicate_effect():
+        return SideEffect(
+            run=waiting_run, idempotency_key="dup", tool_call_id="c", tool="send_email", status="pending"
+        )
+
+    insert(duplicate_effect())
+    message = waiting_run.messages.first()
+    run = Run.objects.get(pk=waiting_run.pk)
+    writes = [
+        ("save", lambda: duplicate_effect().save(force_insert=True)),
+        ("insert", lambda: insert(duplicate_effect())),
+        (
+            "insert_many",
+            lambda: insert_many([Message(run=waiting_run, position=message.position, role="x", body={})]),
+        ),
+        ("update", lambda: update(run, ["approval_ttl_seconds"])),
+        ("update_by_pk", lambda: update_by_pk(Run, run.pk, status="not a status")),
+    ]
+    run.approval_ttl_seconds = -1  # a PositiveIntegerField's check refuses it
+    for name, write in writes:
+        with pytest.raises(TransactionManagementError), transaction.atomic():
+            with pytest.raises(IntegrityError):
+                write()
+            Run.objects.filter(pk=run.pk).update(input=name)  # refused: the block must roll back
+        assert Run.objects.get(pk=run.pk).input != name, name

@@ -1,4 +1,4 @@
-"""Hand-written reads on the hot paths, with the ORM's models and types (issue 11).
+"""Hand-written reads and writes on the hot paths, with the ORM's models and types (issue 11).
 
 On the worker's way to a tool and on the API's per-request checks, building a QuerySet and
 compiling its SQL cost more than the round trip and the row themselves (a join with
@@ -7,6 +7,11 @@ columns with `Columns(Model, alias).sql` and builds each model back from its par
 with `Columns.build`, applying the converters Django's compiler applies (UUIDs, datetimes and
 JSON read the same on SQLite and PostgreSQL), so what comes back is the model the ORM would
 have built, with every concrete field loaded.
+
+The writes (`insert`, `insert_many`, `update`, `update_by_pk`) do what save, bulk_create and a
+queryset's update do for plain values, but send no model signal and resolve no expression
+(F(), Now()): use them only for models with no receiver, and with values, not expressions.
+A locked read (`for_update_of`) belongs inside atomic(), as the ORM's select_for_update.
 """
 
 from __future__ import annotations

@@ -114,7 +114,7 @@ def insert(instance: M) -> M:
     meta = model._meta
     # As save does: a related object assigned unsaved is refused (ValueError), not written as
     # a NULL key; one saved since it was assigned gives its key.
-    instance._prepare_related_fields_for_save(operation_name="save")
+    _check_related(instance, "save")
     makes_pk = meta.auto_field is not None and instance.pk is None
     sql, fields = _insert_sql(model, connection.vendor, makes_pk)
     values = [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in fields]
@@ -130,6 +130,14 @@ def insert(instance: M) -> M:
     instance._state.adding = False
     instance._state.db = connection.alias
     return instance
+
+
+def _check_related(instance: Model, operation: str) -> None:
+    """The ORM's check of `instance`'s related objects before it is written, skipped when none
+    was assigned: it looks only at those its state caches (`Field.is_cached`), and most hot
+    rows name theirs by key (`run_id=`), so the check costs nothing for them."""
+    if instance._state.fields_cache:
+        instance._prepare_related_fields_for_save(operation_name=operation)
 
 
 @cache
@@ -171,7 +179,7 @@ def insert_many(instances: Sequence[M]) -> list[M]:
     model = type(instances[0])
     meta = model._meta
     for obj in instances:  # as bulk_create does (see insert)
-        obj._prepare_related_fields_for_save(operation_name="bulk_create")
+        _check_related(obj, "bulk_create")
     fields = [f for f in meta.local_concrete_fields if f is not meta.auto_field]
     batch = max(connection.ops.bulk_batch_size(fields, instances) or len(instances), 1)
     row = f"({', '.join(['%s'] * len(fields))})"

@@ -1,4 +1,4 @@
-"""Hand-written reads on the hot paths, with the ORM's models and types (issue 11).
+"""Hand-written reads and writes on the hot paths, with the ORM's models and types (issue 11).
 
 On the worker's way to a tool and on the API's per-request checks, building a QuerySet and
 compiling its SQL cost more than the round trip and the row themselves (a join with
@@ -7,6 +7,11 @@ columns with `Columns(Model, alias).sql` and builds each model back from its par
 with `Columns.build`, applying the converters Django's compiler applies (UUIDs, datetimes and
 JSON read the same on SQLite and PostgreSQL), so what comes back is the model the ORM would
 have built, with every concrete field loaded.
+
+The writes (`insert`, `insert_many`, `update`, `update_by_pk`) do what save, bulk_create and a
+queryset's update do for plain values, but send no model signal and resolve no expression
+(F(), Now()): use them only for models with no receiver, and with values, not expressions.
+A locked read (`for_update_of`) belongs inside atomic(), as the ORM's select_for_update.
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any, Generic, TypeVar
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Model
+from django.db.transaction import TransactionManagementError
 
 M = TypeVar("M", bound=Model)
 Converter = Callable[[Any, Any, Any], Any]
@@ -99,16 +105,21 @@ def _converters(fields: list[Any], alias: str) -> list[tuple[int, tuple[list[Con
 
 
 def insert(instance: M) -> M:
-    """INSERT `instance` as `save(force_insert=True)` would, in one hand-written statement: each
-    field's `pre_save` (auto_now_add) and its prepared value, the primary key read back when
-    the database makes it. For the desk's own append-only rows on the hot paths (events, the
-    ledger, attempts): no model signals are sent, and none of those models has a receiver."""
+    """INSERT `instance` as `save(force_insert=True)` would, in one hand-written statement: its
+    related objects checked (an unsaved one refused), each field's `pre_save` (auto_now_add) and
+    its prepared value, the primary key read back when the database makes it. For the desk's
+    own rows on the hot paths (runs, requests, decisions, attempts, events, audit rows, the
+    ledger): no model signals are sent, and none of those models has a receiver."""
     model = type(instance)
     meta = model._meta
+    # As save does: a related object assigned unsaved is refused (ValueError), not written as
+    # a NULL key; one saved since it was assigned gives its key.
+    _check_related(instance, "save")
     makes_pk = meta.auto_field is not None and instance.pk is None
     sql, fields = _insert_sql(model, connection.vendor, makes_pk)
     values = [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in fields]
-    with connection.cursor() as cursor:
+    # As save does: a failed statement marks the enclosing atomic block for rollback.
+    with transaction.mark_for_rollback_on_error(), connection.cursor() as cursor:
         cursor.execute(sql, values)
         if makes_pk:
             if connection.features.can_return_columns_from_insert:
@@ -119,6 +130,14 @@ def insert(instance: M) -> M:
     instance._state.adding = False
     instance._state.db = connection.alias
     return instance
+
+
+def _check_related(instance: Model, operation: str) -> None:
+    """The ORM's check of `instance`'s related objects before it is written, skipped when none
+    was assigned: it looks only at those its state caches (`Field.is_cached`), and most hot
+    rows name theirs by key (`run_id=`), so the check costs nothing for them."""
+    if instance._state.fields_cache:
+        instance._prepare_related_fields_for_save(operation_name=operation)
 
 
 @cache
@@ -139,27 +158,33 @@ def _insert_sql(model: type[Model], vendor: str, makes_pk: bool) -> tuple[str, l
 def for_update_of(alias: str) -> str:
     """The clause that locks `alias`'s row until the transaction ends, as the ORM's
     `select_for_update(of=(...))` does; empty where writing transactions already exclude each
-    other (SQLite)."""
+    other (SQLite). Outside a transaction the lock would end with its own statement: refused
+    there (TransactionManagementError), as the ORM refuses it. Ask for it as the statement is
+    built, each time, not in a cached one."""
     if not connection.features.has_select_for_update:
         return ""
+    if connection.get_autocommit():
+        raise TransactionManagementError("select_for_update cannot be used outside of a transaction.")
     if connection.features.has_select_for_update_of:
         return f" FOR UPDATE OF {quote(alias)}"
     return " FOR UPDATE"
 
 
 def insert_many(instances: Sequence[M]) -> list[M]:
-    """INSERT rows of one model as `bulk_create` does (each field's `pre_save`, in batches the
-    database takes), in hand-written statements; a key the database makes is not read back (the
+    """INSERT rows of one model as `bulk_create` does (their related objects checked, each
+    field's `pre_save`, in batches the database takes), in hand-written statements; a key the database makes is not read back (the
     desk's callers name their rows by keys they chose, or by position)."""
     if not instances:
         return []
     model = type(instances[0])
     meta = model._meta
+    for obj in instances:  # as bulk_create does (see insert)
+        _check_related(obj, "bulk_create")
     fields = [f for f in meta.local_concrete_fields if f is not meta.auto_field]
     batch = max(connection.ops.bulk_batch_size(fields, instances) or len(instances), 1)
     row = f"({', '.join(['%s'] * len(fields))})"
     head = f"INSERT INTO {table(model)} ({', '.join(quote(f.column) for f in fields)}) VALUES "
-    with connection.cursor() as cursor:
+    with transaction.mark_for_rollback_on_error(), connection.cursor() as cursor:
         for start in range(0, len(instances), batch):
             chunk = instances[start : start + batch]
             values = [f.get_db_prep_save(f.pre_save(obj, True), connection) for obj in chunk for f in fields]
@@ -174,11 +199,14 @@ def update(instance: Model, names: Sequence[str]) -> None:
     """UPDATE the fields `names` of `instance`'s row as `save(update_fields=names)` does (each
     field's `pre_save`, so an `auto_now` field is stamped), in one hand-written statement;
     DatabaseError when no row has its key, as the ORM raises. For the desk's own rows on the
-    hot paths: no model signals are sent, and none of those models has a receiver."""
+    hot paths: no model signals are sent, and none of those models has a receiver. No
+    statement for no fields, as save(update_fields=[]) writes nothing."""
+    if not names:
+        return
     model = type(instance)
     sql, fields = _update_sql(model, tuple(names), connection.vendor)
     values = [field.get_db_prep_save(field.pre_save(instance, False), connection) for field in fields]
-    with connection.cursor() as cursor:
+    with transaction.mark_for_rollback_on_error(), connection.cursor() as cursor:
         cursor.execute(sql, [*values, model._meta.pk.get_db_prep_value(instance.pk, connection)])  # type: ignore[union-attr]
         if cursor.rowcount == 0:
             raise DatabaseError("Save with update_fields did not affect any rows.")
@@ -186,12 +214,16 @@ def update(instance: Model, names: Sequence[str]) -> None:
 
 def update_by_pk(model: type[Model], pk: Any, **values: Any) -> int:
     """`model.objects.filter(pk=pk).update(**values)` in one hand-written statement (no
-    `pre_save`, as the ORM's update has none); the number of rows changed."""
+    `pre_save`, as the ORM's update has none); the number of rows changed. Plain values only:
+    no expressions (F, Now), a foreign key by its key. No statement for no values (0), as the
+    ORM's update runs none."""
+    if not values:
+        return 0
     sql, fields = _update_sql(model, tuple(values), connection.vendor)
     params = [
         field.get_db_prep_save(values[name], connection) for name, field in zip(values, fields, strict=True)
     ]
-    with connection.cursor() as cursor:
+    with transaction.mark_for_rollback_on_error(), connection.cursor() as cursor:
         cursor.execute(sql, [*params, model._meta.pk.get_db_prep_value(pk, connection)])  # type: ignore[union-attr]
         return cursor.rowcount
 

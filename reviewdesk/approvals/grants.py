@@ -206,10 +206,10 @@ def grant_do_create(*, spec: GrantSpec, decision: Decision, run: Run, reviewer: 
 
 def live_grants_for(*, run: Run, tool: str) -> list[Grant]:
     """The grants that may still allow a call of `tool` in `run` (not revoked, not expired, not
-    used up; scoped to the run, its agent, or everywhere), each with its maker: one hand-written
-    statement, asked before every call that would need a human (issue 11). A pre-filter only:
-    the gate verifies the grant's signature, and counting its use re-reads the row
-    (`grant_use`), so a grant revoked or used up meanwhile is refused there."""
+    used up; scoped to the run, its agent, or everywhere), newest first, each with its maker:
+    one hand-written statement, asked before every call that would need a human (issue 11). A
+    pre-filter only: the gate verifies the grant's signature, and counting its use re-reads the
+    row (`grant_use`), so a grant revoked or used up meanwhile is refused there."""
     user_model = get_user_model()
     g, u = Columns.of(Grant, "g"), Columns.of(user_model, "u")
     sql = (
@@ -218,7 +218,10 @@ def live_grants_for(*, run: Run, tool: str) -> list[Grant]:
         f"WHERE g.{column(Grant, 'revoked_at')} IS NULL AND g.{column(Grant, 'expires_at')} > %s "
         f"AND g.{column(Grant, 'uses')} < g.{column(Grant, 'max_uses')} AND g.{column(Grant, 'tool')} = %s "
         f"AND ((g.{column(Grant, 'scope')} = %s AND g.{column(Grant, 'run')} = %s) "
-        f"OR (g.{column(Grant, 'scope')} = %s AND g.{column(Grant, 'agent')} = %s) OR g.{column(Grant, 'scope')} = %s)"
+        f"OR (g.{column(Grant, 'scope')} = %s AND g.{column(Grant, 'agent')} = %s) OR g.{column(Grant, 'scope')} = %s) "
+        # Newest first, as the ORM's query came (Grant.Meta.ordering): the caller's sort is
+        # stable, so two grants alike in scope and expiry are tried newest first.
+        f"ORDER BY g.{column(Grant, 'created_at')} DESC"
     )
     params = [
         prep(Grant, "expires_at", timezone.now()),

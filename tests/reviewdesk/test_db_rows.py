@@ -179,10 +179,133 @@ def test_update_writes_the_named_fields_and_stamps_auto_now_as_save_does(waiting
     assert stored.error != "not named, so not written"
 
     gone = Run(pk=uuid.uuid4(), status="queued")
-    with pytest.raises(DatabaseError, match="did not affect any rows"):
+    gone._state.adding = False  # as a row read, then deleted: save updates, not inserts
+    # Each in a block of its own: the error marks the block for rollback, save's as this one's.
+    with pytest.raises(DatabaseError, match="did not affect any rows"), transaction.atomic():
+        gone.save(update_fields=["status"])
+    with pytest.raises(DatabaseError, match="did not affect any rows"), transaction.atomic():
         update(gone, ["status"])
 
     attempt = waiting_run.attempts.get()
     assert update_by_pk(Attempt, attempt.pk, status="failed", error="x") == 1
     assert update_by_pk(Attempt, attempt.pk + 1000, status="failed") == 0
     assert Attempt.objects.filter(pk=attempt.pk, status="failed", error="x").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite takes no row lock: the clause is empty")
+def test_a_locked_read_outside_a_transaction_is_refused_as_the_orms_select_for_update_is(personas):
+    """FOR UPDATE in autocommit locks the row for its own statement only: the ORM's
+    select_for_update refuses to run there (TransactionManagementError), and so does a
+    hand-written locked read (db_rows.for_update_of), rather than return a row it does not hold."""
+    from django.db.transaction import TransactionManagementError
+
+    from reviewdesk.approvals.checks import _locked_approval
+    from reviewdesk.runs.selectors import run_locked
+
+    run = run_submit(
+        submitter=personas.carol, agent="demo", input="x", model={"provider": "scripted", "script": SCRIPT}
+    )
+    run_execute(run_id=run.id, worker="test")
+    approval = run.approvals.get()
+    with pytest.raises(TransactionManagementError):
+        Run.objects.select_for_update(of=("self",)).get(pk=run.pk)  # the ORM's refusal
+    with pytest.raises(TransactionManagementError):
+        run_locked(run.pk)
+    with pytest.raises(TransactionManagementError):
+        _locked_approval(approval.pk)
+    with transaction.atomic():
+        assert run_locked(run.pk, with_submitter=True).submitted_by == personas.carol
+        assert _locked_approval(approval.pk).pk == approval.pk
+
+
+def test_a_related_object_is_taken_as_save_takes_it_an_unsaved_one_refused(waiting_run):
+    """insert and insert_many check the related objects as save and bulk_create do: one assigned
+    unsaved is refused (ValueError), not written as a NULL key (an attempt's, a checkpoint's:
+    nullable, so nothing else would say the link was lost); one saved since it was assigned
+    gives its key."""
+    from reviewdesk.db_rows import insert_many
+
+    attempt = Attempt(run=waiting_run, number=999, lease_epoch=999, expires_at=timezone.now())
+    effect = SideEffect(
+        run=waiting_run,
+        idempotency_key="k",
+        tool_call_id="c",
+        tool="send_email",
+        status="pending",
+        attempt=attempt,
+    )
+    checkpoint = Checkpoint(
+        run=waiting_run, attempt=attempt, number=999, schema_version=1, message_count=0, snapshot={}
+    )
+    with transaction.atomic():
+        with pytest.raises(ValueError, match="unsaved related object 'attempt'"):
+            insert(effect)
+        with pytest.raises(ValueError, match="unsaved related object 'attempt'"):
+            insert_many([checkpoint])
+        assert not SideEffect.objects.filter(idempotency_key="k").exists()
+        assert not Checkpoint.objects.filter(run=waiting_run, number=999).exists()
+        insert(attempt)  # saved after it was assigned: the rows take its key
+        insert(effect)
+        insert_many([checkpoint])
+    assert SideEffect.objects.get(idempotency_key="k").attempt_id == attempt.pk
+    assert Checkpoint.objects.get(run=waiting_run, number=999).attempt_id == attempt.pk
+
+
+def test_an_update_of_no_fields_writes_nothing_as_the_orm_does(waiting_run):
+    """save(update_fields=[]) and a queryset's update() with no values run no statement; the
+    hand-written ones built `UPDATE ... SET  WHERE`, an SQL error (on PostgreSQL, one that
+    aborts the caller's whole transaction), for a list of changed fields that came out empty."""
+    from django.test.utils import CaptureQueriesContext
+
+    from reviewdesk.db_rows import update, update_by_pk
+
+    run = Run.objects.get(pk=waiting_run.pk)
+    attempt = waiting_run.attempts.get()
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        run.save(update_fields=[])
+        assert Attempt.objects.filter(pk=attempt.pk).update() == 0
+        update(run, [])
+        assert update_by_pk(Attempt, attempt.pk) == 0
+        assert Run.objects.filter(pk=run.pk).exists()  # the transaction is still usable
+    assert len(queries) == 1
+
+
+def test_a_failed_write_marks_the_atomic_block_for_rollback_as_the_orms_does(waiting_run):
+    """save() and a queryset's update() mark the enclosing atomic block for rollback when their
+    statement fails, so an error caught inside the block cannot be committed past: the next
+    statement is refused (TransactionManagementError) on every database. The hand-written writes
+    did not: on SQLite the block went on and committed the rest, while on PostgreSQL the
+    aborted transaction refused it, so code that caught the error passed on the embedded
+    default only."""
+    from django.db import IntegrityError
+    from django.db.transaction import TransactionManagementError
+
+    from reviewdesk.db_rows import insert_many, update, update_by_pk
+    from reviewdesk.runs.models import Message
+
+    def duplicate_effect():
+        return SideEffect(
+            run=waiting_run, idempotency_key="dup", tool_call_id="c", tool="send_email", status="pending"
+        )
+
+    insert(duplicate_effect())
+    message = waiting_run.messages.first()
+    run = Run.objects.get(pk=waiting_run.pk)
+    writes = [
+        ("save", lambda: duplicate_effect().save(force_insert=True)),
+        ("insert", lambda: insert(duplicate_effect())),
+        (
+            "insert_many",
+            lambda: insert_many([Message(run=waiting_run, position=message.position, role="x", body={})]),
+        ),
+        ("update", lambda: update(run, ["approval_ttl_seconds"])),
+        ("update_by_pk", lambda: update_by_pk(Run, run.pk, status="not a status")),
+    ]
+    run.approval_ttl_seconds = -1  # a PositiveIntegerField's check refuses it
+    for name, write in writes:
+        with pytest.raises(TransactionManagementError), transaction.atomic():
+            with pytest.raises(IntegrityError):
+                write()
+            Run.objects.filter(pk=run.pk).update(input=name)  # refused: the block must roll back
+        assert Run.objects.get(pk=run.pk).input != name, name

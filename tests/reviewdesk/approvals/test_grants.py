@@ -333,3 +333,30 @@ def test_the_approval_asked_after_a_revoke_is_consumed_by_the_retry_it_authorise
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert len(mailoutbox) == 1
     assert Decision.objects.get(pk=decision.pk).consumed_at is not None
+
+
+@pytest.mark.django_db
+def test_of_two_grants_alike_in_scope_and_expiry_the_newest_is_used_as_the_orm_ordered_them(personas):
+    """The worker's look for a grant is one hand-written statement (live_grants_for); the ORM's
+    query it replaced came newest first (Grant.Meta.ordering), and the narrowest-then-soonest
+    sort is stable, so two grants alike in both (an `expires_at` the reviewers both sent) were
+    used newest first. Without the ORDER BY the tie went to whichever row the database returned
+    first (the oldest, in insertion order), on SQLite and PostgreSQL alike."""
+    expires = (timezone.now() + timedelta(days=2)).replace(microsecond=0).isoformat()
+    older = approve_with_grant(personas, match="exact", expires_at=expires)
+    # A second run whose call the exact grant does not cover asks again; bob grants wider.
+    newer = approve_with_grant(
+        personas,
+        reviewer=personas.bob,
+        script=email_script(body="Something else."),
+        match={"to": {"endswith": "@example.com"}},
+        expires_at=expires,
+    )
+    assert older.expires_at == newer.expires_at and older.scope == newer.scope == "agent"
+    assert older.created_at < newer.created_at
+    run = run_until_it_stops(personas, email_script(body="A third text."))
+    assert run.status == RunStatus.SUCCEEDED and not run.approvals.exists()
+    assert GrantUse.objects.get(run=run).grant_id == newer.id
+    # Both cover the first run's very call: the newest of them is the one matched.
+    call = CallState("c", "send_email", EMAIL, CallStatus.AWAITING)
+    assert grant_matching_call(run=run, call=call) == str(newer.id)

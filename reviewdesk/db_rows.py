@@ -248,3 +248,12 @@ def fetchall(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
+
+
+def write(sql: str, params: Sequence[Any]) -> int:
+    """Run a hand-written write (an UPDATE with its own conditions, say); the number of rows
+    it changed. A failed statement marks the enclosing atomic block for rollback, as the ORM's
+    writes do."""
+    with transaction.mark_for_rollback_on_error(), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount

@@ -55,9 +55,10 @@ def approval_check_decide(
     # its attempt, which the payload names): each row locked, the run's first. Visible to the
     # reviewer, or NotFound, as a missing one is: the rule is applied to the locked row.
     try:
+        prep(ApprovalRequest, "id", approval_id)  # a malformed id is no approval, as a missing one
         run = run_locked(approval_id, with_submitter=True, of_approval=True)
         approval = _locked_approval(approval_id)
-    except (ValueError, TypeError, ValidationError, Run.DoesNotExist, ApprovalRequest.DoesNotExist):
+    except (ValidationError, Run.DoesNotExist, ApprovalRequest.DoesNotExist):
         raise NotFound("no such approval") from None
     if not approval_visible_to(reviewer, approval, group_names=group_names):
         raise NotFound("no such approval")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.db import connection
 from django.db.models import Prefetch, prefetch_related_objects
 from django.utils import timezone
 
@@ -34,7 +33,7 @@ from reviewdesk.approvals.payloads import decision_not_after, decision_payload_f
 from reviewdesk.approvals.routing import approval_audience
 from reviewdesk.audit.services import audit_record
 from reviewdesk.db import atomic_appends_last, prefetched_as
-from reviewdesk.db_rows import column, insert, prep, table, update
+from reviewdesk.db_rows import column, insert, prep, table, update, write
 from reviewdesk.errors import Invalid
 from reviewdesk.events.builders import approval_data
 from reviewdesk.events.services import event_emit
@@ -261,6 +260,4 @@ def decision_consume(*, decision_id: str) -> bool:
         f"WHERE {column(Decision, 'id')} = %s AND {column(Decision, 'consumed_at')} IS NULL"
     )
     now = prep(Decision, "consumed_at", timezone.now())
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [now, prep(Decision, "id", decision_id)])
-        return cursor.rowcount == 1
+    return write(sql, [now, prep(Decision, "id", decision_id)]) == 1

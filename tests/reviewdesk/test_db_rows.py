@@ -194,7 +194,9 @@ def test_update_writes_the_named_fields_and_stamps_auto_now_as_save_does(waiting
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite takes no row lock: the clause is empty")
-def test_a_locked_read_outside_a_transaction_is_refused_as_the_orms_select_for_update_is(personas):
+def test_a_locked_read_outside_a_transaction_is_refused_as_the_orms_select_for_update_is(
+    personas, waiting_run
+):
     """FOR UPDATE in autocommit locks the row for its own statement only: the ORM's
     select_for_update refuses to run there (TransactionManagementError), and so does a
     hand-written locked read (db_rows.for_update_of), rather than return a row it does not hold."""
@@ -203,10 +205,7 @@ def test_a_locked_read_outside_a_transaction_is_refused_as_the_orms_select_for_u
     from reviewdesk.approvals.checks import _locked_approval
     from reviewdesk.runs.selectors import run_locked
 
-    run = run_submit(
-        submitter=personas.carol, agent="demo", input="x", model={"provider": "scripted", "script": SCRIPT}
-    )
-    run_execute(run_id=run.id, worker="test")
+    run = waiting_run
     approval = run.approvals.get()
     with pytest.raises(TransactionManagementError):
         Run.objects.select_for_update(of=("self",)).get(pk=run.pk)  # the ORM's refusal

@@ -38,3 +38,16 @@ def test_the_rule_on_one_row_agrees_with_the_querysets_for_every_user_and_route(
     assert answers[("alice", ("alice",))] and not answers[("alice", ("bob",))]
     assert answers[("bob", ("group:finance",))] and not answers[("olivia", ("carol", "group:legal"))]
     assert answers[("admin", ("nobody",))] and not answers[("carol", ())]
+
+
+@pytest.mark.parametrize(
+    "approval_id", ["not-a-uuid", "", uuid.UUID(int=7), 12], ids=["text", "empty", "unknown", "int"]
+)
+def test_a_decision_on_a_malformed_or_unknown_id_is_not_found(personas, approval_id):
+    from reviewdesk.approvals.services import approval_decide
+    from reviewdesk.errors import NotFound
+
+    with pytest.raises(NotFound, match="no such approval"):
+        approval_decide(
+            approval_id=approval_id, reviewer=personas.alice, verdict="approve", checkpoint_id="x"
+        )

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from django.db import NotSupportedError, connection, transaction
-from django.db.models import BooleanField, Func
+from django.db.models import BooleanField, Exists, Func
 
 # The locks of every append whose ids must be commit order: the audit chain (each row hashes
 # the one before it) and the desk events (a socket takes a gap in their sequence for a lost
@@ -154,3 +154,19 @@ class NamesAny(Func):
             sql = f"EXISTS (SELECT 1 FROM json_each({column}) WHERE json_each.value IN ({marks}))"
             return sql, [*params, *self.names]
         raise NotSupportedError(f"NamesAny: no SQL for {connection.vendor}")
+
+
+class ExistsPerRow(Exists):
+    """EXISTS that PostgreSQL tests row by row, through the subquery's index, as the rows are
+    read (issue 11, #9).
+
+    Under an OR beside cheaper tests, on a list read in order a page at a time, most rows pass
+    before the EXISTS is reached. PostgreSQL's planner does not count on that: it prices the
+    test as run once for every row of the table and turns it into a hashed subplan, which
+    reads every row the subquery matches before the first row is returned (the runs page at
+    100,000 runs read all 100,000 approvals: 27 of its 28 ms). A subquery with an OFFSET is
+    never turned into one, and `OFFSET 0` changes no result. SQLite runs an EXISTS row by row
+    already. tests/reviewdesk/runs/test_visibility_plans.py checks the plans."""
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, Any]:
+        return self.as_sql(compiler, connection, template="EXISTS(%(subquery)s OFFSET 0)", **extra)

@@ -4,12 +4,12 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib.auth import get_user_model
-from django.db.models import Exists, Model, OuterRef, Q, QuerySet
+from django.db.models import Model, OuterRef, Q, QuerySet
 
 from reviewdesk.accounts.roles import is_admin, is_reviewer
 from reviewdesk.accounts.targets import targets_of
 from reviewdesk.approvals.models import ApprovalRequest
-from reviewdesk.db import NamesAny
+from reviewdesk.db import ExistsPerRow, NamesAny
 from reviewdesk.db_rows import Columns, column, fetchone, for_update_of, prep, table
 from reviewdesk.errors import NotFound
 from reviewdesk.runs.models import Run
@@ -73,7 +73,7 @@ def runs_visible_to(user: User, *, pk: Any = None) -> QuerySet[Run]:
         Q(submitted_by=user)
         | Q(reviewers=[])
         | Q(NamesAny("reviewers", [user.get_username()]))
-        | Q(Exists(_approvals_naming(targets_of(user)).filter(run=OuterRef("pk"))))
+        | Q(ExistsPerRow(_approvals_naming(targets_of(user)).filter(run=OuterRef("pk"))))
     )
 
 

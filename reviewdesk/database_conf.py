@@ -9,7 +9,7 @@ from typing import Any
 import dj_database_url
 
 from reviewdesk import embedded
-from reviewdesk.env import env_int
+from reviewdesk.env import env_bool, env_int
 
 
 def database_settings(database_url: str, var_dir: Path) -> dict[str, dict[str, Any]]:
@@ -33,6 +33,7 @@ def database_settings(database_url: str, var_dir: Path) -> dict[str, dict[str, A
         # The test database must be a file: Celery workers are separate processes.
         default["TEST"] = {"NAME": str(var_dir / "test_db.sqlite3")}
     _connection_reuse(default)
+    _no_jit(default)
     return {"default": default}
 
 
@@ -58,3 +59,19 @@ def _connection_reuse(default: dict[str, Any]) -> None:
     else:
         default["CONN_MAX_AGE"] = env_int("DESK_DB_CONN_MAX_AGE", 60)
     default["CONN_HEALTH_CHECKS"] = True
+
+
+def _no_jit(default: dict[str, Any]) -> None:
+    """PostgreSQL compiles a query to machine code (JIT) when its estimated cost passes
+    `jit_above_cost`, and at 100,000 runs the estimates of a reviewer's lists pass it: the grants
+    page spent 505 ms compiling a query that then ran in 1 ms (issue 11). The desk sends short
+    reads of a page and short writes, never the long scans that compiling pays for, so each
+    connection starts with jit off (a startup option: no round trip). `options` given in
+    DATABASE_URL that set jit themselves win; DESK_DB_JIT_OFF=0 sends no option (for a pooler
+    that refuses startup options: set jit on the database role instead)."""
+    if default["ENGINE"] != "django.db.backends.postgresql" or not env_bool("DESK_DB_JIT_OFF", True):
+        return
+    options = default.setdefault("OPTIONS", {})
+    given = options.get("options", "")
+    if "jit" not in given:
+        options["options"] = f"{given} -c jit=off".strip()

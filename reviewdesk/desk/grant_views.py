@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
 from agents.tools import Tool
-from reviewdesk.accounts.roles import is_admin, is_reviewer
+from reviewdesk.accounts.roles import group_names_of, is_admin, is_reviewer, remember_group_names
 from reviewdesk.approvals.device import device_decision_required
 from reviewdesk.approvals.grants import (
     GRANT_STATUSES,
@@ -82,6 +82,8 @@ def posted_grant(request: HttpRequest) -> dict[str, Any] | None:
 @login_required
 def grant_list(request: HttpRequest) -> HttpResponse:
     """Every grant, newest first, with its uses, expiry, scope and match; a page at a time."""
+    # Read once for the request: each row's Revoke check asks whether the user is a reviewer.
+    remember_group_names(request.user, group_names_of(request.user))
     if not (is_reviewer(request.user) or is_admin(request.user)):
         raise PermissionDenied("grants are for reviewers")
     kept = {"status": request.GET.get("status", "")} if request.GET.get("status") in GRANT_STATUSES else {}

@@ -113,3 +113,23 @@ def test_the_run_timeline_says_which_grant_allowed_a_call(personas):
     page = logged_in(personas.alice).get(f"/runs/{run.id}/").content.decode()
     assert "Allowed by a standing grant: send_email" in page
     assert f"grant {grant.id} by alice, use 1 of 3" in page
+
+
+def test_a_reviewers_grants_page_reads_as_many_rows_for_three_grants_as_for_one(personas):
+    """Each row's Revoke check read the reviewer's groups again: 50 grants, 50 more queries."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def page_queries() -> int:
+        client = logged_in(personas.alice)
+        with CaptureQueriesContext(connection) as queries:
+            response = client.get("/grants/")
+        assert response.status_code == 200
+        return len(queries)
+
+    approve_from_the_page(personas, personas.bob, grant_scope="run")
+    one = page_queries()
+    for _ in range(2):
+        approve_from_the_page(personas, personas.bob, grant_scope="run")
+    assert Grant.objects.count() == 3
+    assert page_queries() == one

@@ -361,7 +361,7 @@ def grants_visible_to(user: Any) -> QuerySet[Grant]:
     a run they may see. A grant carries its source call's arguments (an exact grant) and names
     its run, whatever its scope, so it is exactly as private as that run. Each grant's run is
     checked on its own (a few grants, many runs): an IN over every run the reviewer may see
-    read all of them for each page (113 ms at 100,000 runs on PostgreSQL; now about 1)."""
+    read all of them for each page (113 ms at 100,000 runs and 300 grants on PostgreSQL; now 3)."""
     grants = Grant.objects.select_related("granted_by", "revoked_by", "run")
     if is_admin(user):
         return grants

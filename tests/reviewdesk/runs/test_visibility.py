@@ -105,3 +105,17 @@ def test_names_match_exactly_and_only_for_reviewers(interrupted_run, personas, a
     ApprovalRequest.objects.filter(pk=approval.pk).update(assignees=["alicia", "group:finance", "olivia"])
     assert not sees(personas.alice, run, api_as)
     assert not sees(personas.olivia, run, api_as)
+
+
+def test_exists_per_row_on_a_subquery_with_its_own_offset_is_valid_sql(interrupted_run):
+    """ExistsPerRow fences its subquery with OFFSET 0 on PostgreSQL; one sliced with an offset
+    of its own keeps that one (two OFFSETs are a syntax error), on both databases."""
+    from django.db.models import OuterRef
+
+    from reviewdesk.db import ExistsPerRow
+    from reviewdesk.runs.models import Run
+
+    run, _ = interrupted_run()
+    approvals = ApprovalRequest.objects.filter(run=OuterRef("pk")).order_by("created_at")
+    assert list(Run.objects.filter(ExistsPerRow(approvals))) == [run]
+    assert list(Run.objects.filter(ExistsPerRow(approvals[1:]))) == []  # it has one approval

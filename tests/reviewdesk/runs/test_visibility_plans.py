@@ -14,13 +14,15 @@ checked by tests/reviewdesk/runs/test_visibility.py.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
 from django.db import connection
 from django.test import Client
+from django.utils import timezone
 
 from reviewdesk.approvals.grants import grants_visible_to
-from reviewdesk.approvals.models import ApprovalRequest
+from reviewdesk.approvals.models import ApprovalRequest, Decision, Grant
 from reviewdesk.runs.models import Run, RunStatus
 from reviewdesk.runs.selectors import runs_visible_to
 
@@ -30,12 +32,14 @@ pytestmark = [
 ]
 
 RUNS = 3000
+GRANTS = RUNS  # bob's, one on each approval: alice sees those on runs she may see
 
 
 @pytest.fixture
 def history(interrupted_run, personas):
     """RUNS finished runs: most open to any reviewer, every fourth naming bob, each with one
-    decided approval, every tenth's routed to alice; then ANALYZE, as autovacuum would."""
+    decided approval, every tenth's routed to alice; GRANTS grants by bob; then ANALYZE, as
+    autovacuum would."""
     _, approval = interrupted_run()
     runs = Run.objects.bulk_create(
         Run(
@@ -49,7 +53,7 @@ def history(interrupted_run, personas):
         )
         for i in range(RUNS)
     )
-    ApprovalRequest.objects.bulk_create(
+    approvals = ApprovalRequest.objects.bulk_create(
         ApprovalRequest(
             run=run,
             checkpoint_id=approval.checkpoint_id,
@@ -63,9 +67,51 @@ def history(interrupted_run, personas):
         )
         for i, run in enumerate(runs)
     )
+    _grants_by_bob(approvals[:GRANTS], personas.bob)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     return runs
+
+
+def _grants_by_bob(approvals: list[ApprovalRequest], bob) -> None:
+    """A run-scoped grant by bob on each approval, with the decision it came with (unsigned:
+    the plans read no signature)."""
+    now = timezone.now()
+    decisions = Decision.objects.bulk_create(
+        Decision(
+            request=approval,
+            verdict="approve",
+            reviewer=bob,
+            arguments=approval.arguments,
+            arguments_sha256=approval.arguments_sha256,
+            decided_at=now,
+            not_after=now + timedelta(hours=1),
+            nonce=f"history-{approval.tool_call_id}",
+            payload={},
+            signature="",
+            key_id="history",
+        )
+        for approval in approvals
+    )
+    Grant.objects.bulk_create(
+        Grant(
+            approval=approval,
+            decision=decision,
+            tool=approval.tool,
+            agent="demo",
+            scope="run",
+            run_id=approval.run_id,
+            arguments_sha256=approval.arguments_sha256,
+            max_uses=1,
+            expires_at=now + timedelta(days=1),
+            granted_by=bob,
+            created_at=now,
+            payload={},
+            signature="",
+            key_id="history",
+        )
+        for approval, decision in zip(approvals, decisions, strict=True)
+    )
 
 
 def plans_of(action: Callable[[], object], table: str) -> list[str]:
@@ -120,8 +166,13 @@ def test_the_runs_page_and_the_runs_api_test_each_run_as_they_read_it(history, p
 
 
 def test_the_grants_list_checks_each_grants_run_not_every_run_the_reviewer_may_see(history, personas):
-    plans = plans_of(lambda: list(grants_visible_to(personas.alice)[:50]), "approvals_grant")
+    shown: list = []
+    plans = plans_of(lambda: shown.extend(grants_visible_to(personas.alice)[:50]), "approvals_grant")
+    # bob's grants on runs open to alice, or on runs whose approval was routed to her
+    assert len(shown) == 50
+    assert all(grant.run.reviewers == [] or grant.approval.assignees == ["alice"] for grant in shown)
     assert len(plans) == 1
     (plan,) = plans
+    # Each grant's run is probed by its key, its visibility tested on that row: neither every
+    # run the reviewer may see (an IN over them), nor every grant's run hashed first.
     assert probes_per_row(plan), plan
-    assert "Seq Scan on runs_run" not in plan, plan  # each grant's run by its key

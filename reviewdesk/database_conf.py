@@ -3,6 +3,7 @@ default's SQLite file in var/; and how connections are reused (issue 11)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -61,17 +62,23 @@ def _connection_reuse(default: dict[str, Any]) -> None:
     default["CONN_HEALTH_CHECKS"] = True
 
 
+# `-c jit=…`, `-cjit=…` or `--jit=…` in libpq's `options` (not `jit_above_cost` and the like).
+_SETS_JIT = re.compile(r"(?:^|\s)(?:-c\s*|--)jit=")
+
+
 def _no_jit(default: dict[str, Any]) -> None:
     """PostgreSQL compiles a query to machine code (JIT) when its estimated cost passes
     `jit_above_cost`, and at 100,000 runs the estimates of a reviewer's lists pass it: the grants
     page spent 505 ms compiling a query that then ran in 1 ms (issue 11). The desk sends short
     reads of a page and short writes, never the long scans that compiling pays for, so each
     connection starts with jit off (a startup option: no round trip). `options` given in
-    DATABASE_URL that set jit themselves win; DESK_DB_JIT_OFF=0 sends no option (for a pooler
-    that refuses startup options: set jit on the database role instead)."""
+    DATABASE_URL that set jit themselves win. DESK_DB_JIT_OFF=0 sends no option, for a pooler
+    that refuses startup options (PgBouncer: "unsupported startup parameter: options", which
+    the pool reports as a timeout) or drops them (`ignore_startup_parameters`): set jit on the
+    database role instead (README, Several hosts)."""
     if default["ENGINE"] != "django.db.backends.postgresql" or not env_bool("DESK_DB_JIT_OFF", True):
         return
     options = default.setdefault("OPTIONS", {})
     given = options.get("options", "")
-    if "jit" not in given:
+    if not _SETS_JIT.search(given):
         options["options"] = f"{given} -c jit=off".strip()

@@ -13,12 +13,14 @@ from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet
 
 from agents.routing import GROUP_PREFIX, group_of
+from reviewdesk.accounts.roles import group_names_of
 
 
 def targets_of(user: Any, *, group_names: Iterable[str] | None = None) -> set[str]:
     """The targets that name `user`: their username and each of their groups (`group_names`,
-    when the caller has read them already)."""
-    names = set(user.groups.values_list("name", flat=True) if group_names is None else group_names)
+    when the caller has read them already; else as the request read them with the user, or
+    now: roles.group_names_of)."""
+    names = set(group_names_of(user) if group_names is None else group_names)
     return {user.get_username()} | {GROUP_PREFIX + name for name in names}
 
 

@@ -115,7 +115,7 @@ def test_the_run_timeline_says_which_grant_allowed_a_call(personas):
     assert f"grant {grant.id} by alice, use 1 of 3" in page
 
 
-def test_a_reviewers_grants_page_reads_as_many_rows_for_three_grants_as_for_one(personas):
+def test_a_reviewers_grants_page_makes_as_many_queries_for_three_grants_as_for_one(personas):
     """Each row's Revoke check read the reviewer's groups again: 50 grants, 50 more queries."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext

@@ -24,6 +24,6 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "reviewdesk.api.schema.postprocess",
+        "reviewdesk.api.schema_document.postprocess",
     ],
 }

@@ -6,7 +6,7 @@ from typing import Any
 
 from reviewdesk.accounts.roles import is_admin
 from reviewdesk.accounts.targets import UsernamesNamed, usernames_named
-from reviewdesk.approvals.grants import grant_status
+from reviewdesk.approvals.grant_access import grant_status
 from reviewdesk.approvals.models import Grant
 from reviewdesk.events.builders import (
     Expand,

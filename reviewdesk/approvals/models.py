@@ -225,7 +225,7 @@ class Grant(models.Model):
 
     The signed `payload` is what the gate trusts; the columns repeat it for queries and
     pages. `uses` only grows, by a conditional UPDATE bounded by the signed `max_uses`
-    (approvals.grants.grant_use); `revoked_at` ends it at once, because every use re-reads it.
+    (approvals.grant_uses.grant_use); `revoked_at` ends it at once, because every use re-reads it.
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)

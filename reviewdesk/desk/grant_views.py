@@ -22,7 +22,7 @@ from django.views.decorators.http import require_http_methods
 from agents.tools import Tool
 from reviewdesk.accounts.roles import group_names_of, is_admin, is_reviewer, remember_group_names
 from reviewdesk.approvals.device import device_decision_required
-from reviewdesk.approvals.grants import (
+from reviewdesk.approvals.grant_access import (
     GRANT_STATUSES,
     grant_filter_status,
     grant_may_revoke,

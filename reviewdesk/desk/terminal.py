@@ -22,14 +22,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from agents.decisions import key_id_for, sign_payload
 from agents.tools import Effect
 from reviewdesk.accounts.roles import is_reviewer
+from reviewdesk.approvals.context import approval_preview, approval_tool
 from reviewdesk.approvals.device import DeviceSignature
 from reviewdesk.approvals.models import KIND_VERDICTS, ApprovalRequest, Verdict
 from reviewdesk.approvals.queue import QueueFilters, approvals_queue_for
-from reviewdesk.approvals.selectors import (
-    approval_preview,
-    approval_tool,
-    user_may_decide_approval,
-)
+from reviewdesk.approvals.selectors import user_may_decide_approval
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.approvals.signable import approval_device_payload
 from reviewdesk.desk.templatetags.desk_json import visible

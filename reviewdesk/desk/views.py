@@ -18,6 +18,7 @@ from agents.canonical import canonical_json
 from agents.registry import agent_names, get_agent
 from reviewdesk.accounts.devicekeys import endorsed_key_ids
 from reviewdesk.accounts.roles import is_admin, is_reviewer, is_submitter
+from reviewdesk.approvals.context import approval_context, approval_preview, approval_tool
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus, Verdict
 from reviewdesk.approvals.queue import (
     QUEUE_FILTER_NAMES,
@@ -26,12 +27,7 @@ from reviewdesk.approvals.queue import (
     queue_view_from,
 )
 from reviewdesk.approvals.routing import user_qualifies
-from reviewdesk.approvals.selectors import (
-    approval_context,
-    approval_get_for_reviewer,
-    approval_preview,
-    approval_tool,
-)
+from reviewdesk.approvals.selectors import approval_get_for_reviewer
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.approvals.validation import EXTERNAL_REF_MAX, TEXT_MAX
 

@@ -22,8 +22,8 @@ from agents.loop import Failed, FailureKind, Finished, Limits, Outcome, Retrying
 from agents.providers import AssistantTurn, ModelProvider, provider_for
 from agents.registry import get_agent
 from reviewdesk import faults
+from reviewdesk.approvals.decision_reads import calls_decided_meanwhile
 from reviewdesk.approvals.lifecycle import approvals_cancel_open
-from reviewdesk.approvals.selectors import calls_decided_meanwhile
 from reviewdesk.audit.services import audit_record
 from reviewdesk.db import atomic_appends_last
 from reviewdesk.db_rows import update, update_by_pk

@@ -39,19 +39,11 @@ from agents.state import AgentState, CallState
 from agents.tools import ToolContext
 from reviewdesk import faults
 from reviewdesk.accounts.devicekeys import DatabaseTrust
+from reviewdesk.approvals.decision_reads import RequestDeciders, call_decision_read, reviewer_notes_for
 from reviewdesk.approvals.device import device_decision_required
-from reviewdesk.approvals.grants import (
-    grant_matching_call,
-    grantor_may_decide_run,
-    signed_grant,
-)
+from reviewdesk.approvals.grant_uses import grant_matching_call, grantor_may_decide_run, signed_grant
 from reviewdesk.approvals.lifecycle import approval_raise
-from reviewdesk.approvals.selectors import (
-    RequestDeciders,
-    call_decision_read,
-    reviewer_may_decide_run,
-    reviewer_notes_for,
-)
+from reviewdesk.approvals.selectors import reviewer_may_decide_run
 from reviewdesk.approvals.signing import FileKeyring
 from reviewdesk.db import atomic_appends_last
 from reviewdesk.db_rows import insert_many

@@ -13,8 +13,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agents.state import CallState, CallStatus
+from reviewdesk.approvals.decision_reads import _latest_request_with_decisions
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, Decision
-from reviewdesk.approvals.selectors import _latest_request_with_decisions
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.db_rows import Columns, insert, table
 from reviewdesk.events.models import DeskEvent

@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from agents.ledger import CallBinding
 from agents.state import CallState, CallStatus
-from reviewdesk.approvals.grants import grant_matching_call, grant_revoke, grant_use, grantor_may_decide_run
+from reviewdesk.approvals.grant_access import grant_revoke
+from reviewdesk.approvals.grant_uses import grant_matching_call, grant_use, grantor_may_decide_run
 from reviewdesk.approvals.models import ApprovalStatus, Grant, GrantUse
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.audit.models import AuditEvent

@@ -1,0 +1,155 @@
+"""What the approval page and the terminal review show of a call beyond its arguments: the
+conversation that led to it, the tool's description and effect, and a preview of what it would do."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from django.conf import settings
+
+from agents.gate import CallBinding
+from agents.registry import UnknownAgent, get_agent
+from agents.tools import Effect, Tool, ToolContext
+from reviewdesk.approvals.models import (
+    ApprovalRequest,
+)
+from reviewdesk.tool_world import sandbox_config, tool_world
+
+logger = logging.getLogger(__name__)
+
+
+# A message or result longer than this is folded on the page (<details>), open on request.
+FOLD_CHARS = 600
+
+
+FOLD_LINES = 12
+
+
+def _pretty_json_text(text: Any) -> str:
+    """JSON that arrives as text (a tool call's arguments, a tool's result), re-indented."""
+    if not isinstance(text, str):
+        return json.dumps(text, indent=2, ensure_ascii=False)
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except ValueError:
+        return text
+
+
+def _long(text: str) -> bool:
+    return len(text) > FOLD_CHARS or text.count("\n") >= FOLD_LINES
+
+
+def _chat_entry(body: dict[str, Any], tool_call_id: str) -> dict[str, Any]:
+    """One chat message as the page shows it: who spoke, their text, the calls they made."""
+    role = str(body.get("role", ""))
+    content = body.get("content")
+    text = content if isinstance(content, str) else ("" if content is None else json.dumps(content))
+    result_of = body.get("tool_call_id")
+    calls = [
+        {
+            "id": call.get("id", ""),
+            "name": (call.get("function") or {}).get("name", ""),
+            "arguments": _pretty_json_text((call.get("function") or {}).get("arguments", "")),
+            "this_call": call.get("id") == tool_call_id,
+        }
+        for call in body.get("tool_calls") or []
+        if isinstance(call, dict)
+    ]
+    if result_of:
+        text = _pretty_json_text(text)
+    return {
+        "role": role,
+        "model_text": role == "assistant",  # written by the model: untrusted
+        "text": text,
+        "long": _long(text),
+        "result_of": result_of,
+        "tool_calls": calls,
+        "asks_for_this_call": any(c["this_call"] for c in calls),
+    }
+
+
+def approval_tool(approval: ApprovalRequest) -> Tool | None:
+    """The declared tool this approval is for, or None when its agent or tool is gone."""
+    try:
+        return get_agent(approval.run.agent).tool(approval.tool)
+    except UnknownAgent:
+        return None
+
+
+def approval_context(approval: ApprovalRequest) -> dict[str, Any]:
+    """Everything a reviewer needs to judge one approval, in the order they think about it:
+    what it is (agent, submitter, task, tool), why the agent asks (the conversation so far
+    and the model's message that made the call), and what was decided before in this run."""
+    run = approval.run
+    tool = approval_tool(approval)
+    bodies = (
+        run.messages.filter(superseded_at__isnull=True).order_by("position").values_list("body", flat=True)
+    )
+    conversation = [_chat_entry(body, approval.tool_call_id) for body in bodies if isinstance(body, dict)]
+    asking = next((m for m in reversed(conversation) if m["asks_for_this_call"]), None)
+    earlier = (
+        ApprovalRequest.objects.filter(run_id=run.pk)
+        .exclude(pk=approval.pk)
+        .prefetch_related("decisions__reviewer")
+        .order_by("created_at")
+    )
+    return {
+        "agent": run.agent,
+        "submitter": run.submitted_by.get_username(),
+        "task": run.input,
+        "run_status": run.status,
+        "tool_description": tool.description if tool else "(this tool is no longer declared)",
+        "effect": str(tool.effect) if tool else "",
+        "irreversible": bool(tool and tool.effect == Effect.EXTERNAL),
+        "policy_reason": approval.reason,
+        "conversation": conversation,
+        "asking_text": asking["text"] if asking else "",
+        "decisions": [
+            {
+                "id": str(a.pk),
+                "tool": a.tool,
+                "kind": a.kind,
+                "status": a.status,
+                "verdict": a.decision.verdict if a.decision else None,
+                "reviewer": a.decision.reviewer.get_username() if a.decision else None,
+                "reason": a.decision.reason if a.decision else "",
+                "decided_at": a.decision.decided_at if a.decision else None,
+            }
+            for a in earlier
+        ],
+    }
+
+
+def approval_preview(approval: ApprovalRequest, arguments: Any) -> dict[str, Any]:
+    """What the call would do with `arguments`: {"preview": {...} or None, "errors": [...]}.
+
+    Arguments that break the tool's schema get errors and no preview. The preview runs
+    in the context the call would run in (its world, working directory, time limit), and
+    only reads: a preview that fails says so instead of failing the page.
+    """
+    tool = approval_tool(approval)
+    if tool is None:
+        return {"preview": None, "errors": ["this tool is no longer declared"]}
+    errors = tool.validation_errors(arguments)
+    if errors:
+        return {"preview": None, "errors": errors}
+    if tool.preview is None:
+        return {"preview": None, "errors": []}
+    run_id = str(approval.run_id)
+    ctx = ToolContext(
+        run_id=run_id,
+        tool_call_id=approval.tool_call_id,
+        idempotency_key=CallBinding(run_id, None, approval.tool_call_id, approval.tool).idempotency_key,
+        workdir=settings.DESK_RUNS_DIR / run_id,
+        world=tool_world(),
+        timeout_seconds=settings.DESK_EXECUTE_TIMEOUT_SECONDS,
+        sandbox=sandbox_config(),
+    )
+    try:
+        preview = tool.preview(arguments, ctx)
+    except Exception:  # a tool author's code: the page must still show the arguments
+        logger.exception("preview of %s failed", approval.tool)
+        return {"preview": None, "errors": ["the preview failed; judge by the arguments"]}
+    return {"preview": preview, "errors": []}

@@ -1,0 +1,151 @@
+"""The gate's half of standing grants: the live grants for a call, the one whose signed match
+and grantor fit it, and its use, one conditional UPDATE that counts a use only while the grant
+is unrevoked, unexpired and under its signed limit (two workers racing for the last use cannot
+both win; a revocation stops the very next call). Whatever the scope, a grant is used only on
+runs its grantor could decide (four eyes, assignment)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db.models import F
+from django.utils import timezone
+
+from agents.grants import SignedGrant, grant_mismatch
+from agents.ledger import CallBinding
+from agents.state import CallState
+from reviewdesk.approvals.models import (
+    Grant,
+    GrantScope,
+    GrantUse,
+)
+from reviewdesk.approvals.routing import named_for_call
+from reviewdesk.approvals.selectors import user_may_decide
+from reviewdesk.audit.services import audit_record
+from reviewdesk.db_rows import Columns, column, fetchall, prep, table
+from reviewdesk.runs.models import Attempt, Run
+
+
+def live_grants_for(*, run: Run, tool: str) -> list[Grant]:
+    """The grants that may still allow a call of `tool` in `run` (not revoked, not expired, not
+    used up; scoped to the run, its agent, or everywhere), newest first, each with its maker:
+    one hand-written statement, asked before every call that would need a human (issue 11). A
+    pre-filter only: the gate verifies the grant's signature, and counting its use re-reads the
+    row (`grant_use`), so a grant revoked or used up meanwhile is refused there."""
+    user_model = get_user_model()
+    g, u = Columns.of(Grant, "g"), Columns.of(user_model, "u")
+    sql = (
+        f"SELECT {g.sql}, {u.sql} FROM {table(Grant)} g "
+        f"JOIN {table(user_model)} u ON u.{column(user_model, 'id')} = g.{column(Grant, 'granted_by')} "
+        f"WHERE g.{column(Grant, 'revoked_at')} IS NULL AND g.{column(Grant, 'expires_at')} > %s "
+        f"AND g.{column(Grant, 'uses')} < g.{column(Grant, 'max_uses')} AND g.{column(Grant, 'tool')} = %s "
+        f"AND ((g.{column(Grant, 'scope')} = %s AND g.{column(Grant, 'run')} = %s) "
+        f"OR (g.{column(Grant, 'scope')} = %s AND g.{column(Grant, 'agent')} = %s) OR g.{column(Grant, 'scope')} = %s) "
+        # Newest first, as the ORM's query came (Grant.Meta.ordering): the caller's sort is
+        # stable, so two grants alike in scope and expiry are tried newest first.
+        f"ORDER BY g.{column(Grant, 'created_at')} DESC"
+    )
+    params = [
+        prep(Grant, "expires_at", timezone.now()),
+        tool,
+        GrantScope.RUN.value,
+        prep(Grant, "run", run.pk),
+        GrantScope.AGENT.value,
+        run.agent,
+        GrantScope.GLOBAL.value,
+    ]
+    rows = fetchall(sql, params)
+    grants = []
+    for row in rows:
+        grant = g.build(row)
+        grant.granted_by = u.build(row, g.width)
+        grants.append(grant)
+    return grants
+
+
+def grant_matching_call(*, run: Run, call: CallState) -> str | None:
+    """The id of the narrowest live grant covering this call of `run` (run, then agent, then
+    global; soonest expiry first), or None. The gate verifies the signed payload later."""
+    candidates = live_grants_for(run=run, tool=call.name)
+    order = {GrantScope.RUN: 0, GrantScope.AGENT: 1, GrantScope.GLOBAL: 2}
+    for grant in sorted(candidates, key=lambda g: (order[GrantScope(g.scope)], g.expires_at)):
+        covers = grant_mismatch(
+            grant.payload, agent=run.agent, run_id=str(run.pk), tool=call.name, arguments=call.arguments
+        )
+        # as the gate will check: its maker could decide this very call
+        if covers is None and grantor_may_decide(grant.granted_by, run, call.name, call.arguments):
+            return str(grant.pk)
+    return None
+
+
+def grantor_may_decide(user: Any, run: Run, tool: str, arguments: Any) -> bool:
+    """Whether a grant's maker could decide this very call (its routing, not only the run)."""
+    return user_may_decide(user, run) and named_for_call(user, run, tool, arguments)
+
+
+def grantor_may_decide_run(username: str, run_id: str, tool: str, arguments: Any) -> bool:
+    """The gate's check, at execution time, that a grant's maker could decide this call of the
+    run: a reviewer, not the run's submitter, the run not assigned to others, and named by the
+    targets the call would be routed to (a grant never decides what its maker could not)."""
+    user = get_user_model().objects.filter(username=username).first()
+    run = Run.objects.filter(pk=run_id).first()
+    if user is None or run is None:
+        return False
+    return grantor_may_decide(user, run, tool, arguments)
+
+
+def signed_grant(grant_id: str) -> SignedGrant | None:
+    grant = Grant.objects.filter(pk=grant_id).first()
+    if grant is None:
+        return None
+    return SignedGrant(
+        grant_id=str(grant.pk), payload=grant.payload, signature=grant.signature, key_id=grant.key_id
+    )
+
+
+def grant_is_live(grant_id: str) -> bool:
+    """Neither revoked nor expired now, its uses aside (see `Ledger.grant_live`)."""
+    return Grant.objects.filter(pk=grant_id, revoked_at__isnull=True, expires_at__gt=timezone.now()).exists()
+
+
+def grant_use(*, grant_id: str, binding: CallBinding, max_uses: int, attempt: Attempt | None) -> bool:
+    """Count one use of the grant for this call; False when it is revoked, expired or has
+    `max_uses` (the signed limit) uses already. Audited with the grant that allowed the call.
+
+    Lock precondition: the caller's transaction also writes the call's ledger row, so the
+    use and the row commit together. The conditional UPDATE takes the grant row's lock and
+    re-checks its condition after any concurrent use commits (PostgreSQL re-evaluates the
+    WHERE on the updated row; SQLite's IMMEDIATE transactions serialise writers).
+    """
+    now = timezone.now()
+    counted = Grant.objects.filter(
+        pk=grant_id, revoked_at__isnull=True, expires_at__gt=now, uses__lt=max_uses
+    ).update(uses=F("uses") + 1)
+    if counted != 1:
+        return False
+    grant = Grant.objects.select_related("granted_by").get(pk=grant_id)
+    GrantUse.objects.create(
+        grant=grant,
+        run_id=binding.run_id,
+        tool_call_id=binding.tool_call_id,
+        idempotency_key=binding.idempotency_key,
+        number=grant.uses,
+        used_at=now,
+    )
+    audit_record(
+        actor=None,
+        action="grant.used",
+        subject_type="grant",
+        subject_id=grant.pk,
+        data={
+            "run": binding.run_id,
+            "tool_call_id": binding.tool_call_id,
+            "tool": binding.tool,
+            "attempt": attempt.number if attempt else None,
+            "use": grant.uses,
+            "max_uses": grant.max_uses,
+            "granted_by": grant.granted_by.get_username(),
+        },
+    )
+    return True

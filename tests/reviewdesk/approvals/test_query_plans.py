@@ -19,6 +19,7 @@ from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.approvals.queue import QueueFilters, approvals_queue_for
 from reviewdesk.approvals.routing import named_by
 from tests.reviewdesk.events.test_snapshot_window import clone_pending
+from tests.reviewdesk.query_capture import statements_reading
 
 pytestmark = pytest.mark.django_db
 sqlite_plan = pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's EXPLAIN QUERY PLAN")
@@ -28,18 +29,9 @@ TABLE = '"approvals_approvalrequest"'
 
 def plans_of(action: Callable[[], object]) -> list[tuple[str, str]]:
     """(SQL, its plan) of each query `action` makes that reads the approvals table."""
-    seen: list[tuple[str, tuple]] = []
-
-    def record(execute, sql, params, many, context):
-        if f"FROM {TABLE}" in sql:
-            seen.append((sql, params))
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(record):
-        action()
     out = []
     with connection.cursor() as cursor:
-        for sql, params in seen:
+        for sql, params in statements_reading(action, "approvals_approvalrequest"):
             cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
             out.append((sql, "\n".join(str(row[-1]) for row in cursor.fetchall())))
     return out

@@ -25,6 +25,7 @@ from reviewdesk.approvals.grant_access import grants_visible_to
 from reviewdesk.approvals.models import ApprovalRequest, Decision, Grant
 from reviewdesk.runs.models import Run, RunStatus
 from reviewdesk.runs.selectors import runs_visible_to
+from tests.reviewdesk.query_capture import statements_reading
 
 pytestmark = [
     pytest.mark.django_db,
@@ -116,18 +117,9 @@ def _grants_by_bob(approvals: list[ApprovalRequest], bob) -> None:
 
 def plans_of(action: Callable[[], object], table: str) -> list[str]:
     """The plan of each query `action` makes that reads from `table`."""
-    seen: list[tuple[str, tuple]] = []
-
-    def record(execute, sql, params, many, context):
-        if f'FROM "{table}"' in sql:
-            seen.append((sql, params))
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(record):
-        action()
     plans = []
     with connection.cursor() as cursor:
-        for sql, params in seen:
+        for sql, params in statements_reading(action, table):
             cursor.execute("EXPLAIN " + sql, params)
             plans.append("\n".join(row[0] for row in cursor.fetchall()))
     return plans

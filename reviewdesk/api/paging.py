@@ -159,7 +159,8 @@ def keyset_page(
 ) -> Response:
     """Newest first, ordered by (`field`, pk) descending; one page and the link to the next.
     `render` takes the page's rows at once, so that rows sharing reads share them
-    (approvals_data); `each(render_one)` for rows that do not."""
+    (approvals_page_data); `each(render_one)` for rows that do not. The rows may be models or
+    `values()` dicts."""
     limit = page_limit(request)
     cursor = request.query_params.get(CURSOR)
     if cursor is not None:
@@ -172,8 +173,15 @@ def keyset_page(
     page = list(rows.order_by(f"-{field}", "-pk")[: limit + 1])
     more = len(page) > limit
     page = page[:limit]
-    link = next_url(request, **{CURSOR: _encode((getattr(page[-1], field), page[-1].pk))}) if more else None
+    link = next_url(request, **{CURSOR: _encode(_key_of(page[-1], field, rows))}) if more else None
     return Response({"results": render(page), "next": link})
+
+
+def _key_of(row: Any, field: str, rows: QuerySet) -> tuple[Any, Any]:
+    """The row's place in the order, a model's or a `values()` row's (which names its pk)."""
+    if isinstance(row, dict):
+        return row[field], row[rows.model._meta.pk.attname]
+    return getattr(row, field), row.pk
 
 
 def each(render: Callable[[Any], dict[str, Any]]) -> Callable[[list[Any]], list[dict[str, Any]]]:

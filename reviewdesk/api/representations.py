@@ -10,10 +10,11 @@ from reviewdesk.approvals.grant_access import grant_status
 from reviewdesk.approvals.models import Grant
 from reviewdesk.events.builders import (
     Expand,
+    approval_columns,
     approval_data,
     approval_for,
     approval_rows,
-    approvals_data,
+    approvals_page_data,
     decision_data,
     iso,
 )
@@ -141,9 +142,10 @@ def grant_data(grant: Grant) -> dict[str, Any]:
 
 
 __all__ = [
+    "approval_columns",
     "approval_data",
     "approval_rows",
-    "approvals_data",
+    "approvals_page_data",
     "decision_data",
     "grant_data",
     "run_detail",

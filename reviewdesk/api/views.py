@@ -22,9 +22,10 @@ from reviewdesk.api.idempotency import idempotent
 from reviewdesk.api.parsers import body_too_large
 from reviewdesk.api.permissions import CanRead, CanReview, CanSubmit, CanSubmitOrReview
 from reviewdesk.api.representations import (
+    approval_columns,
     approval_data,
     approval_rows,
-    approvals_data,
+    approvals_page_data,
     decision_data,
     grant_data,
     run_detail,
@@ -213,7 +214,7 @@ class ApprovalListView(DeskAPIView):
             approvals = approvals.filter(tool=tool)
         if run_id := paging.uuid_parameter(request, "run"):
             approvals = approvals.filter(run_id=run_id)
-        return paging.keyset_page(request, approval_rows(approvals), approvals_data)
+        return paging.keyset_page(request, approval_columns(approvals), approvals_page_data)
 
 
 class ApprovalDetailView(DeskAPIView):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 
 from django.conf import settings
 from django.db import models
@@ -140,16 +141,12 @@ class ApprovalRequest(models.Model):
     def decision(self) -> Decision | None:
         """The decision that settled the request: its rejection, or the approval that completed
         its quorum (the latest). None while it is pending, and once cancelled or expired."""
-        if self.status not in SETTLED_BY_DECISION:
-            return None
-        decisions = sorted(self._decision_rows(), key=lambda d: d.decided_at)
-        return decisions[-1] if decisions else None
+        return settling_decision(self.status, self._decision_rows())
 
     def approving_decisions(self) -> list[Decision]:
         """The quorum's votes so far (QUORUM_VERDICTS: approvals; re-runs on a reconciliation),
         oldest first."""
-        votes = QUORUM_VERDICTS[self.kind]
-        return sorted((d for d in self._decision_rows() if d.verdict in votes), key=lambda d: d.decided_at)
+        return approving_votes(self.kind, self._decision_rows())
 
     def refresh_from_db(self, using=None, fields=None, from_queryset=None) -> None:
         # A full refresh drops what prefetch_related cached, but not the list a page put in
@@ -163,6 +160,21 @@ class ApprovalRequest(models.Model):
         manager built per row), else `decisions.all()`, itself prefetched or read."""
         prefetched = getattr(self, DECISION_LIST, None)
         return prefetched if prefetched is not None else self.decisions.all()
+
+
+def settling_decision(status: str, decisions: Iterable[Decision]) -> Decision | None:
+    """`ApprovalRequest.decision` for a request in `status` with these `decisions` (a page read
+    as rows has no model to ask: events.builders.approvals_page_data)."""
+    if status not in SETTLED_BY_DECISION:
+        return None
+    ordered = sorted(decisions, key=lambda d: d.decided_at)
+    return ordered[-1] if ordered else None
+
+
+def approving_votes(kind: str, decisions: Iterable[Decision]) -> list[Decision]:
+    """`ApprovalRequest.approving_decisions` for a request of `kind` with these `decisions`."""
+    votes = QUORUM_VERDICTS[kind]
+    return sorted((d for d in decisions if d.verdict in votes), key=lambda d: d.decided_at)
 
 
 class Decision(models.Model):

@@ -10,7 +10,13 @@ from django.db.models import Prefetch, QuerySet
 from agents.decisions import is_device_signed
 from agents.registry import UnknownAgent, get_agent
 from reviewdesk.accounts.targets import UsernamesNamed, usernames_named
-from reviewdesk.approvals.models import DECISION_LIST, ApprovalRequest, ApprovalStatus, Decision
+from reviewdesk.approvals.models import (
+    DECISION_LIST,
+    ApprovalRequest,
+    Decision,
+    approving_votes,
+    settling_decision,
+)
 from reviewdesk.runs.models import Run
 
 
@@ -26,63 +32,129 @@ def iso(value) -> str | None:
 Expand = Callable[[Iterable[str]], list[str]]
 
 
-def reviewer_of(approval: ApprovalRequest, *, named: Expand = usernames_named) -> dict[str, Any]:
-    """Who may decide: `targets` as named (usernames, "group:NAME"; empty: any reviewer) and
-    `users`, the usernames they name with groups expanded (the desk's "mine")."""
-    return {
-        "users": named(approval.assignees),
-        "targets": list(approval.assignees),
-        "group": "reviewers",
-    }
-
-
-def quorum_of(approval: ApprovalRequest) -> dict[str, Any]:
-    """How many approvals the request needs and who has given theirs: the desk's "1 of 2"."""
-    return {
-        "required": approval.required_approvals,
-        "approved_by": [d.reviewer.get_username() for d in approval.approving_decisions()],
-        "groups": list(approval.quorum_groups),
-    }
-
-
-def handover_of(approval: ApprovalRequest) -> dict[str, Any] | None:
-    if approval.handed_over_by_id is None:
-        return None
-    return {
-        "by": approval.handed_over_by.get_username() if approval.handed_over_by else None,
-        "at": iso(approval.handed_over_at),
-        "note": approval.handover_note,
-    }
+# What an approval's payload shows, named as `values()` names them: a page of approvals is read as
+# these columns (`approvals_page_data`), and `approval_data` reads the same names off a model.
+# An ApprovalRequest, its Run and two users built for each row of a page cost more than the
+# payload itself (issue 11, #7b: ~50 µs a row).
+SHOWN = (
+    "id",
+    "kind",
+    "run_id",
+    "tool",
+    "tool_call_id",
+    "arguments",
+    "arguments_sha256",
+    "reason",
+    "assignees",
+    "required_approvals",
+    "quorum_groups",
+    "handed_over_by_id",
+    "handed_over_by__username",
+    "handed_over_at",
+    "handover_note",
+    "expires_at",
+    "respond_by",
+    "reminded_at",
+    "escalation_level",
+    "checkpoint_id",
+    "status",
+    "created_at",
+    "run__agent",
+    "run__input",
+    "run__submitted_by__username",
+)
 
 
 def approval_data(approval: ApprovalRequest, *, named: Expand = usernames_named) -> dict[str, Any]:
-    decision = approval.decision if approval.status != ApprovalStatus.PENDING else None
+    return _payload(_shown_of(approval), approval.decision, approval.approving_decisions(), named)
+
+
+def approvals_page_data(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`approval_data` for each of a page of approvals read as `SHOWN` (`approval_columns`), with
+    two reads whatever the page: their decisions, and the groups their assignees name."""
+    decisions: dict[Any, list[Decision]] = {row["id"]: [] for row in rows}
+    for decision in _decisions_shown().filter(request_id__in=list(decisions)):
+        decisions[decision.request_id].append(decision)
+    named = UsernamesNamed(row["assignees"] for row in rows)
+    return [
+        _payload(
+            row,
+            settling_decision(row["status"], decisions[row["id"]]),
+            approving_votes(row["kind"], decisions[row["id"]]),
+            named,
+        )
+        for row in rows
+    ]
+
+
+def approval_columns(approvals: QuerySet[ApprovalRequest]) -> QuerySet:
+    """`approvals` as the columns their payloads show (`approvals_page_data` builds them)."""
+    return approvals.values(*SHOWN)
+
+
+def _shown_of(approval: ApprovalRequest) -> dict[str, Any]:
+    """The model's `SHOWN`, followed as `values()` follows them (a null relation: None)."""
+    return {name: _follow(approval, name) for name in SHOWN}
+
+
+def _follow(value: Any, path: str) -> Any:
+    for name in path.split("__"):
+        if value is None:
+            return None
+        value = getattr(value, name)
+    return value
+
+
+def _payload(shown: dict[str, Any], decision: Decision | None, approving: list[Decision], named: Expand):
+    """The one shape of an approval's payload, from its `SHOWN` columns and its decisions: the
+    one settling it (None while pending) and the quorum's votes."""
     return {
-        "id": str(approval.id),
-        "kind": approval.kind,
-        "run": str(approval.run_id),
-        "tool": approval.tool,
-        "tool_call_id": approval.tool_call_id,
-        "arguments": approval.arguments,
-        "arguments_sha256": approval.arguments_sha256,
-        "reason": approval.reason,
-        "reviewer": reviewer_of(approval, named=named),
-        "expires_at": iso(approval.expires_at),
+        "id": str(shown["id"]),
+        "kind": shown["kind"],
+        "run": str(shown["run_id"]),
+        "tool": shown["tool"],
+        "tool_call_id": shown["tool_call_id"],
+        "arguments": shown["arguments"],
+        "arguments_sha256": shown["arguments_sha256"],
+        "reason": shown["reason"],
+        # Who may decide: `targets` as named (usernames, "group:NAME"; empty: any reviewer) and
+        # `users`, the usernames they name with groups expanded (the desk's "mine").
+        "reviewer": {
+            "users": named(shown["assignees"]),
+            "targets": list(shown["assignees"]),
+            "group": "reviewers",
+        },
+        "expires_at": iso(shown["expires_at"]),
         # The response-time clock (approvals/clock.py): null when the tool sets no target.
-        "respond_by": iso(approval.respond_by),
-        "reminded_at": iso(approval.reminded_at),
-        "escalation_level": approval.escalation_level,
-        "checkpoint_id": str(approval.checkpoint_id),
-        "status": approval.status,
-        "created_at": iso(approval.created_at),
+        "respond_by": iso(shown["respond_by"]),
+        "reminded_at": iso(shown["reminded_at"]),
+        "escalation_level": shown["escalation_level"],
+        "checkpoint_id": str(shown["checkpoint_id"]),
+        "status": shown["status"],
+        "created_at": iso(shown["created_at"]),
         "decision": decision_data(decision) if decision else None,
-        "quorum": quorum_of(approval),
-        "handover": handover_of(approval),
+        # How many approvals the request needs and who has given theirs: the desk's "1 of 2".
+        "quorum": {
+            "required": shown["required_approvals"],
+            "approved_by": [d.reviewer.get_username() for d in approving],
+            "groups": list(shown["quorum_groups"]),
+        },
+        "handover": _handover(shown),
         # What the desk's card shows besides the call: who asked, for what, and its risk.
-        "agent": approval.run.agent,
-        "submitted_by": approval.run.submitted_by.get_username(),
-        "task": approval.run.input[:TASK_SHOWN],
-        "effect": _effect(approval),
+        "agent": shown["run__agent"],
+        "submitted_by": shown["run__submitted_by__username"],
+        "task": shown["run__input"][:TASK_SHOWN],
+        "effect": _effect(shown["run__agent"], shown["tool"]),
+    }
+
+
+def _handover(shown: dict[str, Any]) -> dict[str, Any] | None:
+    if shown["handed_over_by_id"] is None:
+        return None
+    return {
+        "by": shown["handed_over_by__username"],
+        "at": iso(shown["handed_over_at"]),
+        "note": shown["handover_note"],
     }
 
 
@@ -135,8 +207,6 @@ def approval_rows(
     queryset built for each row cost more than its row). `with_run=False`: no run, for a
     prefetch from the runs, which sets each row's own."""
     own = [field.name for field in ApprovalRequest._meta.concrete_fields]
-    voted = [field.name for field in Decision._meta.concrete_fields]
-    decisions = Decision.objects.select_related("reviewer").only(*voted, "reviewer__username")
     joined, shown = ("handed_over_by",), ("handed_over_by__username",)
     if with_run:
         joined += ("run__submitted_by",)
@@ -144,17 +214,23 @@ def approval_rows(
     return (
         approvals.select_related(*joined)
         .only(*own, *shown)
-        .prefetch_related(Prefetch("decisions", queryset=decisions, to_attr=DECISION_LIST))
+        .prefetch_related(Prefetch("decisions", queryset=_decisions_shown(), to_attr=DECISION_LIST))
     )
+
+
+def _decisions_shown() -> QuerySet[Decision]:
+    """Decisions with their reviewers' usernames, not their users."""
+    voted = [field.name for field in Decision._meta.concrete_fields]
+    return Decision.objects.select_related("reviewer").only(*voted, "reviewer__username")
 
 
 TASK_SHOWN = 280  # characters of the run's input on a card; the approval page shows it whole
 
 
-def _effect(approval: ApprovalRequest) -> str:
+def _effect(agent: str, tool_name: str) -> str:
     """The tool's effect kind ("external" is irreversible), or "" when it is not declared."""
     try:
-        tool = get_agent(approval.run.agent).tool(approval.tool)
+        tool = get_agent(agent).tool(tool_name)
     except UnknownAgent:
         return ""
     return str(tool.effect) if tool else ""

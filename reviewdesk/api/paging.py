@@ -160,7 +160,7 @@ def keyset_page(
     """Newest first, ordered by (`field`, pk) descending; one page and the link to the next.
     `render` takes the page's rows at once, so that rows sharing reads share them
     (approvals_page_data); `each(render_one)` for rows that do not. The rows may be models or
-    `values()` dicts."""
+    `values()` dicts, which must then hold `field` and the primary key."""
     limit = page_limit(request)
     cursor = request.query_params.get(CURSOR)
     if cursor is not None:

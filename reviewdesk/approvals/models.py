@@ -167,14 +167,20 @@ def settling_decision(status: str, decisions: Iterable[Decision]) -> Decision | 
     as rows has no model to ask: events.builders.approvals_page_data)."""
     if status not in SETTLED_BY_DECISION:
         return None
-    ordered = sorted(decisions, key=lambda d: d.decided_at)
+    ordered = sorted(decisions, key=_in_time_order)
     return ordered[-1] if ordered else None
 
 
 def approving_votes(kind: str, decisions: Iterable[Decision]) -> list[Decision]:
     """`ApprovalRequest.approving_decisions` for a request of `kind` with these `decisions`."""
     votes = QUORUM_VERDICTS[kind]
-    return sorted((d for d in decisions if d.verdict in votes), key=lambda d: d.decided_at)
+    return sorted((d for d in decisions if d.verdict in votes), key=_in_time_order)
+
+
+def _in_time_order(decision: Decision) -> tuple:
+    """By when decided, votes at one instant by id: the order the worker reads them in
+    (approvals.decision_reads), whichever order the database returned them."""
+    return decision.decided_at, decision.id
 
 
 class Decision(models.Model):

@@ -105,7 +105,9 @@ def _follow(value: Any, path: str) -> Any:
     return value
 
 
-def _payload(shown: dict[str, Any], decision: Decision | None, approving: list[Decision], named: Expand):
+def _payload(
+    shown: dict[str, Any], decision: Decision | None, approving: list[Decision], named: Expand
+) -> dict[str, Any]:
     """The one shape of an approval's payload, from its `SHOWN` columns and its decisions: the
     one settling it (None while pending) and the quorum's votes."""
     return {

@@ -11,6 +11,17 @@ from tests.conftest import SEND_EMAIL_SCRIPT
 from tests.reviewdesk.device_keys import device_keys  # noqa: F401 - a fixture for device-key tests
 
 
+def decide(approval, reviewer, verdict="approve", **options):
+    """`approval_decide` on `approval` at its own checkpoint, as a reviewer's page posts it."""
+    return approval_decide(
+        approval_id=approval.id,
+        reviewer=reviewer,
+        verdict=verdict,
+        checkpoint_id=str(approval.checkpoint_id),
+        **options,
+    )
+
+
 @pytest.fixture
 def interrupted_run(personas):
     """A run by carol, advanced in-process until send_email waits for approval.

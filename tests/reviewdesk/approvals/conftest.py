@@ -25,6 +25,11 @@ def refund_script(amount: float) -> list[dict]:
     ]
 
 
+def asking(**arguments) -> list[dict]:
+    """A script whose model asks a reviewer (`ask_human` with `arguments`), then thanks them."""
+    return [{"tool_calls": [{"name": "ask_human", "arguments": arguments}]}, {"content": "Thanks."}]
+
+
 EXECUTE_SCRIPT = [
     {"tool_calls": [{"name": "execute", "arguments": {"command": "echo two-person"}}]},
     {"content": "Ran it."},

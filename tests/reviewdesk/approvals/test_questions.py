@@ -11,12 +11,9 @@ from agents.canonical import sha256_hex
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, Decision
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import ErrorKind, Message, RunStatus
+from tests.reviewdesk.approvals.conftest import asking
 
 pytestmark = pytest.mark.django_db
-
-
-def asking(**arguments):
-    return [{"tool_calls": [{"name": "ask_human", "arguments": arguments}]}, {"content": "Thanks."}]
 
 
 COLOUR = {"question": "Which colour?", "options": ["red", "blue"]}

@@ -7,7 +7,6 @@ import time
 import pytest
 
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus, Decision
-from reviewdesk.approvals.services import approval_decide
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.errors import Conflict, Invalid
 from reviewdesk.events.builders import approval_data
@@ -15,18 +14,9 @@ from reviewdesk.events.models import DeskEvent
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Run, RunStatus, SideEffect
 from tests.reviewdesk.approvals.conftest import EXECUTE_SCRIPT
+from tests.reviewdesk.conftest import decide
 
 pytestmark = pytest.mark.django_db
-
-
-def decide(approval, reviewer, verdict="approve", **options):
-    return approval_decide(
-        approval_id=approval.id,
-        reviewer=reviewer,
-        verdict=verdict,
-        checkpoint_id=str(approval.checkpoint_id),
-        **options,
-    )
 
 
 def advance(run):

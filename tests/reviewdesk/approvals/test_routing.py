@@ -12,18 +12,9 @@ from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import RunStatus, SideEffect
 from reviewdesk.runs.services import run_submit
 from tests.reviewdesk.approvals.conftest import refund_script
+from tests.reviewdesk.conftest import decide
 
 pytestmark = pytest.mark.django_db
-
-
-def decide(approval, reviewer, verdict="approve", **options):
-    return approval_decide(
-        approval_id=approval.id,
-        reviewer=reviewer,
-        verdict=verdict,
-        checkpoint_id=str(approval.checkpoint_id),
-        **options,
-    )
 
 
 def test_a_refund_over_1000_is_raised_for_finance_whoever_the_run_named(interrupted_run, personas, dave):

@@ -23,7 +23,6 @@ from reviewdesk.approvals.models import (
     approving_votes,
     settling_decision,
 )
-from reviewdesk.approvals.services import approval_decide
 from reviewdesk.events.builders import (
     approval_columns,
     approval_data,
@@ -32,23 +31,10 @@ from reviewdesk.events.builders import (
     approvals_page_data,
 )
 from reviewdesk.runs.models import Run
-from tests.reviewdesk.approvals.conftest import EXECUTE_SCRIPT
+from tests.reviewdesk.approvals.conftest import EXECUTE_SCRIPT, asking
+from tests.reviewdesk.conftest import decide
 
 pytestmark = pytest.mark.django_db
-
-
-def decide(approval, reviewer, verdict="approve", **options):
-    return approval_decide(
-        approval_id=approval.id,
-        reviewer=reviewer,
-        verdict=verdict,
-        checkpoint_id=str(approval.checkpoint_id),
-        **options,
-    )
-
-
-def asking(**arguments):
-    return [{"tool_calls": [{"name": "ask_human", "arguments": arguments}]}, {"content": "Thanks."}]
 
 
 @pytest.fixture

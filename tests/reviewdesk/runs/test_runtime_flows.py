@@ -13,7 +13,6 @@ import pytest
 
 from agents.canonical import sha256_hex
 from reviewdesk.approvals.models import ApprovalRequest
-from reviewdesk.approvals.services import approval_decide
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.demo.models import DemoRefund
 from reviewdesk.errors import Conflict
@@ -21,6 +20,7 @@ from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Run, RunStatus, SideEffect
 from reviewdesk.runs.services import run_submit
 from tests.llm_server import calls, text
+from tests.reviewdesk.conftest import decide
 
 pytestmark = pytest.mark.django_db
 
@@ -47,16 +47,6 @@ def advance(run: Run) -> Run:
     run_execute(run_id=run.id, worker="in-process")
     run.refresh_from_db()
     return run
-
-
-def decide(approval: ApprovalRequest, reviewer, verdict: str = "approve", **options):
-    return approval_decide(
-        approval_id=approval.id,
-        reviewer=reviewer,
-        verdict=verdict,
-        checkpoint_id=str(approval.checkpoint_id),
-        **options,
-    )
 
 
 def tool_results(messages: list[dict]) -> dict[str, dict]:

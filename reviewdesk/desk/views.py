@@ -11,6 +11,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_http_methods
 
@@ -34,6 +35,7 @@ from reviewdesk.approvals.validation import EXTERNAL_REF_MAX, TEXT_MAX
 # What the decision templates compare with and limit to, so that they spell no enum value or limit.
 from reviewdesk.desk.grant_views import grant_form_context, posted_grant
 from reviewdesk.desk.questions import posted_answer, question_form
+from reviewdesk.desk.templatetags.desk_urls import PLACEHOLDER
 from reviewdesk.errors import DeskError, Invalid, NotFound, explain
 from reviewdesk.events.builders import approval_data, approvals_data
 from reviewdesk.events.routing import websocket_urlpatterns
@@ -107,9 +109,24 @@ def desk(request: HttpRequest) -> HttpResponse:
             "tools": tools,
             "seq": latest_seq(),
             "socket_path": DESK_SOCKET_PATH,
+            **card_context(request),
             **DECISION_CONTEXT,
         },
     )
+
+
+def card_context(request: HttpRequest) -> dict[str, str]:
+    """What desk/_card.html reads besides its approval, worked out once a page rather than once
+    a card (issue 11: a page at 10,000 pending holds twice the cards of one at 10): the viewer's
+    name (their own runs' calls are not theirs to decide) and the links, as patterns that the
+    url_for filter and desk.js's urlFor fill with an id."""
+    return {
+        "username": request.user.get_username(),
+        "desk_url": reverse("desk"),
+        "placeholder": PLACEHOLDER,
+        "run_url": reverse("run", args=[PLACEHOLDER]),
+        "approval_url": reverse("approval", args=[PLACEHOLDER]),
+    }
 
 
 FILTERS = QUEUE_FILTER_NAMES

@@ -10,6 +10,12 @@ Many is 10,000 in both modes: the rows go in with bulk inserts, so BENCH=short s
 7g and 7h time the page and the snapshot again with a quarter of the pending calls routed to
 a group of alice's (her queue's second tier, read in parts: approvals.routing.in_queue_order),
 at a few and at many alike.
+
+The two sizes are timed in the order many, few, many (half of the samples at many before the
+few, half after): a shift in the machine or the database that lasts minutes falls on both
+sizes alike, where timing all of the few and then all of the many put it between them (the
+fifteenth pass saw whole halves move by a third on PostgreSQL with the same code). Between
+them the extra rows are deleted (with VACUUM ANALYZE on PostgreSQL) and written again.
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ FEW = 10
 MANY = 10_000
 
 
-def add_pending(count: int, people) -> None:
+def add_pending(count: int, people) -> list:
+    """Write `count` runs waiting on one approval each; their ids."""
     from django.utils import timezone
 
     from agents.canonical import sha256_hex
@@ -36,6 +43,7 @@ def add_pending(count: int, people) -> None:
 
     arguments = {"to": "ada@example.com", "subject": "Refund", "body": "It is on its way."}
     expires = timezone.now() + timedelta(days=1)
+    run_ids = []
     for start in range(0, count, 1000):
         batch = min(1000, count - start)
         runs = Run.objects.bulk_create(
@@ -65,7 +73,9 @@ def add_pending(count: int, people) -> None:
             )
             for run, checkpoint in zip(runs, checkpoints, strict=True)
         )
+        run_ids.extend(run.pk for run in runs)
     analyze(ApprovalRequest, Run, Checkpoint)
+    return run_ids
 
 
 GROUP = "bench-billing"  # alice's, for 7g and 7h
@@ -84,6 +94,26 @@ def route_a_quarter(to_group: bool) -> None:
                 assignees=[f"group:{GROUP}"]
             )
     analyze(ApprovalRequest)
+
+
+def remove_pending(run_ids: list) -> None:
+    """Delete what add_pending wrote (the runs `run_ids`, their checkpoints and approvals, in
+    a few statements), so the pending are the few again; on PostgreSQL, VACUUM ANALYZE the
+    tables, as autovacuum would after such a delete: the few then read the same tables and
+    statistics as before the many were written."""
+    from django.db import connection
+
+    from reviewdesk.approvals.models import ApprovalRequest
+    from reviewdesk.runs.models import Checkpoint, Run
+
+    for start in range(0, len(run_ids), 1000):
+        batch = run_ids[start : start + 1000]
+        for model, field in ((ApprovalRequest, "run_id"), (Checkpoint, "run_id"), (Run, "pk")):
+            model.objects.filter(**{f"{field}__in": batch})._raw_delete(connection.alias)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            for model in (ApprovalRequest, Checkpoint, Run):
+                cursor.execute(f'VACUUM ANALYZE "{model._meta.db_table}"')
 
 
 def pending_count() -> int:
@@ -149,6 +179,19 @@ async def time_both(stack, people, repeat: int) -> tuple[dict[str, dict], dict[s
     return times, queries, routed_times, routed_queries
 
 
+def joined(first: tuple[dict, ...], second: tuple[dict, ...]) -> tuple[dict, ...]:
+    """Two of time_both's results at one size as one: the samples of both, the second's sizes,
+    and each view's query count when both counted the same, else -1 (never equal to a count, so
+    the target's "same queries" fails rather than pick one)."""
+    out = []
+    for a, b in zip(first, second, strict=True):
+        if all(isinstance(v, int) for v in a.values()):  # query counts
+            out.append({name: a[name] if a[name] == b[name] else -1 for name in a})
+        else:  # timings: samples joined, the rest (bytes, approvals shown) from the second
+            out.append({name: {**b[name], "samples": a[name]["samples"] + b[name]["samples"]} for name in a})
+    return tuple(out)
+
+
 async def time_views(stack, people, repeat: int) -> dict[str, dict]:
     out: dict[str, dict] = {
         "desk page": {},
@@ -207,11 +250,24 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
     Group.objects.get_or_create(name=GROUP)[0].user_set.add(people.alice)
     left_over = expire_leftovers()
     add_pending(FEW, people)
-    assert pending_count() == FEW, pending_count()
-    few_times, few_queries, few_routed, few_routed_queries = await time_both(stack, people, repeat)
-    add_pending(many - FEW, people)
-    assert pending_count() == many, pending_count()
-    many_times, many_queries, many_routed, many_routed_queries = await time_both(stack, people, repeat)
+
+    added: list = []
+
+    async def at(pending: int, samples: int) -> tuple[dict, dict, dict, dict]:
+        """The views timed `samples` times each with `pending` pending, reached from the other size."""
+        if pending == many and not added:
+            added.extend(add_pending(many - FEW, people))
+        elif pending == FEW and added:
+            remove_pending(added)
+            added.clear()
+        assert pending_count() == pending, (pending_count(), pending)
+        return await time_both(stack, people, samples)
+
+    # Many, few, many: the few's samples sit between the many's halves (module docstring).
+    first = await at(many, repeat - repeat // 2)
+    few_times, few_queries, few_routed, few_routed_queries = await at(FEW, repeat)
+    second = await at(many, repeat // 2)
+    many_times, many_queries, many_routed, many_routed_queries = joined(first, second)
     rows = []
     for number, name, routed in (
         ("7a", "desk page", False),

@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 from django.db import NotSupportedError, connection, transaction
 from django.utils import timezone
 
-from reviewdesk.audit.anchors import Anchor, AnchorFileInvalid, anchor_append, anchors_read, chain_head
+from reviewdesk.audit.anchors import (
+    Anchor,
+    AnchorFileInvalid,
+    anchor_append,
+    anchors_read,
+    chain_head,
+    newest_anchor,
+)
 from reviewdesk.audit.chain import GENESIS, row_hash
 from reviewdesk.audit.keys import (
     AuditKeyMissing,
@@ -157,13 +164,15 @@ def _last_plain_id() -> int:
 
 @dataclass(frozen=True)
 class AuditReport:
-    """What `audit_check` found: `first_bad` names the first bad row (or the missing anchored one)."""
+    """What `audit_check` or `audit_anchor` found: `first_bad` names the first bad row (or the
+    missing anchored one). `anchors` is None where the anchors were not counted: the anchor
+    task reads only the newest."""
 
     intact: bool
     first_bad: int | None
     problem: str
     rows: int
-    anchors: int
+    anchors: int | None
     last_anchor: Anchor | None
 
     def describe(self) -> str:
@@ -174,7 +183,8 @@ class AuditReport:
             anchored = "no anchor yet: a truncated tail could not be detected"
         else:
             anchored = f"last anchor: row {self.last_anchor.last_id} at {self.last_anchor.at}"
-        return f"audit trail intact: {self.rows} rows, {self.anchors} anchors; {anchored}"
+        counted = "" if self.anchors is None else f", {self.anchors} anchors"
+        return f"audit trail intact: {self.rows} rows{counted}; {anchored}"
 
 
 class _Broken(Exception):
@@ -284,26 +294,26 @@ def audit_verify() -> tuple[bool, int | None]:
 def audit_anchor() -> AuditReport:
     """Anchor the chain head, once the rows since the previous anchor check out.
 
-    Only the rows after the newest anchor are walked (that anchor vouches for the
-    ones before it), so this stays cheap as the chain grows. A broken chain is
-    reported and not anchored: an anchor must never vouch for a rewritten chain.
-    An unchanged head is not anchored again.
+    Only the newest anchor is read (from the anchor file's end) and only the rows after it are
+    walked (that anchor vouches for the ones before it), so this stays cheap as the chain and
+    the file grow; a bad line further up the file is the full check's to report. A broken
+    chain is reported and not anchored: an anchor must never vouch for a rewritten chain. An
+    unchanged head is not anchored again. The report counts no anchors (`anchors` is None).
     """
     try:
-        anchors = anchors_read()
+        newest = newest_anchor()
     except AnchorFileInvalid as exc:
         logger.error("audit anchor refused: %s", exc)
-        return AuditReport(False, None, str(exc), 0, 0, None)
-    newest = anchors[-1] if anchors else None
+        return AuditReport(False, None, str(exc), 0, None, None)
     head = chain_head()  # read first: rows appended while we walk wait for the next anchor
     if head is None or (newest is not None and newest.last_id == head[0]):
-        return AuditReport(True, None, "", head[2] if head else 0, len(anchors), newest)
-    last_id, last_hash, count = head
+        return AuditReport(True, None, "", newest.count if newest else 0, None, newest)
+    last_id, last_hash = head
     try:
-        _walk([], start=newest, upto=last_id)
+        count, _matched = _walk([], start=newest, upto=last_id)
     except _Broken as broken:
-        report = AuditReport(False, broken.row_id, broken.problem, count, len(anchors), newest)
+        report = AuditReport(False, broken.row_id, broken.problem, 0, None, newest)
         logger.error("audit anchor refused: %s", report.describe())
         return report
     anchor = anchor_append(last_id=last_id, hash=last_hash, count=count)
-    return AuditReport(True, None, "", count, len(anchors) + 1, anchor)
+    return AuditReport(True, None, "", count, None, anchor)

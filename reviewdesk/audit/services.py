@@ -210,6 +210,11 @@ def _row_problem(
             )
     if row.prev_hash != prev:
         return "it does not follow the row before it (a row before it was deleted or rewritten)"
+    return _hash_problem(row)
+
+
+def _hash_problem(row: AuditEvent) -> str | None:
+    """Why the hash `row` stores is not the one its contents give under its version, or None."""
     try:
         key = audit_key(create=False) if row.version == ChainVersion.KEYED else None
     except AuditKeyMissing as exc:
@@ -232,10 +237,15 @@ def _walk(anchors: list[Anchor], start: Anchor | None, upto: int | None = None) 
     rows = AuditEvent.objects.order_by("id")
     prev, count, keyed_seen = GENESIS, 0, False
     if start is not None:
-        anchored = AuditEvent.objects.filter(pk=start.last_id).values_list("hash", "version").first()
-        if anchored is None or anchored[0] != start.hash:
+        anchored = AuditEvent.objects.filter(pk=start.last_id).first()
+        if anchored is None or anchored.hash != start.hash:
             raise _Broken(start.last_id, f"the row anchored at {start.at} is gone or changed")
-        prev, count, keyed_seen = start.hash, start.count, anchored[1] == ChainVersion.KEYED
+        # The anchored hash vouches for the rows before it, but not for this row's own fields
+        # while its hash column is left alone: one row's hash, recomputed, covers them.
+        problem = _hash_problem(anchored)
+        if problem is not None:
+            raise _Broken(start.last_id, problem)
+        prev, count, keyed_seen = start.hash, start.count, anchored.version == ChainVersion.KEYED
         rows = rows.filter(pk__gt=start.last_id)
     if upto is not None:
         rows = rows.filter(pk__lte=upto)

@@ -136,3 +136,14 @@ def test_a_last_line_longer_than_the_read_tail_is_no_anchor_even_when_it_ends_li
     assert anchor() == (
         f"audit trail BROKEN at the anchors: anchor file last line: not an anchor (longer than {TAIL_BYTES} bytes)"
     )
+
+
+def test_an_anchored_row_edited_but_left_with_its_hash_stops_the_next_anchor(anchor_file):
+    """The anchored hash still matches; the row's own fields no longer give it."""
+    rows = record(2)
+    anchor()
+    record(1)
+    AuditEvent.objects.filter(pk=rows[1].pk).update(data={"forged": True})
+
+    assert f"BROKEN at row {rows[1].pk}: its hash does not match its contents" in anchor()
+    assert len(anchor_lines(anchor_file)) == 1

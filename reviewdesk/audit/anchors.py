@@ -53,7 +53,7 @@ def anchors_read() -> list[Anchor]:
     """Every anchor in the file, in file order; raises AnchorFileInvalid at the first bad line.
 
     Each line's signature is verified: the cost grows with the file (a line a minute), so only
-    the full check (`audit_check`) reads it all; the anchor task takes `newest_anchor`.
+    the full check (`audit_check`) reads it all; the page and the anchor task take `newest_anchor`.
     """
     path = Path(settings.DESK_AUDIT_ANCHOR_FILE)
     try:

@@ -1,7 +1,10 @@
 """The audit trail: append-only rows in a keyed hash chain, anchored outside the database.
 
-See chain.py for the hash rules and anchors.py for the anchor file. What this
-catches, and what it cannot, is written in the README's "Audit trail".
+See chain.py for the hash rules, anchors.py for the anchor file and check_record.py for the
+last full check's record. Three checks walk the chain: `audit_check`, the whole of it (beat's
+`audit.check`, `verify_audit`); `audit_anchor`, the rows since the newest anchor before it
+anchors the head (beat's `audit.anchor`); `audit_check_recent`, the same rows, for the audit
+page. What each catches, and what none can, is written in the README's "Audit trail".
 """
 
 from __future__ import annotations
@@ -297,7 +300,7 @@ def audit_check() -> AuditReport:
 
 
 def audit_verify() -> tuple[bool, int | None]:
-    """(intact, id of the first bad row): the audit page's summary of `audit_check`."""
+    """(intact, id of the first bad row): `audit_check`'s verdict, the whole chain walked."""
     report = audit_check()
     return report.intact, report.first_bad
 
@@ -321,6 +324,39 @@ def audit_check_record() -> AuditReport:
     if not report.intact:
         logger.error("audit full check: %s", report.describe())
     return report
+
+
+@dataclass(frozen=True)
+class RecentCheck:
+    """What `audit_check_recent` found. `since` is the newest anchor, where the walk began
+    (None: no anchor yet, and every row was walked); `walked` counts the rows checked after it
+    (0 when broken)."""
+
+    intact: bool
+    first_bad: int | None
+    problem: str
+    walked: int
+    since: Anchor | None
+
+
+def audit_check_recent() -> RecentCheck:
+    """The audit page's check on each load, its cost bounded by what is new: the newest anchor
+    (read from the anchor file's end, its signature verified), its row (still there, with the
+    anchored hash, which the row's own fields still give), and each row after it by the walk's
+    rule. With no anchor yet, every row, as `audit_check` would.
+
+    Not seen here: a change to a row before the newest anchor (other than the anchored row
+    itself), a bad anchor line before the last. The full check sees those; the page shows its
+    last record beside this."""
+    try:
+        since = newest_anchor()
+    except AnchorFileInvalid as exc:
+        return RecentCheck(False, None, str(exc), 0, None)
+    try:
+        count, _matched = _walk([], start=since)
+    except _Broken as broken:
+        return RecentCheck(False, broken.row_id, broken.problem, 0, since)
+    return RecentCheck(True, None, "", count - (since.count if since is not None else 0), since)
 
 
 def audit_anchor() -> AuditReport:

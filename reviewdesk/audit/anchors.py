@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from django.conf import settings
 
 from agents.decisions import key_id_for, rfc3339, sign_payload, signature_valid
@@ -40,9 +41,8 @@ class Anchor:
 class AnchorFileInvalid(Exception):
     """A line of the anchor file is malformed, unsigned, or signed by an unknown key."""
 
-    def __init__(self, line: int, reason: str) -> None:
-        super().__init__(f"anchor file line {line}: {reason}")
-        self.line = line
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"anchor file {where}: {reason}")
 
 
 def _payload(*, last_id: int, hash: str, count: int, at: str, key_id: str) -> dict[str, Any]:
@@ -50,36 +50,69 @@ def _payload(*, last_id: int, hash: str, count: int, at: str, key_id: str) -> di
 
 
 def anchors_read() -> list[Anchor]:
-    """Every anchor in the file, in file order; raises AnchorFileInvalid at the first bad line."""
+    """Every anchor in the file, in file order; raises AnchorFileInvalid at the first bad line.
+
+    Each line's signature is verified: the cost grows with the file (a line a minute), so only
+    the full check (`audit_check`) reads it all; the page and the anchor task take `newest_anchor`.
+    """
     path = Path(settings.DESK_AUDIT_ANCHOR_FILE)
     try:
         text = path.read_text()
     except FileNotFoundError:
         return []
     keys = anchor_public_keys()
-    anchors = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            entry = json.loads(raw)
-            payload = _payload(
-                last_id=int(entry["last_id"]),
-                hash=str(entry["hash"]),
-                count=int(entry["count"]),
-                at=str(entry["at"]),
-                key_id=str(entry["key_id"]),
-            )
-            signature = str(entry["signature"])
-        except (ValueError, KeyError, TypeError):
-            raise AnchorFileInvalid(number, "not an anchor") from None
-        public_key = keys.get(payload["key_id"])
-        if public_key is None:
-            raise AnchorFileInvalid(number, f"signed by unknown key {payload['key_id']}")
-        if not signature_valid(public_key, payload, signature):
-            raise AnchorFileInvalid(number, "bad signature")
-        anchors.append(Anchor(payload["last_id"], payload["hash"], payload["count"], payload["at"]))
-    return anchors
+    return [
+        _anchor_from_line(raw, keys, where=f"line {number}")
+        for number, raw in enumerate(text.splitlines(), start=1)
+        if raw.strip()
+    ]
+
+
+# An anchor line is about 250 bytes: the newest one is within this many bytes of the file's end.
+TAIL_BYTES = 4096
+
+
+def newest_anchor() -> Anchor | None:
+    """The file's last anchor, its signature verified, read from the file's end; None while
+    the file holds none. Raises AnchorFileInvalid when that line is bad. The lines before it
+    are not read: the full check (`anchors_read`) reports those."""
+    path = Path(settings.DESK_AUDIT_ANCHOR_FILE)
+    try:
+        with path.open("rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - TAIL_BYTES))
+            tail = handle.read().rstrip()  # blank lines at the end are skipped, as anchors_read does
+    except FileNotFoundError:
+        return None
+    newline = tail.rfind(b"\n")
+    if newline < 0 and size > TAIL_BYTES:  # the tail may have started inside the last line
+        raise AnchorFileInvalid("last line", f"not an anchor (longer than {TAIL_BYTES} bytes)")
+    last = tail[newline + 1 :]
+    if not last.strip():
+        return None
+    return _anchor_from_line(last.decode(errors="replace"), anchor_public_keys(), where="last line")
+
+
+def _anchor_from_line(raw: str, keys: dict[str, Ed25519PublicKey], *, where: str) -> Anchor:
+    """The anchor one line of the file holds, once its signature verifies under `keys`."""
+    try:
+        entry = json.loads(raw)
+        payload = _payload(
+            last_id=int(entry["last_id"]),
+            hash=str(entry["hash"]),
+            count=int(entry["count"]),
+            at=str(entry["at"]),
+            key_id=str(entry["key_id"]),
+        )
+        signature = str(entry["signature"])
+    except (ValueError, KeyError, TypeError):
+        raise AnchorFileInvalid(where, "not an anchor") from None
+    public_key = keys.get(payload["key_id"])
+    if public_key is None:
+        raise AnchorFileInvalid(where, f"signed by unknown key {payload['key_id']}")
+    if not signature_valid(public_key, payload, signature):
+        raise AnchorFileInvalid(where, "bad signature")
+    return Anchor(payload["last_id"], payload["hash"], payload["count"], payload["at"])
 
 
 def anchor_append(*, last_id: int, hash: str, count: int) -> Anchor:
@@ -104,14 +137,11 @@ def anchor_append(*, last_id: int, hash: str, count: int) -> Anchor:
     return Anchor(last_id, hash, count, payload["at"])
 
 
-def chain_head() -> tuple[int, str, int] | None:
-    """(last id, its hash, rows up to it), or None for an empty chain.
+def chain_head() -> tuple[int, str] | None:
+    """(last id, its hash), or None for an empty chain.
 
-    Rows commit in id order (audit_record holds the chain lock until commit), so
-    the count of rows up to a visible id does not change after it is read.
+    Rows commit in id order (audit_record holds the chain lock until commit), so no row
+    up to a visible id appears after it is read: the anchor task counts them as it walks.
     """
     head = AuditEvent.objects.order_by("-id").values_list("id", "hash").first()
-    if head is None:
-        return None
-    last_id, last_hash = head
-    return last_id, last_hash, AuditEvent.objects.filter(id__lte=last_id).count()
+    return None if head is None else (head[0], head[1])

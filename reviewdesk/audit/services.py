@@ -1,7 +1,10 @@
 """The audit trail: append-only rows in a keyed hash chain, anchored outside the database.
 
-See chain.py for the hash rules and anchors.py for the anchor file. What this
-catches, and what it cannot, is written in the README's "Audit trail".
+See chain.py for the hash rules, anchors.py for the anchor file and check_record.py for the
+last full check's record. Three checks walk the chain: `audit_check`, the whole of it (beat's
+`audit.check`, `verify_audit`); `audit_anchor`, the rows since the newest anchor before it
+anchors the head (beat's `audit.anchor`); `audit_check_recent`, the same rows, for the audit
+page. What each catches, and what none can, is written in the README's "Audit trail".
 """
 
 from __future__ import annotations
@@ -14,8 +17,16 @@ from typing import TYPE_CHECKING, Any
 from django.db import NotSupportedError, connection, transaction
 from django.utils import timezone
 
-from reviewdesk.audit.anchors import Anchor, AnchorFileInvalid, anchor_append, anchors_read, chain_head
+from reviewdesk.audit.anchors import (
+    Anchor,
+    AnchorFileInvalid,
+    anchor_append,
+    anchors_read,
+    chain_head,
+    newest_anchor,
+)
 from reviewdesk.audit.chain import GENESIS, row_hash
+from reviewdesk.audit.check_record import CheckRecord, check_record_write
 from reviewdesk.audit.keys import (
     AuditKeyMissing,
     audit_key,
@@ -157,13 +168,15 @@ def _last_plain_id() -> int:
 
 @dataclass(frozen=True)
 class AuditReport:
-    """What `audit_check` found: `first_bad` names the first bad row (or the missing anchored one)."""
+    """What `audit_check` or `audit_anchor` found: `first_bad` names the first bad row (or the
+    missing anchored one). `anchors` is None where the anchors were not counted: the anchor
+    task reads only the newest."""
 
     intact: bool
     first_bad: int | None
     problem: str
     rows: int
-    anchors: int
+    anchors: int | None
     last_anchor: Anchor | None
 
     def describe(self) -> str:
@@ -174,7 +187,8 @@ class AuditReport:
             anchored = "no anchor yet: a truncated tail could not be detected"
         else:
             anchored = f"last anchor: row {self.last_anchor.last_id} at {self.last_anchor.at}"
-        return f"audit trail intact: {self.rows} rows, {self.anchors} anchors; {anchored}"
+        counted = "" if self.anchors is None else f", {self.anchors} anchors"
+        return f"audit trail intact: {self.rows} rows{counted}; {anchored}"
 
 
 class _Broken(Exception):
@@ -200,6 +214,11 @@ def _row_problem(
             )
     if row.prev_hash != prev:
         return "it does not follow the row before it (a row before it was deleted or rewritten)"
+    return _hash_problem(row)
+
+
+def _hash_problem(row: AuditEvent) -> str | None:
+    """Why the hash `row` stores is not the one its contents give under its version, or None."""
     try:
         key = audit_key(create=False) if row.version == ChainVersion.KEYED else None
     except AuditKeyMissing as exc:
@@ -222,10 +241,15 @@ def _walk(anchors: list[Anchor], start: Anchor | None, upto: int | None = None) 
     rows = AuditEvent.objects.order_by("id")
     prev, count, keyed_seen = GENESIS, 0, False
     if start is not None:
-        anchored = AuditEvent.objects.filter(pk=start.last_id).values_list("hash", "version").first()
-        if anchored is None or anchored[0] != start.hash:
+        anchored = AuditEvent.objects.filter(pk=start.last_id).first()
+        if anchored is None or anchored.hash != start.hash:
             raise _Broken(start.last_id, f"the row anchored at {start.at} is gone or changed")
-        prev, count, keyed_seen = start.hash, start.count, anchored[1] == ChainVersion.KEYED
+        # The anchored hash vouches for the rows before it, but not for this row's own fields
+        # while its hash column is left alone: one row's hash, recomputed, covers them.
+        problem = _hash_problem(anchored)
+        if problem is not None:
+            raise _Broken(start.last_id, problem)
+        prev, count, keyed_seen = start.hash, start.count, anchored.version == ChainVersion.KEYED
         rows = rows.filter(pk__gt=start.last_id)
     if upto is not None:
         rows = rows.filter(pk__lte=upto)
@@ -276,34 +300,88 @@ def audit_check() -> AuditReport:
 
 
 def audit_verify() -> tuple[bool, int | None]:
-    """(intact, id of the first bad row): the audit page's summary of `audit_check`."""
+    """(intact, id of the first bad row): `audit_check`'s verdict, the whole chain walked."""
     report = audit_check()
     return report.intact, report.first_bad
+
+
+def audit_check_record() -> AuditReport:
+    """`audit_check`, its result recorded outside the database, signed, for the audit page
+    (check_record.py). Beat's `audit.check` runs it, and `verify_audit --record`."""
+    started = timezone.now()  # the walk sees the rows committed by now: the record says so
+    report = audit_check()
+    check_record_write(
+        CheckRecord(
+            at=started,
+            intact=report.intact,
+            first_bad=report.first_bad,
+            problem=report.problem,
+            rows=report.rows,
+            anchors=report.anchors or 0,  # audit_check counts every line: never None here
+            last_anchor=report.last_anchor,
+        )
+    )
+    if not report.intact:
+        logger.error("audit full check: %s", report.describe())
+    return report
+
+
+@dataclass(frozen=True)
+class RecentCheck:
+    """What `audit_check_recent` found. `since` is the newest anchor, where the walk began
+    (None: no anchor yet, and every row was walked); `walked` counts the rows checked after it
+    (0 when broken)."""
+
+    intact: bool
+    first_bad: int | None
+    problem: str
+    walked: int
+    since: Anchor | None
+
+
+def audit_check_recent() -> RecentCheck:
+    """The audit page's check on each load, its cost bounded by what is new: the newest anchor
+    (read from the anchor file's end, its signature verified), its row (still there, with the
+    anchored hash, which the row's own fields still give), and each row after it by the walk's
+    rule. With no anchor yet, every row, as `audit_check` would.
+
+    Not seen here: a change to a row before the newest anchor (other than the anchored row
+    itself), a bad anchor line before the last. The full check sees those; the page shows its
+    last record beside this."""
+    try:
+        since = newest_anchor()
+    except AnchorFileInvalid as exc:
+        return RecentCheck(False, None, str(exc), 0, None)
+    try:
+        count, _matched = _walk([], start=since)
+    except _Broken as broken:
+        return RecentCheck(False, broken.row_id, broken.problem, 0, since)
+    return RecentCheck(True, None, "", count - (since.count if since is not None else 0), since)
 
 
 def audit_anchor() -> AuditReport:
     """Anchor the chain head, once the rows since the previous anchor check out.
 
-    Only the rows after the newest anchor are walked (that anchor vouches for the
-    ones before it), so this stays cheap as the chain grows. A broken chain is
-    reported and not anchored: an anchor must never vouch for a rewritten chain.
-    An unchanged head is not anchored again.
+    Only the newest anchor is read (from the anchor file's end) and only the rows after it are
+    walked (that anchor vouches for the ones before it), so this stays cheap as the chain and
+    the file grow; a bad line further up the file is the full check's to report. A broken
+    chain is reported and not anchored: an anchor must never vouch for a rewritten chain. An
+    unchanged head is not anchored again. The report counts no anchors (`anchors` is None).
     """
     try:
-        anchors = anchors_read()
+        newest = newest_anchor()
     except AnchorFileInvalid as exc:
         logger.error("audit anchor refused: %s", exc)
-        return AuditReport(False, None, str(exc), 0, 0, None)
-    newest = anchors[-1] if anchors else None
+        return AuditReport(False, None, str(exc), 0, None, None)
     head = chain_head()  # read first: rows appended while we walk wait for the next anchor
     if head is None or (newest is not None and newest.last_id == head[0]):
-        return AuditReport(True, None, "", head[2] if head else 0, len(anchors), newest)
-    last_id, last_hash, count = head
+        return AuditReport(True, None, "", newest.count if newest else 0, None, newest)
+    last_id, last_hash = head
     try:
-        _walk([], start=newest, upto=last_id)
+        count, _matched = _walk([], start=newest, upto=last_id)
     except _Broken as broken:
-        report = AuditReport(False, broken.row_id, broken.problem, count, len(anchors), newest)
+        report = AuditReport(False, broken.row_id, broken.problem, 0, None, newest)
         logger.error("audit anchor refused: %s", report.describe())
         return report
     anchor = anchor_append(last_id=last_id, hash=last_hash, count=count)
-    return AuditReport(True, None, "", count, len(anchors) + 1, anchor)
+    return AuditReport(True, None, "", count, None, anchor)

@@ -1,10 +1,11 @@
-"""Beat's audit task: anchor the chain head outside the database (DESK_AUDIT_ANCHOR_SECONDS)."""
+"""Beat's audit tasks: anchor the chain head outside the database (DESK_AUDIT_ANCHOR_SECONDS),
+and check the whole chain, recording the result for the audit page (DESK_AUDIT_CHECK_SECONDS)."""
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from reviewdesk.audit.services import audit_anchor
+from reviewdesk.audit.services import audit_anchor, audit_check_record
 
 
 @shared_task(name="audit.anchor")
@@ -12,3 +13,10 @@ def anchor() -> str:
     # Idempotent: an unchanged head is not anchored twice, and two runs at once
     # append two valid lines for the same head.
     return audit_anchor().describe()
+
+
+@shared_task(name="audit.check")
+def check() -> str:
+    # Idempotent: a duplicate walks again and replaces the record with what it found, each
+    # record true of the chain as it was when its check began.
+    return audit_check_record().describe()

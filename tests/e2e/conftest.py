@@ -37,8 +37,10 @@ def _flush_retrying_a_deadlock(original):
     def teardown(self):
         result = flush(self)
         # The anchor file vouches for rows of the database just emptied: it goes with them, or
-        # the next test's chain would be reported as rows "anchored, then deleted".
+        # the next test's chain would be reported as rows "anchored, then deleted". So does the
+        # last full check's record, which speaks of those rows.
         Path(settings.DESK_AUDIT_ANCHOR_FILE).unlink(missing_ok=True)
+        Path(settings.DESK_AUDIT_CHECK_FILE).unlink(missing_ok=True)
         return result
 
     def flush(self):

@@ -8,3 +8,10 @@ def anchor_file(settings, tmp_path):
     """Each test its own anchor file: the database is rolled back between tests, the file would not be."""
     settings.DESK_AUDIT_ANCHOR_FILE = tmp_path / "audit_anchors.jsonl"
     return settings.DESK_AUDIT_ANCHOR_FILE
+
+
+@pytest.fixture(autouse=True)
+def check_file(settings, tmp_path):
+    """Each test its own record of the last full check, outside the database for the same reason."""
+    settings.DESK_AUDIT_CHECK_FILE = tmp_path / "audit_check.json"
+    return settings.DESK_AUDIT_CHECK_FILE

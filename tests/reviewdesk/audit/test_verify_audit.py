@@ -23,7 +23,8 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from agents.canonical import canonical_json
-from reviewdesk.audit.chain import GENESIS, plain_hash, row_fields
+from reviewdesk.audit.chain import GENESIS, keyed_hash, plain_hash, row_fields
+from reviewdesk.audit.keys import audit_key
 from reviewdesk.audit.models import AuditEvent, ChainVersion
 from reviewdesk.audit.services import audit_anchor, audit_record, audit_verify
 
@@ -51,6 +52,9 @@ def rewrite_chain(strategy: str) -> None:
     for row in AuditEvent.objects.order_by("id"):
         if strategy.startswith("plain"):  # the old rule, and the row marked as written under it
             version, digest = ChainVersion.PLAIN, plain_hash(prev, row_fields(row))
+        elif strategy == "the key":  # a compromised worker's: it holds the chain key
+            row.prev_hash = prev
+            version, digest = ChainVersion.KEYED, keyed_hash(audit_key(), row)
         else:  # the keyed rule under a key of the attacker's choosing
             message = {"v": 2, "id": row.pk, "prev": prev, "actor_id": row.actor_id, **row_fields(row)}
             version, digest = (
@@ -164,6 +168,15 @@ def test_an_attacker_holding_the_key_still_cannot_cut_an_anchored_tail():
     assert audit_anchor().intact
     AuditEvent.objects.filter(pk=rows[3].pk).delete()
     assert "the tail was cut" in verify_audit_fails_at(rows[3].pk)
+
+
+def test_an_attacker_holding_the_key_still_cannot_rewrite_an_anchored_row():
+    """A compromised worker edits a row and recomputes every row after it under the real key:
+    each row checks out, and only the anchor's hash, outside its reach, shows the rewrite."""
+    rows = recorded_and_anchored()
+    AuditEvent.objects.filter(pk=rows[1].pk).update(data={"forged": True})
+    rewrite_chain("the key")
+    assert "its hash differs from the anchor of" in verify_audit_fails_at(rows[3].pk)
 
 
 def test_a_forged_unkeyed_row_past_the_newest_anchor_is_refused():

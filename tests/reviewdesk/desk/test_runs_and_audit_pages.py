@@ -325,12 +325,24 @@ def test_a_decision_signed_with_a_key_not_in_the_keyring_is_flagged(decided, per
     assert page.count("✗ unknown key") == 1
 
 
-def test_the_audit_page_shows_the_chain_intact_then_broken(decided, personas):
+def test_the_audit_page_shows_the_chain_intact_then_broken(decided, personas, settings, tmp_path):
+    """No anchor yet, so the page walks every row (tests/reviewdesk/audit/test_audit_page_chain.py
+    has the rest: anchors, beat's full check)."""
+    settings.DESK_AUDIT_ANCHOR_FILE = tmp_path / "audit_anchors.jsonl"
+    settings.DESK_AUDIT_CHECK_FILE = tmp_path / "audit_check.json"
     client = logged_in(personas.admin)
-    assert "Hash chain intact." in client.get(reverse("audit")).content.decode()
+    rows = AuditEvent.objects.count()
+    assert (
+        f'<p class="flash success" id="chain-status">Hash chain intact: all {rows} rows (no anchor yet) checked now.</p>'
+        in client.get(reverse("audit")).content.decode()
+    )
     victim = AuditEvent.objects.order_by("id")[2]
     AuditEvent.objects.filter(id=victim.id).update(actor_name="mallory")
-    assert f"Hash chain broken at row {victim.id}." in client.get(reverse("audit")).content.decode()
+    assert (
+        f'<p class="flash error" id="chain-status">Hash chain broken at row {victim.id}: its hash does not match '
+        "its contents (edited, or recomputed without the key) (checked now).</p>"
+        in client.get(reverse("audit")).content.decode()
+    )
 
 
 def test_the_audit_page_costs_the_same_queries_for_a_page_of_few_or_many_decisions(interrupted_run, personas):
@@ -353,7 +365,7 @@ def test_the_audit_page_costs_the_same_queries_for_a_page_of_few_or_many_decisio
     with CaptureQueriesContext(connection) as many:
         page = client.get(reverse("audit"), {"action": "decision."}).content.decode()
     assert page.count("✓ signature valid") == 5
-    # audit_verify walks the chain in chunks; the page's own queries do not grow with its rows.
+    # The chain's check walks its rows in chunks; the page's own queries do not grow with its rows.
     page_queries = [q for q in many if "approvals_decision" in q["sql"]]
     assert len(page_queries) == len([q for q in few if "approvals_decision" in q["sql"]]) == 1
 

@@ -1,0 +1,235 @@
+"""The audit page's line on the hash chain, as the admin reads it.
+
+On each load the page checks only what is new: the newest anchor (its line's signature), its
+row, and the rows after it. For the rest it shows beat's last full check (`audit.check`), as
+recorded, signed, outside the database, with its time; it never calls the whole chain intact
+on less. An attacker edits the database here, as in test_verify_audit.py.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from datetime import datetime
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from django.test import Client
+from django.urls import reverse
+
+from agents.decisions import key_id_for, sign_payload
+from reviewdesk.audit import anchors, services
+from reviewdesk.audit.check_record import check_record_read
+from reviewdesk.audit.models import AuditEvent
+from reviewdesk.audit.services import audit_record
+from reviewdesk.audit.tasks import anchor, check
+
+pytestmark = pytest.mark.django_db
+
+EDITED = "its hash does not match its contents (edited, or recomputed without the key)"
+RUN_THE_FULL_CHECK = "run manage.py verify_audit --record, or wait for beat's audit.check"
+
+
+@pytest.fixture
+def admin(personas) -> Client:
+    client = Client()
+    client.force_login(personas.admin)
+    return client
+
+
+def record(n: int) -> list[AuditEvent]:
+    return [audit_record(actor=None, action="test.step", subject_type="run", subject_id=i) for i in range(n)]
+
+
+def chain_line(client: Client) -> tuple[str, str]:
+    """(the status line's flash class, its text) on the audit page."""
+    page = client.get(reverse("audit")).content.decode()
+    kind, text = re.search(r'<p class="flash (\w+)" id="chain-status">(.*?)</p>', page, re.S).groups()
+    return kind, html.unescape(text)
+
+
+def shown(moment: datetime | str) -> str:
+    """A time as the page shows it."""
+    if isinstance(moment, str):
+        moment = datetime.fromisoformat(moment)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def newest_line(anchor_file) -> dict:
+    return json.loads(anchor_file.read_text().splitlines()[-1])
+
+
+def since_anchor(anchor_file, walked: str) -> str:
+    line = newest_line(anchor_file)
+    return f"the {walked} since the last anchor (row {line['last_id']} at {shown(line['at'])})"
+
+
+def full_check_at() -> str:
+    return shown(check_record_read().at)
+
+
+def test_the_admin_reads_what_was_checked_now_and_when_the_whole_chain_was_checked_in_full(
+    admin, anchor_file
+):
+    record(3)
+    anchor()
+    check()
+    record(2)
+
+    assert chain_line(admin) == (
+        "success",
+        f"Hash chain intact: {since_anchor(anchor_file, '2 rows')} checked now; "
+        f"the whole chain (3 rows) checked in full at {full_check_at()}.",
+    )
+
+
+def test_with_no_anchor_yet_the_page_walks_every_row_and_says_so(admin):
+    record(3)
+
+    assert chain_line(admin) == ("success", "Hash chain intact: all 3 rows (no anchor yet) checked now.")
+
+
+def test_a_row_edited_after_the_newest_anchor_shows_broken_at_that_row_now(admin):
+    record(3)
+    anchor()
+    check()
+    victim = record(2)[0]
+    AuditEvent.objects.filter(pk=victim.pk).update(actor_name="mallory")
+
+    assert chain_line(admin) == ("error", f"Hash chain broken at row {victim.pk}: {EDITED} (checked now).")
+
+
+def test_a_row_edited_before_the_newest_anchor_shows_with_the_next_full_check_and_its_time(
+    admin, anchor_file
+):
+    """Until the next full check the page vouches for the whole chain only as that check saw it,
+    with its time; after it, the row is named broken, with the check's time."""
+    rows = record(4)
+    anchor()
+    check()
+    seen_at = full_check_at()
+    record(1)
+    anchor()
+    record(1)
+    AuditEvent.objects.filter(pk=rows[1].pk).update(actor_name="mallory")
+
+    assert chain_line(admin) == (
+        "success",
+        f"Hash chain intact: {since_anchor(anchor_file, '1 row')} checked now; "
+        f"the whole chain (4 rows) checked in full at {seen_at}.",
+    )
+
+    check()
+
+    assert chain_line(admin) == (
+        "error",
+        f"Hash chain broken at row {rows[1].pk}: {EDITED} (the full check at {full_check_at()}); "
+        f"{since_anchor(anchor_file, '1 row')} is intact, checked now.",
+    )
+
+
+@pytest.mark.parametrize("change", ["deleted", "hash changed", "edited, hash left"])
+def test_the_newest_anchored_row_deleted_or_changed_is_broken_now(admin, change):
+    rows = record(3)
+    anchor()
+    check()
+    record(1)
+    anchored = AuditEvent.objects.filter(pk=rows[2].pk)
+    if change == "deleted":
+        anchored.delete()
+    elif change == "hash changed":
+        anchored.update(hash="f" * 64)
+    else:
+        anchored.update(actor_name="mallory")
+
+    kind, text = chain_line(admin)
+
+    assert kind == "error"
+    assert text.startswith(f"Hash chain broken at row {rows[2].pk}: ")
+    assert text.endswith(
+        f"{EDITED} (checked now)." if change == "edited, hash left" else "gone or changed (checked now)."
+    )
+
+
+def test_a_bad_newest_anchor_line_is_broken_now(admin, anchor_file):
+    record(2)
+    anchor()
+    check()
+    line = newest_line(anchor_file)
+    anchor_file.write_text(json.dumps({**line, "count": 1}) + "\n")
+
+    assert chain_line(admin) == (
+        "error",
+        "Hash chain broken: anchor file last line: bad signature (checked now).",
+    )
+
+
+def signed_by_a_stranger(check_file) -> None:
+    entry = json.loads(check_file.read_text())
+    entry.pop("signature")
+    stranger = Ed25519PrivateKey.generate()
+    payload = {**entry, "key_id": key_id_for(stranger.public_key())}
+    check_file.write_text(json.dumps({**payload, "signature": sign_payload(stranger, payload)}))
+
+
+@pytest.mark.parametrize("record_state", ["missing", "bad signature", "unknown key", "not a record"])
+def test_without_a_valid_full_check_the_whole_chain_is_not_called_intact(
+    admin, anchor_file, check_file, record_state
+):
+    rows = record(2)
+    anchor()
+    if record_state != "missing":
+        AuditEvent.objects.filter(pk=rows[0].pk).update(actor_name="mallory")
+        check()  # it finds the edit; the file is then made to say otherwise
+        entry = json.loads(check_file.read_text())
+        if record_state == "bad signature":
+            check_file.write_text(json.dumps({**entry, "intact": True, "first_bad": None, "problem": ""}))
+        elif record_state == "unknown key":
+            check_file.write_text(json.dumps({**entry, "intact": True, "first_bad": None, "problem": ""}))
+            signed_by_a_stranger(check_file)
+        else:
+            check_file.write_text('{"intact": true}')
+    record(1)
+
+    kind, text = chain_line(admin)
+
+    why = {
+        "missing": "no full check recorded yet",
+        "bad signature": "the record of the last full check is not valid (bad signature)",
+        "unknown key": "the record of the last full check is not valid (signed by unknown key ed25519:",
+        "not a record": "the record of the last full check is not valid (not a record of a full check)",
+    }[record_state]
+    assert kind == "warning"
+    assert text.startswith(
+        f"Hash chain not yet checked in full: {since_anchor(anchor_file, '1 row')} is intact, checked now; {why}"
+    )
+    assert text.endswith(f": {RUN_THE_FULL_CHECK}.")
+
+
+def test_the_page_checks_the_newest_anchor_line_and_hashes_only_the_rows_from_its_row_on(admin, monkeypatch):
+    """Five anchors over 30 rows, three rows since: the page verifies one anchor line and
+    hashes four rows (the anchored one and the three after it), where the full check does all."""
+    for _ in range(5):
+        rows = record(6)
+        anchor()
+    check()
+    newer = record(3)
+    hashed, verified = [], []
+    row_hash, signature_valid = services.row_hash, anchors.signature_valid
+    monkeypatch.setattr(
+        services, "row_hash", lambda row, *, key: hashed.append(row.pk) or row_hash(row, key=key)
+    )
+    monkeypatch.setattr(
+        anchors, "signature_valid", lambda *args: verified.append(1) or signature_valid(*args)
+    )
+
+    kind, _text = chain_line(admin)
+
+    assert kind == "success"
+    assert hashed == [rows[-1].pk, *(row.pk for row in newer)]
+    assert len(verified) == 1
+    hashed.clear()
+    verified.clear()
+    assert services.audit_check().intact
+    assert (len(hashed), len(verified)) == (33, 5)

@@ -9,7 +9,10 @@ it), so it calls the whole chain intact only on the word of a full check: beat's
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.utils import timezone
 
 from reviewdesk.audit.check_record import CheckRecord, CheckRecordInvalid, check_record_read
 from reviewdesk.audit.services import RecentCheck, audit_check_recent
@@ -37,9 +40,20 @@ def chain_status() -> ChainStatus:
     return describe(recent, record, record_problem)
 
 
-def describe(recent: RecentCheck, record: CheckRecord | None, record_problem: str) -> ChainStatus:
+# A record older than this many of beat's intervals says beat's full check has stopped running.
+OVERDUE_AFTER_INTERVALS = 2
+
+
+def overdue(record: CheckRecord, now: datetime) -> bool:
+    """The full check should have run again since `record` (twice over): is beat running?"""
+    return now - record.at > timedelta(seconds=OVERDUE_AFTER_INTERVALS * settings.DESK_AUDIT_CHECK_SECONDS)
+
+
+def describe(
+    recent: RecentCheck, record: CheckRecord | None, record_problem: str, *, now: datetime | None = None
+) -> ChainStatus:
     """The line for this check and this record (None with `record_problem` when it did not
-    verify; None and "" when none was recorded)."""
+    verify; None and "" when none was recorded), read at `now`."""
     if not recent.intact:
         where = f" at row {recent.first_bad}" if recent.first_bad is not None else ""
         text = f"Hash chain broken{where}: {recent.problem} (checked now)."
@@ -50,6 +64,15 @@ def describe(recent: RecentCheck, record: CheckRecord | None, record_problem: st
     if record is not None and not record.intact:
         return ChainStatus(
             BROKEN, f"{_full_check_broken(record)}; {walked} {_is(recent)} intact, checked now."
+        )
+    if record is not None and overdue(record, now or timezone.now()):
+        # Intact when last seen in full, but that was long ago: the rows before the newest
+        # anchor have gone unchecked since, so the page does not vouch for them in green.
+        return ChainStatus(
+            UNCHECKED,
+            f"Hash chain not checked in full since {_time(record.at)} ({_rows(record.rows)} intact then; "
+            f"beat's audit.check should run every {_interval()}): {walked} {_is(recent)} intact, checked "
+            f"now; {RUN_THE_FULL_CHECK}.",
         )
     if record is not None:
         full = f"the whole chain ({_rows(record.rows)}) checked in full at {_time(record.at)}"
@@ -77,6 +100,13 @@ def _walked(recent: RecentCheck) -> str:
         return f"all {_rows(recent.walked)} (no anchor yet)"
     anchor = recent.since
     return f"the {_rows(recent.walked)} since the last anchor (row {anchor.last_id} at {_time(anchor.at)})"
+
+
+def _interval() -> str:
+    seconds = settings.DESK_AUDIT_CHECK_SECONDS
+    if seconds % 3600 == 0:
+        return "hour" if seconds == 3600 else f"{seconds // 3600} hours"
+    return "minute" if seconds == 60 else f"{seconds // 60} minutes" if seconds % 60 == 0 else f"{seconds} s"
 
 
 def _is(recent: RecentCheck) -> str:

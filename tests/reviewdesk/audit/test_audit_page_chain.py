@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 import json
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -24,6 +24,7 @@ from reviewdesk.audit.check_record import check_record_read
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.audit.services import audit_record
 from reviewdesk.audit.tasks import anchor, check
+from reviewdesk.desk import chain_status
 
 pytestmark = pytest.mark.django_db
 
@@ -205,6 +206,35 @@ def test_without_a_valid_full_check_the_whole_chain_is_not_called_intact(
         f"Hash chain not yet checked in full: {since_anchor(anchor_file, '1 row')} is intact, checked now; {why}"
     )
     assert text.endswith(f": {RUN_THE_FULL_CHECK}.")
+
+
+def test_a_full_check_long_overdue_is_no_longer_taken_for_the_whole_chain(admin, anchor_file, settings):
+    """Beat's full check stopped (two of its intervals gone by): the line turns amber and says
+    since when, where a green "intact" would vouch for rows nobody has checked since."""
+    record(3)
+    anchor()
+    check()
+    record(1)
+    seen_at = full_check_at()
+    settings.DESK_AUDIT_CHECK_SECONDS = 3600
+    when_checked = check_record_read().at
+
+    assert chain_line(admin)[0] == "success"
+    assert describe_at(when_checked + timedelta(hours=1, minutes=59))[0] == "success"
+
+    kind, text = describe_at(when_checked + timedelta(hours=2, minutes=1))
+
+    assert kind == "warning"
+    assert text == (
+        f"Hash chain not checked in full since {seen_at} (3 rows intact then; beat's audit.check should "
+        f"run every hour): {since_anchor(anchor_file, '1 row')} is intact, checked now; {RUN_THE_FULL_CHECK}."
+    )
+
+
+def describe_at(now: datetime) -> tuple[str, str]:
+    """The status line as the page would say it at `now`."""
+    status = chain_status.describe(services.audit_check_recent(), check_record_read(), "", now=now)
+    return status.kind, status.text
 
 
 def test_the_page_checks_the_newest_anchor_line_and_hashes_only_the_rows_from_its_row_on(admin, monkeypatch):

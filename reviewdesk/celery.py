@@ -20,3 +20,11 @@ def close_old_connections(task=None, **_: object) -> None:
     from django.db import close_old_connections as close
 
     close()
+
+
+@signals.beat_init.connect(weak=False)
+def check_the_audit_chain_at_start(**_: object) -> None:
+    """Beat's full check of the audit chain (`audit.check`) runs once as beat starts, then every
+    DESK_AUDIT_CHECK_SECONDS: a fresh install or a restart would otherwise leave the audit page
+    without a record of one (amber) for the first interval."""
+    app.send_task("audit.check")

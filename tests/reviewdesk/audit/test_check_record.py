@@ -34,6 +34,18 @@ def test_beat_runs_the_full_check_on_its_schedule():
     assert "audit.check" in app.tasks
 
 
+def test_beat_sends_the_full_check_as_it_starts(task_queue, redis_client):
+    """Beat's start (its `beat_init` signal, as Celery sends it) puts one `audit.check` on the
+    real broker's queue: the page has a record within minutes of a fresh start, not an hour."""
+    from celery import signals
+
+    signals.beat_init.send(sender=None)
+
+    assert task_queue.length() == 1
+    message = json.loads(redis_client.lindex(task_queue.name, 0))
+    assert message["headers"]["task"] == "audit.check"
+
+
 def test_the_full_check_records_what_it_found_signed_and_replaced_whole(check_file):
     rows = record(3)
     assert audit_anchor().intact

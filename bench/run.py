@@ -42,6 +42,7 @@ class People:
     alice_token: str
     carol_token: str
     alice_cookie: str
+    admin_cookie: str  # the audit page (#9h)
 
 
 def people() -> People:
@@ -54,14 +55,16 @@ def people() -> People:
     demo_users_seed()
     users = get_user_model().objects
     alice, carol = users.get(username="alice"), users.get(username="carol")
-    client = Client()
+    client, admin = Client(), Client()
     client.force_login(alice)
+    admin.force_login(users.get(username="admin"))
     return People(
         alice=alice,
         carol=carol,
         alice_token=token_create(user=alice, scopes=["review"], name="bench")[1],
         carol_token=token_create(user=carol, scopes=["submit"], name="bench")[1],
         alice_cookie=f"sessionid={client.cookies['sessionid'].value}",
+        admin_cookie=f"sessionid={admin.cookies['sessionid'].value}",
     )
 
 

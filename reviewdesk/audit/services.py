@@ -223,23 +223,38 @@ def _hash_problem(row: AuditEvent) -> str | None:
         key = audit_key(create=False) if row.version == ChainVersion.KEYED else None
     except AuditKeyMissing as exc:
         return str(exc)
-    if row.hash != row_hash(row, key=key):
+    try:
+        expected = row_hash(row, key=key)
+    except Exception as exc:  # contents no hash can cover are a bad row, not a crash
+        # An edit can put in what the canonical JSON refuses (an integer past 2**53, say):
+        # raised, it crashed the page, stopped the anchors and left the last full check's
+        # "intact" standing, where it is a row the chain does not vouch for.
+        return f"its contents cannot be hashed ({type(exc).__name__}: {exc})"
+    if row.hash != expected:
         return "its hash does not match its contents (edited, or recomputed without the key)"
     return None
 
 
-def _walk(anchors: list[Anchor], start: Anchor | None, upto: int | None = None) -> tuple[int, Anchor | None]:
+@dataclass(frozen=True)
+class _Walked:
+    count: int  # rows up to the last one walked (the start's count included)
+    matched: Anchor | None  # the newest anchor matched
+    last: tuple[int, str] | None  # (id, hash) of the last row walked, or of the start's row
+
+
+def _walk(anchors: list[Anchor], start: Anchor | None, upto: int | None = None) -> _Walked:
     """Check the rows after `start` (all when None), up to id `upto`, against the chain and the anchors.
 
     Unkeyed (PLAIN) rows are accepted only up to the newest anchor (while there is no anchor,
     the first one after the upgrade trusts the old rows it finds), and never past the legacy
     boundary the first keyed write recorded outside the database.
-    Returns (rows seen, the newest anchor matched); raises _Broken at the first bad row.
+    Raises _Broken at the first bad row.
     """
     plain_until = max((a.last_id for a in anchors), default=start.last_id if start else None)
     boundary = plain_boundary()  # read once per walk: the file beside the audit key
     rows = AuditEvent.objects.order_by("id")
     prev, count, keyed_seen = GENESIS, 0, False
+    last: tuple[int, str] | None = None
     if start is not None:
         anchored = AuditEvent.objects.filter(pk=start.last_id).first()
         if anchored is None or anchored.hash != start.hash:
@@ -250,6 +265,7 @@ def _walk(anchors: list[Anchor], start: Anchor | None, upto: int | None = None) 
         if problem is not None:
             raise _Broken(start.last_id, problem)
         prev, count, keyed_seen = start.hash, start.count, anchored.version == ChainVersion.KEYED
+        last = (anchored.id, anchored.hash)
         rows = rows.filter(pk__gt=start.last_id)
     if upto is not None:
         rows = rows.filter(pk__lte=upto)
@@ -274,14 +290,14 @@ def _walk(anchors: list[Anchor], start: Anchor | None, upto: int | None = None) 
             if anchor.hash != row.hash:
                 raise _Broken(row.id, f"its hash differs from the anchor of {anchor.at}")
             matched, index = anchor, index + 1
-        prev = row.hash
+        prev, last = row.hash, (row.id, row.hash)
     if index < len(pending):
         gone = pending[index]
         raise _Broken(
             gone.last_id,
             f"the tail was cut: row {gone.last_id}, anchored at {gone.at}, is gone ({count} rows left)",
         )
-    return count, matched
+    return _Walked(count, matched, last)
 
 
 def audit_check() -> AuditReport:
@@ -291,12 +307,12 @@ def audit_check() -> AuditReport:
     except AnchorFileInvalid as exc:
         return AuditReport(False, None, str(exc), AuditEvent.objects.count(), 0, None)
     try:
-        count, matched = _walk(anchors, start=None)
+        walked = _walk(anchors, start=None)
     except _Broken as broken:
         return AuditReport(
             False, broken.row_id, broken.problem, AuditEvent.objects.count(), len(anchors), None
         )
-    return AuditReport(True, None, "", count, len(anchors), matched)
+    return AuditReport(True, None, "", walked.count, len(anchors), walked.matched)
 
 
 def audit_verify() -> tuple[bool, int | None]:
@@ -305,13 +321,15 @@ def audit_verify() -> tuple[bool, int | None]:
     return report.intact, report.first_bad
 
 
-def audit_check_record() -> AuditReport:
+def audit_check_record(*, create_key: bool = True) -> AuditReport:
     """`audit_check`, its result recorded outside the database, signed, for the audit page
-    (check_record.py). Beat's `audit.check` runs it, and `verify_audit --record`."""
+    (check_record.py). Beat's `audit.check` runs it, and `verify_audit --record`, which passes
+    `create_key=False`: it refuses to make an anchor key on a host that has none."""
     started = timezone.now()  # the walk sees the rows committed by now: the record says so
     report = audit_check()
     check_record_write(
-        CheckRecord(
+        create_key=create_key,
+        record=CheckRecord(
             at=started,
             intact=report.intact,
             first_bad=report.first_bad,
@@ -319,7 +337,7 @@ def audit_check_record() -> AuditReport:
             rows=report.rows,
             anchors=report.anchors or 0,  # audit_check counts every line: never None here
             last_anchor=report.last_anchor,
-        )
+        ),
     )
     if not report.intact:
         logger.error("audit full check: %s", report.describe())
@@ -353,10 +371,10 @@ def audit_check_recent() -> RecentCheck:
     except AnchorFileInvalid as exc:
         return RecentCheck(False, None, str(exc), 0, None)
     try:
-        count, _matched = _walk([], start=since)
+        walked = _walk([], start=since)
     except _Broken as broken:
         return RecentCheck(False, broken.row_id, broken.problem, 0, since)
-    return RecentCheck(True, None, "", count - (since.count if since is not None else 0), since)
+    return RecentCheck(True, None, "", walked.count - (since.count if since is not None else 0), since)
 
 
 def audit_anchor() -> AuditReport:
@@ -378,10 +396,18 @@ def audit_anchor() -> AuditReport:
         return AuditReport(True, None, "", newest.count if newest else 0, None, newest)
     last_id, last_hash = head
     try:
-        count, _matched = _walk([], start=newest, upto=last_id)
+        walked = _walk([], start=newest, upto=last_id)
     except _Broken as broken:
         report = AuditReport(False, broken.row_id, broken.problem, 0, None, newest)
         logger.error("audit anchor refused: %s", report.describe())
         return report
-    anchor = anchor_append(last_id=last_id, hash=last_hash, count=count)
-    return AuditReport(True, None, "", count, None, anchor)
+    if walked.last != (last_id, last_hash):
+        # The walk did not end on the head read above (it was deleted, or put back, meanwhile):
+        # an anchor signs only a row the walk reached, and the count the walk reached it with.
+        report = AuditReport(
+            False, last_id, f"the chain's head (row {last_id}) was not the last row walked", 0, None, newest
+        )
+        logger.error("audit anchor refused: %s", report.describe())
+        return report
+    anchor = anchor_append(last_id=last_id, hash=last_hash, count=walked.count)
+    return AuditReport(True, None, "", walked.count, None, anchor)

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from django.conf import settings
@@ -57,40 +57,70 @@ def anchors_read() -> list[Anchor]:
     """
     path = Path(settings.DESK_AUDIT_ANCHOR_FILE)
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except FileNotFoundError:
         return []
     keys = anchor_public_keys()
     return [
-        _anchor_from_line(raw, keys, where=f"line {number}")
-        for number, raw in enumerate(text.splitlines(), start=1)
+        _anchor_from_line(raw.decode(errors="replace"), keys, where=f"line {number}")
+        for number, raw in enumerate(_written_lines(data), start=1)
         if raw.strip()
     ]
 
 
-# An anchor line is about 250 bytes: the newest one is within this many bytes of the file's end.
+def _written_lines(data: bytes) -> list[bytes]:
+    """The file's lines that are whole: text after the last newline is a line being appended
+    (one write, which a reader may catch half done), not yet an anchor. `anchor_append` starts
+    its line with a newline when a crash left a line without one, so that one is then whole,
+    and read as the bad line it is."""
+    return data[: data.rfind(b"\n") + 1].splitlines()
+
+
+# An anchor line is about 250 bytes: a longer last line is not an anchor.
 TAIL_BYTES = 4096
+# How far back the newest anchor is looked for, past blank lines and a line being appended.
+READ_BACK_LIMIT = 16 * TAIL_BYTES
 
 
 def newest_anchor() -> Anchor | None:
-    """The file's last anchor, its signature verified, read from the file's end; None while
-    the file holds none. Raises AnchorFileInvalid when that line is bad. The lines before it
-    are not read: the full check (`anchors_read`) reports those."""
+    """The file's last whole anchor line, its signature verified, read from the file's end (a
+    line still being appended is not one yet; blank lines are skipped, as `anchors_read` skips
+    them); None while the file holds none. Raises AnchorFileInvalid when that line is bad. The
+    lines before it are not read: the full check (`anchors_read`) reports those."""
     path = Path(settings.DESK_AUDIT_ANCHOR_FILE)
     try:
         with path.open("rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, size - TAIL_BYTES))
-            tail = handle.read().rstrip()  # blank lines at the end are skipped, as anchors_read does
+            end = handle.seek(0, os.SEEK_END)
+            line = _last_line(handle, end)
     except FileNotFoundError:
         return None
-    newline = tail.rfind(b"\n")
-    if newline < 0 and size > TAIL_BYTES:  # the tail may have started inside the last line
-        raise AnchorFileInvalid("last line", f"not an anchor (longer than {TAIL_BYTES} bytes)")
-    last = tail[newline + 1 :]
-    if not last.strip():
+    if line is None:
         return None
-    return _anchor_from_line(last.decode(errors="replace"), anchor_public_keys(), where="last line")
+    return _anchor_from_line(line.decode(errors="replace"), anchor_public_keys(), where="last line")
+
+
+def _last_line(handle: BinaryIO, end: int) -> bytes | None:
+    """The last whole, non-blank line before `end`, read backwards a block at a time; None when
+    the file has none. AnchorFileInvalid when that line is longer than TAIL_BYTES, or when
+    READ_BACK_LIMIT bytes hold no whole line (nothing an anchor task writes looks like that)."""
+    buffer, position = b"", end
+    while position > 0 and len(buffer) < READ_BACK_LIMIT:
+        step = min(TAIL_BYTES, position)
+        position -= step
+        handle.seek(position)
+        buffer = handle.read(step) + buffer
+        whole = buffer[: buffer.rfind(b"\n") + 1].rstrip()  # no unfinished line, no blank ones
+        begins = whole.rfind(b"\n") + 1
+        if whole and (begins > 0 or position == 0):  # the line's start is in the buffer
+            last = whole[begins:]
+            if len(last) > TAIL_BYTES:
+                raise AnchorFileInvalid("last line", f"not an anchor (longer than {TAIL_BYTES} bytes)")
+            return last
+        if len(whole) > TAIL_BYTES:  # a line already longer than an anchor, and it goes on
+            raise AnchorFileInvalid("last line", f"not an anchor (longer than {TAIL_BYTES} bytes)")
+    if position > 0:
+        raise AnchorFileInvalid("last line", f"no whole line in the file's last {READ_BACK_LIMIT} bytes")
+    return None
 
 
 def _anchor_from_line(raw: str, keys: dict[str, Ed25519PublicKey], *, where: str) -> Anchor:
@@ -105,7 +135,7 @@ def _anchor_from_line(raw: str, keys: dict[str, Ed25519PublicKey], *, where: str
             key_id=str(entry["key_id"]),
         )
         signature = str(entry["signature"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, OverflowError):
         raise AnchorFileInvalid(where, "not an anchor") from None
     public_key = keys.get(payload["key_id"])
     if public_key is None:
@@ -128,13 +158,22 @@ def anchor_append(*, last_id: int, hash: str, count: int) -> Anchor:
     line = json.dumps({**payload, "signature": sign_payload(key, payload)}, sort_keys=True) + "\n"
     path = Path(settings.DESK_AUDIT_ANCHOR_FILE)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
     try:
+        if _ends_unfinished(fd):
+            # A crash cut the last append short: close that line, so this one is whole and
+            # the cut one is read as the bad line it is (`_written_lines`).
+            line = "\n" + line
         os.write(fd, line.encode())
         os.fsync(fd)
     finally:
         os.close(fd)
     return Anchor(last_id, hash, count, payload["at"])
+
+
+def _ends_unfinished(fd: int) -> bool:
+    size = os.fstat(fd).st_size
+    return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
 
 
 def chain_head() -> tuple[int, str] | None:

@@ -4,8 +4,8 @@ Beat's `audit.check` task walks the whole chain and its anchors every DESK_AUDIT
 and replaces this file with what it found, signed with the anchor key. The audit page shows it
 beside what it checks itself on each load (the rows since the newest anchor), so that no page
 load walks the whole trail. A database writer cannot forge "intact" here: the file is outside
-the database, and the key that signs it is the anchor key, which the web tier does not hold
-(it verifies with the public keys, DESK_AUDIT_ANCHOR_KEYS_FILE).
+the database, and the key that signs it is the anchor key, which beat's worker holds and the
+web tier need not (it verifies with the public keys, DESK_AUDIT_ANCHOR_KEYS_FILE).
 
 The signed payload carries `"kind": "audit.check"`, so that neither an anchor line nor a
 record can be passed off as the other under the same key.
@@ -13,8 +13,10 @@ record can be passed off as the other under the same key.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime
@@ -85,17 +87,27 @@ PAYLOAD_FIELDS = (
 )
 
 
-def check_record_write(record: CheckRecord) -> None:
+def check_record_write(record: CheckRecord, *, create_key: bool = True) -> bool:
     """Sign `record` and replace the file with it, whole or not at all: written to a temporary
     file beside it, flushed to disk, then renamed over it (a reader sees the old record or the
-    new one, never half of either)."""
-    key = anchor_private_key()
+    new one, never half of either). The file keeps the mode and owner the one it replaces had
+    (an operator's 0640 for a web tier in the worker's group survives every check).
+
+    A record already there from a check that began later is kept (two checks at once: the
+    later one's word stands); returns whether `record` was written. `create_key=False`: refuse
+    (AnchorKeyMissing) rather than make an anchor key where there is none."""
+    key = anchor_private_key(create=create_key)
     payload = _payload(record, key_id=key_id_for(key.public_key()))
     data = json.dumps({**payload, "signature": sign_payload(key, payload)}, sort_keys=True) + "\n"
     path = check_record_path()
+    with contextlib.suppress(CheckRecordInvalid):
+        current = check_record_read()
+        if current is not None and current.at > record.at:
+            return False
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # 0600
     try:
+        _keep_mode_and_owner(fd, path)
         with os.fdopen(fd, "w") as handle:
             handle.write(data)
             handle.flush()
@@ -109,6 +121,18 @@ def check_record_write(record: CheckRecord) -> None:
         os.fsync(directory)  # the rename itself survives a crash
     finally:
         os.close(directory)
+    return True
+
+
+def _keep_mode_and_owner(fd: int, path: Path) -> None:
+    """Give the new file the permissions of the one it replaces, if any (else mkstemp's 0600)."""
+    try:
+        current = path.stat()
+    except FileNotFoundError:
+        return
+    os.fchmod(fd, stat.S_IMODE(current.st_mode))
+    with contextlib.suppress(PermissionError):  # only root may give a file away
+        os.fchown(fd, current.st_uid, current.st_gid)
 
 
 def check_record_read() -> CheckRecord | None:
@@ -117,15 +141,21 @@ def check_record_read() -> CheckRecord | None:
     Raises CheckRecordInvalid when the file is malformed, signed by a key that is not among
     the anchor public keys, or its signature does not verify."""
     try:
-        text = check_record_path().read_text()
+        text = check_record_path().read_bytes().decode()
     except FileNotFoundError:
         return None
+    except (OSError, UnicodeError) as exc:  # unreadable here: say so on the page, not a 500
+        raise CheckRecordInvalid(f"cannot be read ({type(exc).__name__}: {exc})") from None
     try:
         entry = json.loads(text)
         payload = {name: entry[name] for name in PAYLOAD_FIELDS}
         key_id, signature = str(entry["key_id"]), str(entry["signature"])
     except (ValueError, KeyError, TypeError):
         raise CheckRecordInvalid("not a record of a full check") from None
+    if payload["kind"] != RECORD_KIND or payload["v"] != RECORD_VERSION:
+        raise CheckRecordInvalid(
+            f"not a record of a full check (kind {payload['kind']!r}, v {payload['v']!r})"
+        )
     public_key = anchor_public_keys().get(key_id)
     if public_key is None:
         raise CheckRecordInvalid(f"signed by unknown key {key_id}")

@@ -130,9 +130,18 @@ def _publish(public_key: Ed25519PublicKey) -> None:
     tmp.replace(path)
 
 
-def anchor_private_key() -> Ed25519PrivateKey:
-    """The anchor signing key, created on first use with its public key published."""
+class AnchorKeyMissing(Exception):
+    """No anchor signing key here, and this caller may not make one."""
+
+
+def anchor_private_key(*, create: bool = True) -> Ed25519PrivateKey:
+    """The anchor signing key, created on first use with its public key published (`create`;
+    else AnchorKeyMissing: a host that should not sign anchors must not become one that can)."""
     path = Path(settings.DESK_AUDIT_ANCHOR_KEY_FILE)
+    if not path.exists() and not create:
+        raise AnchorKeyMissing(
+            f"no anchor key at {path} (DESK_AUDIT_ANCHOR_KEY_FILE): run this where beat's worker runs"
+        )
     if not path.exists():
         key = Ed25519PrivateKey.generate()
         pem = key.private_bytes(

@@ -2,6 +2,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from reviewdesk.audit.keys import AnchorKeyMissing
 from reviewdesk.audit.services import audit_check, audit_check_record
 
 
@@ -12,8 +13,8 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        # Opt-in: recording signs with the anchor key, made on first use where it is missing,
-        # so run it where beat's worker runs (the key is there), as beat's audit.check does.
+        # Opt-in: recording signs with the anchor key, so it runs where beat's worker runs (the
+        # key is there); where there is none it refuses, rather than make one on, say, a web host.
         parser.add_argument(
             "--record",
             action="store_true",
@@ -24,7 +25,10 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        report = audit_check_record() if options["record"] else audit_check()
+        try:
+            report = audit_check_record(create_key=False) if options["record"] else audit_check()
+        except AnchorKeyMissing as exc:
+            raise CommandError(f"not recorded: {exc}") from None
         if not report.intact:
             raise CommandError(report.describe())
         self.stdout.write(report.describe())

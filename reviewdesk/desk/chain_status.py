@@ -21,7 +21,9 @@ from reviewdesk.audit.services import RecentCheck, audit_check_recent
 INTACT, UNCHECKED, BROKEN = "success", "warning", "error"
 
 # What an admin can do while no valid record of a full check is at hand.
-RUN_THE_FULL_CHECK = "run manage.py verify_audit --record, or wait for beat's audit.check"
+RUN_THE_FULL_CHECK = (
+    "run manage.py verify_audit --record where beat's worker runs, or wait for beat's audit.check"
+)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ def chain_status() -> ChainStatus:
 
 # A record older than this many of beat's intervals says beat's full check has stopped running.
 OVERDUE_AFTER_INTERVALS = 2
+# How far ahead of this host's clock a record's time may be before it is not believed.
+CLOCK_SKEW = timedelta(minutes=5)
 
 
 def overdue(record: CheckRecord, now: datetime) -> bool:
@@ -54,6 +58,12 @@ def describe(
 ) -> ChainStatus:
     """The line for this check and this record (None with `record_problem` when it did not
     verify; None and "" when none was recorded), read at `now`."""
+    now = now or timezone.now()
+    if record is not None and record.intact and record.at > now + CLOCK_SKEW:
+        # Signed, but by a host whose clock runs ahead: taken at its word, it would stay green
+        # for as long again past its time. A broken one is believed whenever it was written.
+        record_problem = f"it is dated {_time(record.at)}, in the future"
+        record = None
     if not recent.intact:
         where = f" at row {recent.first_bad}" if recent.first_bad is not None else ""
         text = f"Hash chain broken{where}: {recent.problem} (checked now)."
@@ -65,7 +75,7 @@ def describe(
         return ChainStatus(
             BROKEN, f"{_full_check_broken(record)}; {walked} {_is(recent)} intact, checked now."
         )
-    if record is not None and overdue(record, now or timezone.now()):
+    if record is not None and recent.since is not None and overdue(record, now):
         # Intact when last seen in full, but that was long ago: the rows before the newest
         # anchor have gone unchecked since, so the page does not vouch for them in green.
         return ChainStatus(
@@ -99,7 +109,10 @@ def _walked(recent: RecentCheck) -> str:
     if recent.since is None:
         return f"all {_rows(recent.walked)} (no anchor yet)"
     anchor = recent.since
-    return f"the {_rows(recent.walked)} since the last anchor (row {anchor.last_id} at {_time(anchor.at)})"
+    where = f"the last anchor (row {anchor.last_id} at {_time(anchor.at)})"
+    if recent.walked == 0:
+        return f"{where}, with no row since,"
+    return f"the {_rows(recent.walked)} since {where}"
 
 
 def _interval() -> str:
@@ -110,7 +123,7 @@ def _interval() -> str:
 
 
 def _is(recent: RecentCheck) -> str:
-    return "is" if recent.walked == 1 else "are"
+    return "is" if recent.walked <= 1 else "are"
 
 
 def _full_check_broken(record: CheckRecord) -> str:

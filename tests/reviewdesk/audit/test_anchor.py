@@ -8,7 +8,8 @@ import stat
 import pytest
 from django.conf import settings
 
-from reviewdesk.audit.anchors import TAIL_BYTES
+from reviewdesk.audit import services
+from reviewdesk.audit.anchors import TAIL_BYTES, anchors_read, newest_anchor
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.audit.services import audit_check, audit_record
 from reviewdesk.audit.tasks import anchor
@@ -147,3 +148,73 @@ def test_an_anchored_row_edited_but_left_with_its_hash_stops_the_next_anchor(anc
 
     assert f"BROKEN at row {rows[1].pk}: its hash does not match its contents" in anchor()
     assert len(anchor_lines(anchor_file)) == 1
+
+
+def test_a_line_still_being_appended_is_not_read_as_the_newest_anchor(anchor_file):
+    """Beat appends a line with one write, which a reader may catch half done: the text after
+    the last newline is not a line yet, for the page's tail read and the full check alike."""
+    rows = record(2)
+    anchor()
+    whole = anchor_file.read_text()
+    with anchor_file.open("a") as handle:
+        handle.write(whole[: len(whole) // 2])  # half of the next line, no newline yet
+
+    assert newest_anchor().last_id == rows[1].pk
+    assert [a.last_id for a in anchors_read()] == [rows[1].pk]
+
+
+def test_a_line_a_crash_cut_short_is_closed_by_the_next_anchor_and_then_reported(anchor_file):
+    """The next append starts on a line of its own, so the cut line is whole, and bad."""
+    record(2)
+    anchor()
+    cut = anchor_file.read_text()[:40]
+    with anchor_file.open("a") as handle:
+        handle.write(cut)
+    rows = record(1)
+
+    assert anchor().startswith("audit trail intact: 3 rows")
+
+    assert anchor_file.read_text().splitlines()[1] == cut
+    assert newest_anchor().last_id == rows[0].pk
+    assert audit_check().problem == "anchor file line 2: not an anchor"
+
+
+def test_the_newest_anchor_is_found_past_more_blank_lines_than_the_tail_holds(anchor_file):
+    rows = record(2)
+    anchor()
+    with anchor_file.open("a") as handle:
+        handle.write("\n" * (3 * TAIL_BYTES))
+
+    assert newest_anchor().last_id == rows[1].pk
+
+
+def test_a_number_too_large_for_an_integer_is_no_anchor(anchor_file):
+    record(1)
+    anchor()
+    line = anchor_file.read_text().rstrip("\n").replace('"count": 1', '"count": 1e400')
+    anchor_file.write_text(line + "\n")
+
+    assert anchor() == "audit trail BROKEN at the anchors: anchor file last line: not an anchor"
+
+
+def test_an_anchor_signs_only_the_head_its_walk_reached(anchor_file, monkeypatch):
+    """The head is read, then the rows up to it walked: should the walk not end on that row as
+    it was read (deleted, or put back, meanwhile), nothing is anchored."""
+    rows = record(3)
+    monkeypatch.setattr(services, "chain_head", lambda: (rows[2].pk, "f" * 64))
+
+    assert anchor() == (
+        f"audit trail BROKEN at row {rows[2].pk}: the chain's head (row {rows[2].pk}) was not the last row walked"
+    )
+    assert not anchor_file.exists() or anchor_file.read_text() == ""
+
+
+def test_rows_committed_after_the_head_was_read_wait_for_the_next_anchor(anchor_file, monkeypatch):
+    """The walk stops at the head it read: the anchor names that row, with the count up to it."""
+    rows = record(3)
+    monkeypatch.setattr(services, "chain_head", lambda: (rows[1].pk, rows[1].hash))
+
+    assert anchor().startswith("audit trail intact: 2 rows")
+
+    (line,) = anchor_lines(anchor_file)
+    assert (line["last_id"], line["hash"], line["count"]) == (rows[1].pk, rows[1].hash, 2)

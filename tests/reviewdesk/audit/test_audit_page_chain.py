@@ -20,16 +20,20 @@ from django.urls import reverse
 
 from agents.decisions import key_id_for, sign_payload
 from reviewdesk.audit import anchors, services
+from reviewdesk.audit.chain import plain_hash, row_fields
 from reviewdesk.audit.check_record import check_record_read
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.audit.services import audit_record
 from reviewdesk.audit.tasks import anchor, check
 from reviewdesk.desk import chain_status
+from tests.reviewdesk.audit.test_verify_audit import legacy_rows
 
 pytestmark = pytest.mark.django_db
 
 EDITED = "its hash does not match its contents (edited, or recomputed without the key)"
-RUN_THE_FULL_CHECK = "run manage.py verify_audit --record, or wait for beat's audit.check"
+RUN_THE_FULL_CHECK = (
+    "run manage.py verify_audit --record where beat's worker runs, or wait for beat's audit.check"
+)
 
 
 @pytest.fixture
@@ -263,3 +267,136 @@ def test_the_page_checks_the_newest_anchor_line_and_hashes_only_the_rows_from_it
     verified.clear()
     assert services.audit_check().intact
     assert (len(hashed), len(verified)) == (33, 5)
+
+
+UNHASHABLE = {"n": 2**53 + 1}  # past what RFC 8785's numbers hold: the canonical JSON refuses it
+
+
+def test_a_row_no_hash_can_cover_is_named_broken_not_a_crash(admin, anchor_file):
+    """An edit the canonical JSON refuses: before the newest anchor the full check names the row
+    (its record red), after it the page and the anchor task do, and nothing raises."""
+    rows = record(3)
+    anchor()
+    record(1)
+    anchor()
+    AuditEvent.objects.filter(pk=rows[0].pk).update(data=UNHASHABLE)
+
+    check()
+
+    kind, text = chain_line(admin)
+    assert kind == "error"
+    assert text.startswith(f"Hash chain broken at row {rows[0].pk}: its contents cannot be hashed (")
+    after = record(1)[0]
+    AuditEvent.objects.filter(pk=after.pk).update(data=UNHASHABLE)
+    kind, text = chain_line(admin)
+    assert (kind, text.split(" (")[0]) == (
+        "error",
+        f"Hash chain broken at row {after.pk}: its contents cannot be hashed",
+    )
+    assert f"BROKEN at row {after.pk}: its contents cannot be hashed" in anchor()
+
+
+def test_a_record_dated_in_the_future_is_not_taken_for_a_full_check(admin, anchor_file):
+    """A worker whose clock runs ahead signs a time still to come: believed, it would keep the
+    line green that much longer past it."""
+    record(2)
+    anchor()
+    check()
+    record(1)
+    later = check_record_read().at + timedelta(minutes=10)
+
+    kind, text = describe_at(later - timedelta(minutes=20))
+
+    assert kind == "warning"
+    assert text.startswith(
+        f"Hash chain not yet checked in full: {since_anchor(anchor_file, '1 row')} is intact, checked now; "
+        f"the record of the last full check is not valid (it is dated {full_check_at()}, in the future)"
+    )
+    assert describe_at(later)[0] == "success"
+
+
+def test_with_no_anchor_yet_a_record_that_does_not_verify_is_still_flagged(admin, check_file):
+    record(2)
+    check_file.write_text('{"intact": true}')
+
+    assert chain_line(admin) == (
+        "warning",
+        "Hash chain intact: all 2 rows (no anchor yet) checked now; but the record of the last full "
+        f"check is not valid (not a record of a full check): {RUN_THE_FULL_CHECK}.",
+    )
+
+
+def test_with_no_anchor_yet_an_old_record_does_not_turn_the_line_amber(admin, settings):
+    """Every row was walked on this load: the record's age takes nothing from that."""
+    record(2)
+    check()
+
+    later = check_record_read().at + timedelta(seconds=3 * settings.DESK_AUDIT_CHECK_SECONDS)
+
+    assert describe_at(later)[0] == "success"
+
+
+def test_broken_now_and_at_the_last_full_check_says_both(admin):
+    rows = record(3)
+    anchor()
+    AuditEvent.objects.filter(pk=rows[0].pk).update(actor_name="mallory")
+    check()
+    later = record(1)[0]
+    AuditEvent.objects.filter(pk=later.pk).update(actor_name="mallory")
+
+    assert chain_line(admin) == (
+        "error",
+        f"Hash chain broken at row {later.pk}: {EDITED} (checked now). Hash chain broken at row "
+        f"{rows[0].pk}: {EDITED} (the full check at {full_check_at()}).",
+    )
+
+
+def test_no_row_since_the_newest_anchor_is_said_as_such(admin, anchor_file):
+    record(2)
+    anchor()
+    check()
+    line = newest_line(anchor_file)
+
+    assert chain_line(admin)[1].startswith(
+        f"Hash chain intact: the last anchor (row {line['last_id']} at {shown(line['at'])}), with no row "
+        "since, checked now; the whole chain (2 rows) checked in full at"
+    )
+
+
+@pytest.mark.parametrize("unreadable", ["not UTF-8", "a directory"])
+def test_a_record_that_cannot_be_read_is_flagged_not_a_server_error(admin, check_file, unreadable):
+    record(2)
+    anchor()
+    if unreadable == "a directory":
+        check_file.mkdir()
+    else:
+        check_file.write_bytes(b"\xff\xfe{}")
+
+    kind, text = chain_line(admin)
+
+    assert kind == "warning"
+    assert "the record of the last full check is not valid (cannot be read (" in text
+
+
+def test_a_legacy_anchored_row_rewritten_with_its_unkeyed_hash_recomputed_is_broken_now(
+    admin, anchor_file, settings, tmp_path
+):
+    """Unkeyed rows' hashes anyone can compute: a row anchored before the chain was keyed, edited
+    and given the plain hash of its new contents, still differs from the hash its anchor signed."""
+    settings.DESK_AUDIT_PLAIN_UNTIL_FILE = tmp_path / "audit_plain_until"  # a fresh install's: none yet
+    legacy_rows(2)
+    anchor()
+    check()
+    record(1)
+    anchored = AuditEvent.objects.order_by("id")[1]
+    AuditEvent.objects.filter(pk=anchored.pk).update(actor_name="mallory")
+    anchored.refresh_from_db()
+    AuditEvent.objects.filter(pk=anchored.pk).update(
+        hash=plain_hash(anchored.prev_hash, row_fields(anchored))
+    )
+
+    assert chain_line(admin) == (
+        "error",
+        f"Hash chain broken at row {anchored.pk}: the row anchored at {newest_line(anchor_file)['at']} is gone "
+        "or changed (checked now).",
+    )

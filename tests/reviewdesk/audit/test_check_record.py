@@ -3,6 +3,7 @@ for the audit page to show; and `verify_audit --record`, which records it too.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import stat
 from datetime import timedelta
@@ -10,11 +11,12 @@ from datetime import timedelta
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.conf import settings
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from agents.decisions import key_id_for, sign_payload
-from reviewdesk.audit.check_record import CheckRecordInvalid, check_record_read
+from reviewdesk.audit.check_record import CheckRecordInvalid, check_record_read, check_record_write
+from reviewdesk.audit.keys import anchor_private_key
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.audit.services import audit_anchor, audit_record
 from reviewdesk.audit.tasks import check
@@ -36,7 +38,7 @@ def test_beat_runs_the_full_check_on_its_schedule():
 
 def test_beat_sends_the_full_check_as_it_starts(task_queue, redis_client):
     """Beat's start (its `beat_init` signal, as Celery sends it) puts one `audit.check` on the
-    real broker's queue: the page has a record within minutes of a fresh start, not an hour."""
+    real broker's queue, for a worker to run then rather than an interval later."""
     from celery import signals
 
     signals.beat_init.send(sender=None)
@@ -62,6 +64,35 @@ def test_the_full_check_records_what_it_found_signed_and_replaced_whole(check_fi
     assert json.loads(check_file.read_text())["key_id"].startswith("ed25519:")
     assert stat.S_IMODE(check_file.stat().st_mode) == 0o600
     assert [p.name for p in check_file.parent.iterdir() if p.name.startswith(".")] == []  # no temp left
+    record(1)
+
+    check()
+
+    assert (check_record_read().rows, check_record_read().at > found.at) == (6, True)
+    assert [p.name for p in check_file.parent.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_record_keeps_the_mode_the_operator_gave_the_one_it_replaces(check_file):
+    """0640, say, for a web tier in the worker's group: replaced hourly, the record keeps it."""
+    record(1)
+    check()
+    check_file.chmod(0o640)
+
+    check()
+
+    assert stat.S_IMODE(check_file.stat().st_mode) == 0o640
+
+
+def test_a_record_from_a_check_that_began_later_is_not_replaced_by_an_earlier_one(check_file):
+    """Two checks at once (beat's start and its schedule): the later one's word stands."""
+    record(1)
+    check()
+    later = check_record_read()
+    earlier = dataclasses.replace(later, at=later.at - timedelta(minutes=1), rows=0)
+
+    assert check_record_write(earlier) is False
+
+    assert check_record_read() == later
 
 
 def test_a_broken_chain_is_recorded_with_its_first_bad_row_and_the_problem():
@@ -111,6 +142,20 @@ def test_a_record_signed_by_a_key_not_among_the_anchor_keys_is_refused(check_fil
         check_record_read()
 
 
+def test_an_anchor_line_is_no_record_even_when_signed_by_the_same_key(check_file):
+    """A signed payload of another kind under the anchor key is not a record of a full check."""
+    record(1)
+    check()
+    entry = json.loads(check_file.read_text())
+    entry.pop("signature")
+    key = anchor_private_key()
+    payload = {**entry, "kind": "audit.anchor"}
+    check_file.write_text(json.dumps({**payload, "signature": sign_payload(key, payload)}))
+
+    with pytest.raises(CheckRecordInvalid, match=r"not a record of a full check \(kind 'audit.anchor'"):
+        check_record_read()
+
+
 @pytest.mark.parametrize("text", ["", "{}", "[1]", '{"intact": true}'])
 def test_a_file_that_is_no_record_is_refused(check_file, text):
     check_file.write_text(text)
@@ -129,3 +174,18 @@ def test_verify_audit_records_its_result_only_when_asked(check_file, capsys):
     assert "audit trail intact: 2 rows, 0 anchors" in capsys.readouterr().out
     found = check_record_read()
     assert (found.intact, found.rows) == (True, 2)
+
+
+def test_verify_audit_records_nothing_where_there_is_no_anchor_key(check_file, settings, tmp_path):
+    """Run on a host without the anchor key (a web host), it refuses rather than make one: a key
+    made there would sign records and anchors the page trusts."""
+    record(1)
+    settings.DESK_AUDIT_ANCHOR_KEY_FILE = tmp_path / "no_anchor_key.pem"
+
+    with pytest.raises(
+        CommandError, match=r"not recorded: no anchor key at .*run this where beat's worker runs"
+    ):
+        call_command("verify_audit", "--record")
+
+    assert not settings.DESK_AUDIT_ANCHOR_KEY_FILE.exists()
+    assert not check_file.exists()

@@ -73,3 +73,55 @@ def test_retry_swapped_in_where_cancel_was_takes_no_click_for_a_moment(interrupt
         retry.click(force=True)  # the click meant for Cancel
         expect(retry).to_be_enabled(timeout=3_000)  # then it works
     assert posted == []  # nothing was retried
+
+
+def test_a_change_that_arrives_while_a_refresh_is_in_flight_is_fetched_again(interrupted_run, personas):
+    """run.js's refresh may have left before the change it is told of committed: a second
+    change told while the first refresh is in flight fetches the page once more after it, so
+    the page ends as the run is (failed, Retry offered), not as the first refresh found it."""
+    run, _ = interrupted_run()
+    client = Client()
+    client.force_login(personas.carol)
+    path = f"/runs/{run.id}/"
+    scripts = desk_scripts(ORIGIN, ("run.js",))
+    waiting = client.get(path).content.decode()
+    run_mark_failed(run, "the model gave up", kind=ErrorKind.INTERNAL)
+    failed = client.get(path).content.decode()
+    refreshes: list = []  # run.js's fetches of the page, held until the test answers them
+
+    def serve(route) -> None:
+        url = route.request.url
+        if url == f"{ORIGIN}{path}" and route.request.resource_type == "document":
+            route.fulfill(body=waiting, content_type="text/html")
+        elif url == f"{ORIGIN}{path}":
+            refreshes.append(route)
+        elif url in scripts:
+            body, content_type = scripts[url]
+            route.fulfill(body=body, content_type=content_type)
+        else:
+            route.fulfill(status=404, body="")
+
+    def told(seq: int) -> None:
+        message = {"type": "run.updated", "seq": seq, "data": {"id": str(run.id), "status": "failed"}}
+        page.evaluate(f"window.__socket.onmessage({{ data: {json.dumps(json.dumps(message))} }})")
+
+    def refreshes_reach(count: int) -> None:
+        for _ in range(100):
+            if len(refreshes) >= count:
+                return
+            page.wait_for_timeout(50)
+        raise AssertionError(f"run.js fetched the page {len(refreshes)} times, not {count}")
+
+    with routed_page(ORIGIN, serve, path=path, init=FAKE_SOCKET) as page:
+        page.wait_for_function("() => Boolean(window.__socket && window.__socket.onmessage)")
+        told(10**6)
+        refreshes_reach(1)
+        told(10**6 + 1)  # while the first refresh is in flight
+        refreshes[0].fulfill(body=waiting, content_type="text/html")  # it left before the change
+
+        refreshes_reach(2)
+        refreshes[1].fulfill(body=failed, content_type="text/html")
+
+        expect(page.locator("#retry-run")).to_be_attached()
+        expect(page.locator("#cancel-run")).to_have_count(0)
+    assert len(refreshes) == 2

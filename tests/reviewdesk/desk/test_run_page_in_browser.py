@@ -35,16 +35,23 @@ window.WebSocket = class {
 """
 
 
-def test_retry_swapped_in_where_cancel_was_takes_no_click_for_a_moment(interrupted_run, personas):
+def waiting_then_failed(interrupted_run, personas) -> tuple:
+    """A run waiting for approval, its page's path, run.js, and carol's view of the page as the
+    run waits (Cancel offered) and once it has failed (Retry, no Cancel): (run, path, scripts,
+    [waiting, failed])."""
     run, _ = interrupted_run()
     client = Client()
     client.force_login(personas.carol)
     path = f"/runs/{run.id}/"
-    scripts = desk_scripts(ORIGIN, ("run.js",))
     waiting = client.get(path).content.decode()
     run_mark_failed(run, "the model gave up", kind=ErrorKind.INTERNAL)  # saved with its row
-    pages = [waiting, client.get(path).content.decode()]  # the second: Retry, no Cancel
+    pages = [waiting, client.get(path).content.decode()]
     assert 'id="cancel-run"' in pages[0] and 'id="retry-run"' in pages[1]
+    return run, path, desk_scripts(ORIGIN, ("run.js",)), pages
+
+
+def test_retry_swapped_in_where_cancel_was_takes_no_click_for_a_moment(interrupted_run, personas):
+    run, path, scripts, pages = waiting_then_failed(interrupted_run, personas)
     posted: list[str] = []
 
     def serve(route) -> None:
@@ -79,14 +86,7 @@ def test_a_change_that_arrives_while_a_refresh_is_in_flight_is_fetched_again(int
     """run.js's refresh may have left before the change it is told of committed: a second
     change told while the first refresh is in flight fetches the page once more after it, so
     the page ends as the run is (failed, Retry offered), not as the first refresh found it."""
-    run, _ = interrupted_run()
-    client = Client()
-    client.force_login(personas.carol)
-    path = f"/runs/{run.id}/"
-    scripts = desk_scripts(ORIGIN, ("run.js",))
-    waiting = client.get(path).content.decode()
-    run_mark_failed(run, "the model gave up", kind=ErrorKind.INTERNAL)
-    failed = client.get(path).content.decode()
+    run, path, scripts, (waiting, failed) = waiting_then_failed(interrupted_run, personas)
     refreshes: list = []  # run.js's fetches of the page, held until the test answers them
 
     def serve(route) -> None:

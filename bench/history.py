@@ -92,7 +92,7 @@ async def after_an_anchor(http: httpx.AsyncClient, sock: Socket, people) -> None
     from asgiref.sync import sync_to_async
 
     from bench.cycle import one_cycle
-    from reviewdesk.audit.services import audit_anchor
+    from reviewdesk.audit.verification import audit_anchor
 
     assert (await sync_to_async(audit_anchor)()).intact
     for _ in range(SINCE_ANCHOR):
@@ -103,7 +103,7 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
     from asgiref.sync import sync_to_async
 
     from bench.cycle import one_cycle
-    from reviewdesk.audit.services import audit_check_record
+    from reviewdesk.audit.verification import audit_check_record
     from reviewdesk.runs.models import Run
 
     count = HISTORY

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from reviewdesk.audit.services import audit_anchor, audit_check_record
+from reviewdesk.audit.verification import audit_anchor, audit_check_record
 
 
 @shared_task(name="audit.anchor")

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from reviewdesk.audit.check_record import CheckRecord, CheckRecordInvalid, check_record_read
-from reviewdesk.audit.services import RecentCheck, audit_check_recent
+from reviewdesk.audit.verification import RecentCheck, audit_check_recent
 
 # The flash classes (static/desk/desk.css) the line takes.
 INTACT, UNCHECKED, BROKEN = "success", "warning", "error"

@@ -15,7 +15,8 @@ from bench.history_seed import seed_history
 from reviewdesk.accounts.roles import REVIEWERS
 from reviewdesk.accounts.targets import targets_of
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus, Decision
-from reviewdesk.audit.services import audit_check, audit_record
+from reviewdesk.audit.services import audit_record
+from reviewdesk.audit.verification import audit_check
 from reviewdesk.runs.models import ENDED, Checkpoint, Run, RunStatus, SideEffect
 from reviewdesk.runs.selectors import runs_visible_to
 from tests.conftest import make_user

@@ -12,7 +12,7 @@ from django.db import connection
 from websockets.sync.client import connect
 
 from reviewdesk.accounts.services import token_create
-from reviewdesk.audit.services import audit_verify
+from reviewdesk.audit.verification import audit_verify
 from tests.conftest import SEND_EMAIL_SCRIPT
 from tests.e2e.conftest import http, outbox_for, session_cookie, wait_for_run, wait_until
 

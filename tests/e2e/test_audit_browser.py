@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 
 from reviewdesk.accounts.services import token_create
-from reviewdesk.audit.services import audit_anchor
+from reviewdesk.audit.verification import audit_anchor
 from tests.conftest import SEND_EMAIL_SCRIPT
 from tests.e2e.conftest import http, wait_for_run
 from tests.e2e.test_desk_review import browser, log_in, shoot, submit  # noqa: F401

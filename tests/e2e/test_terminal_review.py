@@ -26,7 +26,7 @@ from reviewdesk.accounts.services import token_create
 from reviewdesk.approvals.models import Decision
 from reviewdesk.approvals.signing import FileKeyring
 from reviewdesk.audit.models import AuditEvent
-from reviewdesk.audit.services import audit_check
+from reviewdesk.audit.verification import audit_check
 from tests.conftest import SEND_EMAIL_SCRIPT
 from tests.e2e.conftest import REPO, http, outbox_for, wait_for_run
 

@@ -13,7 +13,8 @@ import pytest
 from django.db import connection, connections, transaction
 
 from reviewdesk.audit.models import AuditEvent
-from reviewdesk.audit.services import audit_check, audit_record
+from reviewdesk.audit.services import audit_record
+from reviewdesk.audit.verification import audit_check
 from reviewdesk.db import atomic_appends_last
 from reviewdesk.events import services as events
 from reviewdesk.events.models import DeskEvent

@@ -14,7 +14,8 @@ import pytest
 from django.db import connection, connections, transaction
 
 from reviewdesk.audit.models import AuditEvent
-from reviewdesk.audit.services import audit_check, audit_record
+from reviewdesk.audit.services import audit_record
+from reviewdesk.audit.verification import audit_check
 from reviewdesk.db import serialize_writers
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.events.services import event_emit

@@ -8,11 +8,12 @@ import stat
 import pytest
 from django.conf import settings
 
-from reviewdesk.audit import services
+from reviewdesk.audit import verification
 from reviewdesk.audit.anchors import TAIL_BYTES, anchors_read, newest_anchor
 from reviewdesk.audit.models import AuditEvent
-from reviewdesk.audit.services import audit_check, audit_record
+from reviewdesk.audit.services import audit_record
 from reviewdesk.audit.tasks import anchor
+from reviewdesk.audit.verification import audit_check
 from reviewdesk.celery import app
 
 pytestmark = pytest.mark.django_db
@@ -201,7 +202,7 @@ def test_an_anchor_signs_only_the_head_its_walk_reached(anchor_file, monkeypatch
     """The head is read, then the rows up to it walked: should the walk not end on that row as
     it was read (deleted, or put back, meanwhile), nothing is anchored."""
     rows = record(3)
-    monkeypatch.setattr(services, "chain_head", lambda: (rows[2].pk, "f" * 64))
+    monkeypatch.setattr(verification, "chain_head", lambda: (rows[2].pk, "f" * 64))
 
     assert anchor() == (
         f"audit trail BROKEN at row {rows[2].pk}: the chain's head (row {rows[2].pk}) was not the last row walked"
@@ -212,7 +213,7 @@ def test_an_anchor_signs_only_the_head_its_walk_reached(anchor_file, monkeypatch
 def test_rows_committed_after_the_head_was_read_wait_for_the_next_anchor(anchor_file, monkeypatch):
     """The walk stops at the head it read: the anchor names that row, with the count up to it."""
     rows = record(3)
-    monkeypatch.setattr(services, "chain_head", lambda: (rows[1].pk, rows[1].hash))
+    monkeypatch.setattr(verification, "chain_head", lambda: (rows[1].pk, rows[1].hash))
 
     assert anchor().startswith("audit trail intact: 2 rows")
 

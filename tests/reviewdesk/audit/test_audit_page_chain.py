@@ -19,7 +19,7 @@ from django.test import Client
 from django.urls import reverse
 
 from agents.decisions import key_id_for, sign_payload
-from reviewdesk.audit import anchors, services
+from reviewdesk.audit import anchors, verification
 from reviewdesk.audit.chain import plain_hash, row_fields
 from reviewdesk.audit.check_record import check_record_read
 from reviewdesk.audit.models import AuditEvent
@@ -237,7 +237,7 @@ def test_a_full_check_long_overdue_is_no_longer_taken_for_the_whole_chain(admin,
 
 def describe_at(now: datetime) -> tuple[str, str]:
     """The status line as the page would say it at `now`."""
-    status = chain_status.describe(services.audit_check_recent(), check_record_read(), "", now=now)
+    status = chain_status.describe(verification.audit_check_recent(), check_record_read(), "", now=now)
     return status.kind, status.text
 
 
@@ -250,9 +250,9 @@ def test_the_page_checks_the_newest_anchor_line_and_hashes_only_the_rows_from_it
     check()
     newer = record(3)
     hashed, verified = [], []
-    row_hash, signature_valid = services.row_hash, anchors.signature_valid
+    row_hash, signature_valid = verification.row_hash, anchors.signature_valid
     monkeypatch.setattr(
-        services, "row_hash", lambda row, *, key: hashed.append(row.pk) or row_hash(row, key=key)
+        verification, "row_hash", lambda row, *, key: hashed.append(row.pk) or row_hash(row, key=key)
     )
     monkeypatch.setattr(
         anchors, "signature_valid", lambda *args: verified.append(1) or signature_valid(*args)
@@ -265,7 +265,7 @@ def test_the_page_checks_the_newest_anchor_line_and_hashes_only_the_rows_from_it
     assert len(verified) == 1
     hashed.clear()
     verified.clear()
-    assert services.audit_check().intact
+    assert verification.audit_check().intact
     assert (len(hashed), len(verified)) == (33, 5)
 
 

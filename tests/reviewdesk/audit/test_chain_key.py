@@ -8,7 +8,8 @@ import pytest
 
 from reviewdesk.audit.keys import AuditKeyMissing, audit_key, audit_key_problem
 from reviewdesk.audit.models import AuditEvent
-from reviewdesk.audit.services import audit_check, audit_record
+from reviewdesk.audit.services import audit_record
+from reviewdesk.audit.verification import audit_check
 
 pytestmark = pytest.mark.django_db
 

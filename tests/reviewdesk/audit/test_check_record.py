@@ -18,8 +18,9 @@ from agents.decisions import key_id_for, sign_payload
 from reviewdesk.audit.check_record import CheckRecordInvalid, check_record_read, check_record_write
 from reviewdesk.audit.keys import anchor_private_key
 from reviewdesk.audit.models import AuditEvent
-from reviewdesk.audit.services import audit_anchor, audit_record
+from reviewdesk.audit.services import audit_record
 from reviewdesk.audit.tasks import check
+from reviewdesk.audit.verification import audit_anchor
 from reviewdesk.celery import app
 
 pytestmark = pytest.mark.django_db

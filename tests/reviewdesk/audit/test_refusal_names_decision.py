@@ -12,7 +12,7 @@ from django.urls import reverse
 from reviewdesk.approvals.models import Decision
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.audit.models import AuditEvent
-from reviewdesk.audit.services import audit_verify
+from reviewdesk.audit.verification import audit_verify
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import RunStatus
 

@@ -26,7 +26,8 @@ from agents.canonical import canonical_json
 from reviewdesk.audit.chain import GENESIS, keyed_hash, plain_hash, row_fields
 from reviewdesk.audit.keys import audit_key
 from reviewdesk.audit.models import AuditEvent, ChainVersion
-from reviewdesk.audit.services import audit_anchor, audit_record, audit_verify
+from reviewdesk.audit.services import audit_record
+from reviewdesk.audit.verification import audit_anchor, audit_verify
 
 pytestmark = pytest.mark.django_db
 

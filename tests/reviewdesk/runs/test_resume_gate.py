@@ -13,7 +13,7 @@ from reviewdesk.approvals import signing
 from reviewdesk.approvals.models import ApprovalRequest, Decision
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.audit.models import AuditEvent
-from reviewdesk.audit.services import audit_verify
+from reviewdesk.audit.verification import audit_verify
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import RunStatus, SideEffect
 

@@ -3,7 +3,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from reviewdesk.audit.keys import AnchorKeyMissing
-from reviewdesk.audit.services import audit_check, audit_check_record
+from reviewdesk.audit.verification import audit_check, audit_check_record
 
 
 class Command(BaseCommand):

@@ -111,13 +111,11 @@ def _last_line(handle: BinaryIO, end: int) -> bytes | None:
         buffer = handle.read(step) + buffer
         whole = buffer[: buffer.rfind(b"\n") + 1].rstrip()  # no unfinished line, no blank ones
         begins = whole.rfind(b"\n") + 1
-        if whole and (begins > 0 or position == 0):  # the line's start is in the buffer
-            last = whole[begins:]
-            if len(last) > TAIL_BYTES:
-                raise AnchorFileInvalid("last line", f"not an anchor (longer than {TAIL_BYTES} bytes)")
-            return last
-        if len(whole) > TAIL_BYTES:  # a line already longer than an anchor, and it goes on
+        started = bool(whole) and (begins > 0 or position == 0)  # the line's start is in the buffer
+        if len(whole) - begins > TAIL_BYTES:  # longer than an anchor (and may go on further back)
             raise AnchorFileInvalid("last line", f"not an anchor (longer than {TAIL_BYTES} bytes)")
+        if started:
+            return whole[begins:]
     if position > 0:
         raise AnchorFileInvalid("last line", f"no whole line in the file's last {READ_BACK_LIMIT} bytes")
     return None
@@ -182,5 +180,4 @@ def chain_head() -> tuple[int, str] | None:
     Rows commit in id order (audit_record holds the chain lock until commit), so no row
     up to a visible id appears after it is read: the anchor task counts them as it walks.
     """
-    head = AuditEvent.objects.order_by("-id").values_list("id", "hash").first()
-    return None if head is None else (head[0], head[1])
+    return AuditEvent.objects.order_by("-id").values_list("id", "hash").first()

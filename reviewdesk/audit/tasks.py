@@ -17,6 +17,6 @@ def anchor() -> str:
 
 @shared_task(name="audit.check")
 def check() -> str:
-    # Idempotent: a duplicate walks again and replaces the record with what it found, each
-    # record true of the chain as it was when its check began.
+    # Idempotent: a duplicate walks again and records what it found, unless a check that began
+    # later has recorded already (check_record_write keeps the later one's word).
     return audit_check_record().describe()

@@ -6,10 +6,16 @@ PYTEST_ARGS ?=
 
 .PHONY: run test test-e2e bench chaos lint mutants mutants-short format clean
 
+# The runtime set (requirements.txt) is all `make run` installs; the development and test tools
+# (requirements-dev.txt) come on top for the targets that need them.
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
+	$(PY) -m pip install -q -r requirements-dev.txt
 	touch $@
 
 run: $(VENV)/.installed
@@ -17,18 +23,18 @@ run: $(VENV)/.installed
 	$(PY) manage.py seed_demo
 	$(PY) -m reviewdesk.launcher
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed-dev
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Only the end-to-end flow (real worker, real server, real browser).
-test-e2e: $(VENV)/.installed
+test-e2e: $(VENV)/.installed-dev
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
 # The desk's figures next to their floors, measured in one run (bench/run.py): starts its own
 # stack (DATABASE_URL/REDIS_URL when set, else the embedded default), prints the table, writes
 # var/bench/results.json and results.png. BENCH=short: a few seconds a figure (as CI runs it).
 # Figure #4 measures against LangGraph: installed here only, from its own requirements file.
-$(VENV)/.installed-bench: $(VENV)/.installed requirements-bench.txt requirements-bench-langgraph.txt
+$(VENV)/.installed-bench: $(VENV)/.installed-dev requirements-bench.txt requirements-bench-langgraph.txt
 	$(PY) -m pip install -q -r requirements-bench.txt -r requirements-bench-langgraph.txt
 	touch $@
 
@@ -37,14 +43,14 @@ bench: $(VENV)/.installed-bench
 
 # Long fault-injection loop: many runs, workers kill -9'd at every step boundary.
 # `make test` runs the same test short (8 runs).
-chaos: $(VENV)/.installed
+chaos: $(VENV)/.installed-dev
 	DESK_CHAOS_RUNS=$${DESK_CHAOS_RUNS:-60} DESK_CHAOS_TIMEOUT=$${DESK_CHAOS_TIMEOUT:-900} \
 		$(PY) -m pytest tests/e2e/test_crash_recovery.py -m chaos $(PYTEST_ARGS)
 
 # Every step runs even when an earlier one fails; the last line names the ones that failed.
 # The migration check runs on the embedded default (SQLite in var/): it needs no server, and
 # importing the settings starts none. mypy keeps its cache in var/mypy_cache.
-lint: $(VENV)/.installed
+lint: $(VENV)/.installed-dev
 	@failed=; \
 	step() { name=$$1; shift; printf '\n== %s\n' "$$name"; start=$$(date +%s); \
 		"$$@" || failed="$${failed:+$$failed, }$$name"; printf -- '-- %s: %ss\n' "$$name" $$(( $$(date +%s) - start )); }; \
@@ -60,15 +66,15 @@ lint: $(VENV)/.installed
 # Guard-line mutations the suite must kill (tests/mutants.toml), each tried on a temporary copy
 # of the tree against only the tests it names. MUTANTS_ARGS="-k ledger" picks some by name.
 MUTANTS_ARGS ?=
-mutants: $(VENV)/.installed
+mutants: $(VENV)/.installed-dev
 	$(PY) tests/mutants.py $(MUTANTS_ARGS)
 
 # CI's short run: every 5th listed mutation (about a fifth of the full run's ~40 minutes), with
 # every entry still checked against the source. `make mutants` runs them all.
-mutants-short: $(VENV)/.installed
+mutants-short: $(VENV)/.installed-dev
 	$(PY) tests/mutants.py --every 5 $(MUTANTS_ARGS)
 
-format: $(VENV)/.installed
+format: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 

@@ -21,7 +21,7 @@ $(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
 run: $(VENV)/.installed
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
-	$(PY) -m reviewdesk.launcher
+	$(PY) -m reviewdesk.serve.launcher
 
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest $(PYTEST_ARGS)

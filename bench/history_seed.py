@@ -165,8 +165,8 @@ def seed_history(count: int, people, *, batch: int = BATCH, budget: float | None
     from reviewdesk.audit.chain import GENESIS, row_hash
     from reviewdesk.audit.keys import audit_key
     from reviewdesk.audit.models import AuditEvent, ChainVersion
-    from reviewdesk.db import serialize_writers
     from reviewdesk.events.models import DeskEvent
+    from reviewdesk.lib.db import serialize_writers
     from reviewdesk.runs.models import (
         Attempt,
         AttemptStatus,

@@ -72,7 +72,7 @@ def _count(connection) -> None:
                 counters["transactions"] += 1  # a statement outside atomic is its own transaction
         if "pg_advisory_xact_lock" not in sql:
             return execute(sql, params, many, context)
-        # The writers' lock (reviewdesk/db.py): how long this waited for it, and from when it
+        # The writers' lock (reviewdesk/lib/db.py): how long this waited for it, and from when it
         # is held until the transaction ends (timed_commit / timed_rollback).
         asked = time.perf_counter()
         result = execute(sql, params, many, context)

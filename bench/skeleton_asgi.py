@@ -6,7 +6,7 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.skeleton_settings")
 
-from reviewdesk.asgi_handler import get_asgi_application
+from reviewdesk.serve.asgi_handler import get_asgi_application
 
 django_app = get_asgi_application()
 

@@ -215,7 +215,7 @@ def start_redis_if_embedded(stack: Stack, env: dict[str, str]) -> None:
     """Start the embedded Redis unless REDIS_URL is set; point the floors at the desk's broker."""
     from django.conf import settings
 
-    from reviewdesk import embedded
+    from reviewdesk.serve import embedded
 
     if settings.EMBEDDED_REDIS_SOCKET:
         stack.redis = embedded.start_redis(settings.EMBEDDED_REDIS_SOCKET)

@@ -307,7 +307,7 @@ async def skeleton_cycles(stack, people, budget: float, runs: int) -> dict:
 
 
 def lock_per_cycle(before: dict, after: dict, cycles: int) -> dict:
-    """The writers' lock (PostgreSQL's advisory locks, reviewdesk/db.py), per cycle and by role:
+    """The writers' lock (PostgreSQL's advisory locks, reviewdesk/lib/db.py), per cycle and by role:
     how many times it was taken, the ms spent waiting for it, the ms it was held (taken →
     transaction end) and of those the ms spent in the commit. Held time is the lock's own
     budget: one holder at a time."""

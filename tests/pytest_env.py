@@ -13,7 +13,7 @@ import tempfile
 from agents.sandbox import shared_tmp_dir
 
 # This is a test process, and so is every process it starts (they inherit the environment):
-# the only processes where fault injection may be switched on (reviewdesk/faults.py).
+# the only processes where fault injection may be switched on (reviewdesk/lib/faults.py).
 os.environ["DESK_TESTING"] = "1"
 
 if "DESK_VAR_DIR" not in os.environ:

@@ -17,27 +17,21 @@ from django.db import transaction
 
 from reviewdesk.accounts import services
 from reviewdesk.accounts.models import ApiToken, DeviceKey, Endorsement, Revocation
+from reviewdesk.lib.admin import ReadOnlyAdmin
 
 VIA = "admin"
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
-    """Read-only: tokens are created by `manage.py create_token` (shown once) and only revoked here."""
+class ApiTokenAdmin(ReadOnlyAdmin):
+    """Tokens are created by `manage.py create_token` (shown once) and only revoked here. No
+    field is editable (clearing `revoked_at` here once revived a token), and none is deleted (a
+    deleted token would take its history with it)."""
 
     list_display = ("prefix", "user", "name", "scopes", "created_at", "last_used_at", "revoked_at")
     list_filter = ("revoked_at",)
     list_select_related = ("user",)
     actions = ["revoke_tokens"]
-
-    def has_add_permission(self, request: Any) -> bool:
-        return False
-
-    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
-        return False  # no field is editable: clearing `revoked_at` here once revived a token
-
-    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
-        return False  # a deleted token would take its history with it: revoke instead
 
     def has_revoke_permission(self, request: Any) -> bool:
         return request.user.is_active and request.user.has_perm("accounts.change_apitoken")
@@ -128,22 +122,10 @@ class AuditedGroupAdmin(GroupAdmin):
             services.group_delete(group=group, by=request.user, via=VIA)
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """An audit surface only: device keys are made on /keys/ or by `manage.py trust`, and
-    endorsements and revocations are signed records nobody may edit here."""
-
-    def has_add_permission(self, request: Any) -> bool:
-        return False
-
-    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
-        return False
-
-
 @admin.register(DeviceKey)
 class DeviceKeyAdmin(ReadOnlyAdmin):
+    """Device keys are made on /keys/ or by `manage.py trust`."""
+
     list_display = ("key_id", "user", "label", "fingerprint", "created_at")
     list_select_related = ("user",)
     search_fields = ("key_id", "user__username", "label")
@@ -151,5 +133,7 @@ class DeviceKeyAdmin(ReadOnlyAdmin):
 
 @admin.register(Endorsement, Revocation)
 class SignedKeyRecordAdmin(ReadOnlyAdmin):
+    """Endorsements and revocations are signed records nobody may edit here."""
+
     list_display = ("device_key", "signer_key_id", "signed_by", "created_at")
     list_select_related = ("device_key__user", "signed_by")

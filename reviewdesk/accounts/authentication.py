@@ -14,7 +14,7 @@ from rest_framework import authentication, exceptions
 from reviewdesk.accounts.models import ApiToken
 from reviewdesk.accounts.roles import remember_group_names
 from reviewdesk.accounts.services import token_digest
-from reviewdesk.db_rows import Columns, column, fetchall, table
+from reviewdesk.lib.db_rows import Columns, column, fetchall, table
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):

@@ -10,9 +10,9 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import transaction
 
-from reviewdesk import embedded
 from reviewdesk.accounts.roles import REVIEWERS, SUBMITTERS
 from reviewdesk.accounts.services import group_save, user_groups_set, user_save
+from reviewdesk.serve import embedded
 
 VIA = "manage.py seed_demo"
 

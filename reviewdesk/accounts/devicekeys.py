@@ -44,7 +44,7 @@ from agents.trust import (
 from reviewdesk.accounts.models import DeviceKey, Endorsement, Revocation
 from reviewdesk.accounts.roles import is_admin
 from reviewdesk.audit.services import audit_record
-from reviewdesk.errors import Forbidden, Invalid
+from reviewdesk.lib.errors import Forbidden, Invalid
 
 LABEL_MAX = 100
 

@@ -15,7 +15,7 @@ from reviewdesk.api import schema as doc
 from reviewdesk.api.permissions import token_scope_permission
 from reviewdesk.api.views import DeskAPIView
 from reviewdesk.audit.models import AuditEvent
-from reviewdesk.errors import Forbidden
+from reviewdesk.lib.errors import Forbidden
 
 AUDIT_FILTERS = (
     "actor",

@@ -1,6 +1,6 @@
 """Every API error as application/problem+json (RFC 9457), from one handler.
 
-Each problem carries a `code` from `reviewdesk.errors.ERROR_CODES`; DRF's own
+Each problem carries a `code` from `reviewdesk.lib.errors.ERROR_CODES`; DRF's own
 exceptions (authentication, parsing, methods) are mapped onto that list here.
 """
 
@@ -13,7 +13,7 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
-from reviewdesk.errors import ERROR_CODES, DeskError
+from reviewdesk.lib.errors import ERROR_CODES, DeskError
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 

@@ -23,8 +23,8 @@ from rest_framework.response import Response
 
 from reviewdesk.api.errors import problem, problem_exception_handler
 from reviewdesk.api.models import IdempotencyRecord
-from reviewdesk.db import atomic_appends_last
-from reviewdesk.errors import DeskError
+from reviewdesk.lib.db import atomic_appends_last
+from reviewdesk.lib.errors import DeskError
 
 HEADER = "Idempotency-Key"
 KEY_MAX = 200

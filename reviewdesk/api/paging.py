@@ -28,8 +28,8 @@ from django.utils.dateparse import parse_datetime
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from reviewdesk.errors import BadRequest
-from reviewdesk.numbers import whole_number
+from reviewdesk.lib.errors import BadRequest
+from reviewdesk.lib.numbers import whole_number
 
 CURSOR = "cursor"
 LIMIT = "limit"

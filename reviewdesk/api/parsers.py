@@ -20,8 +20,8 @@ from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
-from reviewdesk.errors import TooLarge
-from reviewdesk.jsonlimits import json_depth_exceeds, json_holds_nul
+from reviewdesk.lib.errors import TooLarge
+from reviewdesk.lib.jsonlimits import json_depth_exceeds, json_holds_nul
 
 
 def body_too_large(length: int) -> TooLarge:

@@ -21,7 +21,7 @@ from reviewdesk.api.examples import (  # noqa: F401 - the views read them as doc
     SUBMIT_EXAMPLE,
 )
 from reviewdesk.approvals.models import ApprovalKind, ApprovalStatus, Verdict
-from reviewdesk.errors import ERROR_CODES
+from reviewdesk.lib.errors import ERROR_CODES
 from reviewdesk.runs.models import AttemptStatus, EffectStatus, ErrorKind, RunStatus
 
 ANY_JSON = serializers.JSONField

@@ -1,12 +1,12 @@
 """What the OpenAPI document says beyond the views' own descriptions (drf-spectacular's
-postprocessing hook, named in `reviewdesk.api.conf`): the API's introduction with the error
+postprocessing hook, named in `reviewdesk.conf.api`): the API's introduction with the error
 codes, the problem+json media type on errors, POST bodies closed to unknown fields, and the two
 SSE streams, which no DRF view serves."""
 
 from __future__ import annotations
 
 from reviewdesk.api.schema import AFTER, problem_response
-from reviewdesk.errors import ERROR_CODES
+from reviewdesk.lib.errors import ERROR_CODES
 
 
 def error_codes_markdown() -> str:

@@ -42,11 +42,11 @@ from rest_framework.exceptions import AuthenticationFailed
 from reviewdesk.accounts.authentication import BearerTokenAuthentication, session_user_now
 from reviewdesk.accounts.models import ApiToken
 from reviewdesk.accounts.roles import forget_group_names, is_admin
-from reviewdesk.errors import ERROR_CODES, DeskError, NotFound
 from reviewdesk.events.builders import message_for
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.events.services import latest_seq
-from reviewdesk.numbers import whole_number
+from reviewdesk.lib.errors import ERROR_CODES, DeskError, NotFound
+from reviewdesk.lib.numbers import whole_number
 from reviewdesk.runs.selectors import run_get_for_user, runs_visible_to
 
 SCAN_LIMIT = 500

@@ -44,7 +44,7 @@ from reviewdesk.approvals.selectors import approval_get_for_reviewer, approvals_
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.events.builders import message_for
 from reviewdesk.events.models import DeskEvent
-from reviewdesk.numbers import HEADER_DIGITS, whole_number
+from reviewdesk.lib.numbers import HEADER_DIGITS, whole_number
 from reviewdesk.runs.models import Checkpoint, Run, RunStatus
 from reviewdesk.runs.selectors import run_get_for_user, runs_visible_to
 from reviewdesk.runs.services import run_cancel, run_retry, run_submit

@@ -22,8 +22,8 @@ from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalS
 from reviewdesk.approvals.routing import named_by, targets_for_call, user_qualifies
 from reviewdesk.approvals.selectors import approval_visible_to
 from reviewdesk.approvals.validation import decision_input_check
-from reviewdesk.db_rows import Columns, column, fetchone, for_update_of, prep, table
-from reviewdesk.errors import Conflict, Forbidden, Gone, Invalid, NotFound
+from reviewdesk.lib.db_rows import Columns, column, fetchone, for_update_of, prep, table
+from reviewdesk.lib.errors import Conflict, Forbidden, Gone, Invalid, NotFound
 from reviewdesk.runs.models import ENDED, Attempt, Run, SideEffect
 from reviewdesk.runs.selectors import run_locked
 from reviewdesk.runs.stores import latest_checkpoint, snapshot_of

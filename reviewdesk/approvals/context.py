@@ -15,7 +15,7 @@ from agents.tools import Effect, Tool, ToolContext
 from reviewdesk.approvals.models import (
     ApprovalRequest,
 )
-from reviewdesk.tool_world import sandbox_config, tool_world
+from reviewdesk.lib.tool_world import sandbox_config, tool_world
 
 logger = logging.getLogger(__name__)
 

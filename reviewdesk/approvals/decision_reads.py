@@ -25,8 +25,8 @@ from reviewdesk.approvals.models import (
     Verdict,
 )
 from reviewdesk.approvals.routing import user_qualifies
-from reviewdesk.db import prefetched_as
-from reviewdesk.db_rows import Columns, column, fetchall, fetchone, prep, table
+from reviewdesk.lib.db import prefetched_as
+from reviewdesk.lib.db_rows import Columns, column, fetchall, fetchone, prep, table
 from reviewdesk.runs.models import Run
 
 logger = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ def _latest_request_with_decisions(
     One hand-written statement when it has decisions (read from their side, the request, the
     reviewer and their groups joined), two when it has none: on the worker's way to the tool,
     the ORM's two statements spent about 2 ms building and compiling themselves against
-    0.2 ms on the wire (issue 11, #2). The models are those the ORM builds (reviewdesk/db_rows.py)."""
+    0.2 ms on the wire (issue 11, #2). The models are those the ORM builds (reviewdesk/lib/db_rows.py)."""
     sql, columns = _decisions_sql(len(kinds), connection.vendor)
     params = [prep(ApprovalRequest, "run", run.pk), call.id, *kinds]
     rows = fetchall(sql, params)

@@ -20,7 +20,7 @@ from agents.decisions import signature_valid
 from agents.registry import UnknownAgent, get_agent
 from agents.trust import public_key_from_b64
 from reviewdesk.accounts.models import DeviceKey, Endorsement, Revocation
-from reviewdesk.errors import Invalid
+from reviewdesk.lib.errors import Invalid
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from reviewdesk.approvals.models import (
     Grant,
 )
 from reviewdesk.audit.services import audit_record
-from reviewdesk.db import ExistsPerRow
-from reviewdesk.errors import Conflict, Forbidden, NotFound
+from reviewdesk.lib.db import ExistsPerRow
+from reviewdesk.lib.errors import Conflict, Forbidden, NotFound
 from reviewdesk.runs.selectors import runs_visible_to
 
 GRANT_STATUSES = ("live", "revoked", "expired", "used_up")

@@ -23,7 +23,7 @@ from reviewdesk.approvals.models import (
 from reviewdesk.approvals.routing import named_for_call
 from reviewdesk.approvals.selectors import user_may_decide
 from reviewdesk.audit.services import audit_record
-from reviewdesk.db_rows import Columns, column, fetchall, prep, table
+from reviewdesk.lib.db_rows import Columns, column, fetchall, prep, table
 from reviewdesk.runs.models import Attempt, Run
 
 

@@ -38,7 +38,7 @@ from reviewdesk.approvals.models import (
 )
 from reviewdesk.approvals.validation import FIELD_ERRORS_DETAIL
 from reviewdesk.audit.services import audit_record
-from reviewdesk.errors import Forbidden, Invalid
+from reviewdesk.lib.errors import Forbidden, Invalid
 from reviewdesk.runs.models import Run
 
 GRANT_FIELDS = ("match", "scope", "expires_at", "max_uses")

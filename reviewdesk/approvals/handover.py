@@ -24,9 +24,9 @@ from reviewdesk.approvals.routing import approval_audience, named_by, qualified_
 from reviewdesk.approvals.selectors import approval_get_for_reviewer
 from reviewdesk.approvals.validation import NUL_REFUSED, TEXT_MAX
 from reviewdesk.audit.services import audit_record
-from reviewdesk.errors import Conflict, Forbidden, Gone, Invalid
 from reviewdesk.events.builders import approval_data
 from reviewdesk.events.services import event_emit
+from reviewdesk.lib.errors import Conflict, Forbidden, Gone, Invalid
 from reviewdesk.runs.models import ENDED, Run
 
 

@@ -29,10 +29,10 @@ from reviewdesk.approvals.models import (
 )
 from reviewdesk.approvals.routing import approval_audience, targets_for_call
 from reviewdesk.audit.services import audit_record
-from reviewdesk.db import prefetched_as
-from reviewdesk.db_rows import Columns, column, fetchall, insert, prep, table, update
 from reviewdesk.events.builders import approval_data
 from reviewdesk.events.services import event_emit
+from reviewdesk.lib.db import prefetched_as
+from reviewdesk.lib.db_rows import Columns, column, fetchall, insert, prep, table, update
 from reviewdesk.runs.models import ENDED, Attempt, Checkpoint, ErrorKind, Run, RunStatus
 from reviewdesk.runs.stores import checkpoint_state, snapshot_column
 from reviewdesk.runs.transitions import run_mark_failed, run_requeue

@@ -13,8 +13,8 @@ from django.db.models import Exists, OuterRef, QuerySet
 from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.approvals.routing import in_queue_order, queue_tiers
 from reviewdesk.approvals.selectors import approvals_pending_for
-from reviewdesk.db import NamesAny, comparable_text
 from reviewdesk.events.builders import approval_rows
+from reviewdesk.lib.db import NamesAny, comparable_text
 
 # The desk's queue: one page at a time, whatever the number pending. Twenty cards keep the
 # page's time nearly flat from 10 to 10,000 pending (a card costs about as much to render as

@@ -25,7 +25,7 @@ from agents.routing import GROUP_PREFIX
 from reviewdesk.accounts.roles import REVIEWERS, group_names_of, is_reviewer
 from reviewdesk.accounts.targets import naming, targets_of, users_named
 from reviewdesk.approvals.models import ApprovalRequest
-from reviewdesk.db import NamesAny
+from reviewdesk.lib.db import NamesAny
 from reviewdesk.runs.models import Run
 
 

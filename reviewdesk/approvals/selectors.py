@@ -16,8 +16,8 @@ from reviewdesk.approvals.models import (
     ApprovalStatus,
 )
 from reviewdesk.approvals.routing import user_qualifies
-from reviewdesk.db import NamesAny
-from reviewdesk.errors import NotFound
+from reviewdesk.lib.db import NamesAny
+from reviewdesk.lib.errors import NotFound
 from reviewdesk.runs.models import Run
 
 

@@ -32,11 +32,11 @@ from reviewdesk.approvals.models import (
 from reviewdesk.approvals.payloads import decision_not_after, decision_payload_for
 from reviewdesk.approvals.routing import approval_audience
 from reviewdesk.audit.services import audit_record
-from reviewdesk.db import atomic_appends_last, prefetched_as
-from reviewdesk.db_rows import column, insert, prep, table, update, write
-from reviewdesk.errors import Invalid
 from reviewdesk.events.builders import approval_data
 from reviewdesk.events.services import event_emit
+from reviewdesk.lib.db import atomic_appends_last, prefetched_as
+from reviewdesk.lib.db_rows import column, insert, prep, table, update, write
+from reviewdesk.lib.errors import Invalid
 from reviewdesk.runs.models import EffectStatus, Run, RunStatus, SideEffect
 from reviewdesk.runs.transitions import RESUME_TASK, enqueue_on_commit, run_requeue
 

@@ -16,8 +16,8 @@ from typing import Any
 from django.conf import settings
 
 from reviewdesk.approvals.models import KIND_VERDICTS, Verdict
-from reviewdesk.errors import Invalid
-from reviewdesk.jsonlimits import json_depth_exceeds, json_holds_nul
+from reviewdesk.lib.errors import Invalid
+from reviewdesk.lib.jsonlimits import json_depth_exceeds, json_holds_nul
 
 TEXT_MAX = 10_000  # a reason or a note
 EXTERNAL_REF_MAX = 200

@@ -1,7 +1,7 @@
 from django.contrib import admin
 
 from reviewdesk.audit.models import AuditEvent
-from reviewdesk.runs.admin import ReadOnlyAdmin
+from reviewdesk.lib.admin import ReadOnlyAdmin
 
 
 @admin.register(AuditEvent)

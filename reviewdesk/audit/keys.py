@@ -26,8 +26,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from django.conf import settings
 
 from agents.decisions import key_id_for
-from reviewdesk import embedded
-from reviewdesk.deployment import is_production_configuration
+from reviewdesk.conf.deployment import is_production_configuration
+from reviewdesk.serve import embedded
 
 
 class AuditKeyMissing(RuntimeError):

@@ -15,8 +15,8 @@ from django.utils import timezone
 from reviewdesk.audit.chain import GENESIS, row_hash
 from reviewdesk.audit.keys import audit_key, record_plain_boundary
 from reviewdesk.audit.models import AuditEvent, ChainVersion
-from reviewdesk.db import append_later, serialize_writers
-from reviewdesk.db_rows import insert
+from reviewdesk.lib.db import append_later, serialize_writers
+from reviewdesk.lib.db_rows import insert
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

@@ -32,8 +32,8 @@ from reviewdesk.approvals.grant_access import (
 )
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest
 from reviewdesk.desk.paging import paged
-from reviewdesk.errors import DeskError, Invalid, NotFound
-from reviewdesk.jsonlimits import json_holds_nul
+from reviewdesk.lib.errors import DeskError, Invalid, NotFound
+from reviewdesk.lib.jsonlimits import json_holds_nul
 
 # The durations the form offers, in hours (the service caps them at DESK_GRANT_MAX_SECONDS).
 GRANT_DURATIONS = ((1, "1 hour"), (8, "8 hours"), (24, "1 day"), (168, "1 week"), (720, "30 days"))

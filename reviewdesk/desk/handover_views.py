@@ -11,7 +11,7 @@ from django.views.decorators.http import require_http_methods
 
 from reviewdesk.accounts.roles import is_reviewer
 from reviewdesk.approvals.handover import approval_handover
-from reviewdesk.errors import DeskError, NotFound, explain
+from reviewdesk.lib.errors import DeskError, NotFound, explain
 
 
 @login_required

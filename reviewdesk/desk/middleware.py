@@ -10,7 +10,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from reviewdesk.numbers import HEADER_DIGITS, whole_number
+from reviewdesk.lib.numbers import HEADER_DIGITS, whole_number
 
 
 class BodyLimitMiddleware:

@@ -7,7 +7,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.http import urlencode
 
-from reviewdesk.db import comparable_text
+from reviewdesk.lib.db import comparable_text
 
 MAX_OFFSET = 10**9  # past it, an offset is malformed (a 64-bit OFFSET would overflow: a 500)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.http import QueryDict
 
-from reviewdesk.errors import Invalid
+from reviewdesk.lib.errors import Invalid
 
 SIMPLE = ("string", "number", "integer", "boolean")
 FIELD_PREFIX = "answer."

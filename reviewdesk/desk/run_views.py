@@ -23,7 +23,7 @@ from reviewdesk.audit.models import AuditEvent
 from reviewdesk.desk.paging import filter_text, paged
 from reviewdesk.desk.thread_views import may_follow_up, run_thread
 from reviewdesk.desk.views import DESK_SOCKET_PATH, DONE
-from reviewdesk.errors import CheckpointNotFound, DeskError, Forbidden, NotFound
+from reviewdesk.lib.errors import CheckpointNotFound, DeskError, Forbidden, NotFound
 from reviewdesk.runs.models import ENDED, EffectStatus, Run, RunStatus
 from reviewdesk.runs.retention import kept_after_end
 from reviewdesk.runs.selectors import run_get_for_user, runs_visible_to

@@ -32,8 +32,8 @@ from reviewdesk.approvals.signable import approval_device_payload
 from reviewdesk.desk.templatetags.desk_json import visible
 from reviewdesk.desk.terminal_text import approval_text, arguments_text, diff_text, preview_text
 from reviewdesk.desk.views import DONE  # what a decision is called once made, as the pages say it
-from reviewdesk.errors import DeskError, Forbidden, explain
-from reviewdesk.numbers import whole_number
+from reviewdesk.lib.errors import DeskError, Forbidden, explain
+from reviewdesk.lib.numbers import whole_number
 
 
 class Quit(Exception):

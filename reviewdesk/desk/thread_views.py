@@ -14,7 +14,7 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_http_methods
 
 from reviewdesk.accounts.roles import is_submitter
-from reviewdesk.errors import DeskError, NotFound
+from reviewdesk.lib.errors import DeskError, NotFound
 from reviewdesk.runs.models import Message, Run, RunStatus
 from reviewdesk.runs.threads import run_follow_up
 

@@ -36,11 +36,11 @@ from reviewdesk.approvals.validation import EXTERNAL_REF_MAX, TEXT_MAX
 from reviewdesk.desk.grant_views import grant_form_context, posted_grant
 from reviewdesk.desk.questions import posted_answer, question_form
 from reviewdesk.desk.templatetags.desk_urls import PLACEHOLDER
-from reviewdesk.errors import DeskError, Invalid, NotFound, explain
 from reviewdesk.events.builders import approval_data, approvals_data
 from reviewdesk.events.routing import websocket_urlpatterns
 from reviewdesk.events.services import latest_seq
-from reviewdesk.jsonlimits import json_depth_exceeds
+from reviewdesk.lib.errors import DeskError, Invalid, NotFound, explain
+from reviewdesk.lib.jsonlimits import json_depth_exceeds
 
 DECISION_CONTEXT = {
     "ApprovalKind": ApprovalKind,

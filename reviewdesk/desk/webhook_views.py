@@ -15,7 +15,7 @@ from django.views.decorators.http import require_http_methods
 
 from reviewdesk.api.throttling import ResendThrottle
 from reviewdesk.desk.rate_limits import over_limit
-from reviewdesk.errors import DeskError, NotFound
+from reviewdesk.lib.errors import DeskError, NotFound
 from reviewdesk.webhooks.models import WebhookEndpoint, WebhookEvent
 from reviewdesk.webhooks.services import (
     webhook_delete,

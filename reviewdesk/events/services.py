@@ -12,10 +12,10 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from reviewdesk.db import append_later, serialize_writers
-from reviewdesk.db_rows import insert
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.events.publish import publisher_for
+from reviewdesk.lib.db import append_later, serialize_writers
+from reviewdesk.lib.db_rows import insert
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

@@ -1,19 +1,7 @@
 from django.contrib import admin
 
+from reviewdesk.lib.admin import ReadOnlyAdmin
 from reviewdesk.runs.models import Attempt, Run, SideEffect
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """The admin is an audit surface: changes go through services, not forms."""
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(Run)

@@ -16,8 +16,8 @@ from django.db import connection, models
 from django.utils import timezone
 
 from reviewdesk.approvals.lifecycle import approvals_cancel_open
-from reviewdesk.db import atomic_appends_last
-from reviewdesk.db_rows import Columns, fetchone, insert
+from reviewdesk.lib.db import atomic_appends_last
+from reviewdesk.lib.db_rows import Columns, fetchone, insert
 from reviewdesk.runs.models import Attempt, AttemptStatus, ErrorKind, Run, RunStatus
 from reviewdesk.runs.transitions import run_emit_updated, run_mark_failed
 

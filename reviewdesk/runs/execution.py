@@ -21,12 +21,12 @@ from django.utils import timezone
 from agents.loop import Failed, FailureKind, Finished, Limits, Outcome, Retrying, Waiting, advance
 from agents.providers import AssistantTurn, ModelProvider, provider_for
 from agents.registry import get_agent
-from reviewdesk import faults
 from reviewdesk.approvals.decision_reads import calls_decided_meanwhile
 from reviewdesk.approvals.lifecycle import approvals_cancel_open
 from reviewdesk.audit.services import audit_record
-from reviewdesk.db import atomic_appends_last
-from reviewdesk.db_rows import update, update_by_pk
+from reviewdesk.lib import faults
+from reviewdesk.lib.db import atomic_appends_last
+from reviewdesk.lib.db_rows import update, update_by_pk
 from reviewdesk.runs.claim import gave_up, run_claim, run_fail
 from reviewdesk.runs.host import DatabaseHost, LeaseLost, StepWriteFailed
 from reviewdesk.runs.leases import LeaseKeeper

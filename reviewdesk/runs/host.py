@@ -37,7 +37,6 @@ from agents.gate import ApprovalGate, CallBinding, SignedGrant
 from agents.loop import DecisionState
 from agents.state import AgentState, CallState
 from agents.tools import ToolContext
-from reviewdesk import faults
 from reviewdesk.accounts.devicekeys import DatabaseTrust
 from reviewdesk.approvals.decision_reads import RequestDeciders, call_decision_read, reviewer_notes_for
 from reviewdesk.approvals.device import device_decision_required
@@ -45,12 +44,13 @@ from reviewdesk.approvals.grant_uses import grant_matching_call, grantor_may_dec
 from reviewdesk.approvals.lifecycle import approval_raise
 from reviewdesk.approvals.selectors import reviewer_may_decide_run
 from reviewdesk.approvals.signing import FileKeyring
-from reviewdesk.db import atomic_appends_last
-from reviewdesk.db_rows import insert_many
+from reviewdesk.lib import faults
+from reviewdesk.lib.db import atomic_appends_last
+from reviewdesk.lib.db_rows import insert_many
+from reviewdesk.lib.tool_world import sandbox_config, tool_world
 from reviewdesk.runs.ledger import DatabaseLedger
 from reviewdesk.runs.models import Attempt, Message, Run, RunStatus
 from reviewdesk.runs.stores import DatabaseCheckpointStore
-from reviewdesk.tool_world import sandbox_config, tool_world
 
 logger = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from django.db.models import Model, OuterRef, Q, QuerySet
 from reviewdesk.accounts.roles import is_admin, is_reviewer
 from reviewdesk.accounts.targets import targets_of
 from reviewdesk.approvals.models import ApprovalRequest
-from reviewdesk.db import ExistsPerRow, NamesAny
-from reviewdesk.db_rows import Columns, column, fetchone, for_update_of, prep, table
-from reviewdesk.errors import NotFound
+from reviewdesk.lib.db import ExistsPerRow, NamesAny
+from reviewdesk.lib.db_rows import Columns, column, fetchone, for_update_of, prep, table
+from reviewdesk.lib.errors import NotFound
 from reviewdesk.runs.models import Run
 
 if TYPE_CHECKING:

@@ -23,9 +23,9 @@ from reviewdesk.accounts.roles import REVIEWERS, is_admin, is_submitter
 from reviewdesk.approvals.lifecycle import approvals_cancel_open, approvals_reraise_waiting
 from reviewdesk.approvals.selectors import user_may_decide
 from reviewdesk.audit.services import audit_record
-from reviewdesk.db import atomic_appends_last
-from reviewdesk.db_rows import insert
-from reviewdesk.errors import CheckpointNotFound, Conflict, Forbidden, Invalid
+from reviewdesk.lib.db import atomic_appends_last
+from reviewdesk.lib.db_rows import insert
+from reviewdesk.lib.errors import CheckpointNotFound, Conflict, Forbidden, Invalid
 from reviewdesk.runs.models import (
     ENDED,
     Attempt,

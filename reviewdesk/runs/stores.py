@@ -18,7 +18,7 @@ from django.db.models import Func, Max, TextField
 
 from agents.state import SCHEMA_VERSION, AgentState
 from agents.store import Checkpoint as StoredCheckpoint
-from reviewdesk.db_rows import Columns, column, fetchone, insert_many, prep, table
+from reviewdesk.lib.db_rows import Columns, column, fetchone, insert_many, prep, table
 from reviewdesk.runs.models import Checkpoint, Message
 
 

@@ -11,7 +11,7 @@ from celery import shared_task, signals
 from reviewdesk.accounts.devicekeys import device_trust_problems
 from reviewdesk.approvals.signing import worker_key_problems
 from reviewdesk.audit.keys import audit_key_problem
-from reviewdesk.deployment import is_production_configuration, refuse_to_start
+from reviewdesk.conf.deployment import is_production_configuration, refuse_to_start
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.sweeper import runs_sweep
 from reviewdesk.runs.transitions import RESUME_TASK, RUN_TASK

@@ -26,9 +26,9 @@ from django.utils import timezone
 
 from reviewdesk.audit.services import audit_record
 from reviewdesk.celery import app as celery_app
-from reviewdesk.db_rows import Columns, column, fetchall, prep, table
-from reviewdesk.errors import Invalid, NotFound
 from reviewdesk.events.builders import approval_for, iso
+from reviewdesk.lib.db_rows import Columns, column, fetchall, prep, table
+from reviewdesk.lib.errors import Invalid, NotFound
 from reviewdesk.runs.models import Run
 from reviewdesk.webhooks.models import (
     DeliveryStatus,

@@ -544,7 +544,7 @@
     if (button && button.tagName === "BUTTON") decide(event.target.closest("li.card"), button);
   });
 
-  // Refusals no retry from this card can change (codes: reviewdesk/errors.py).
+  // Refusals no retry from this card can change (codes: reviewdesk/lib/errors.py).
   const REFUSED_FOR_GOOD = ["decided", "expired", "cancelled", "voted"];
 
   function irreversible(node, button) {

@@ -47,7 +47,7 @@ def _flush_retrying_a_deadlock(original):
         from django.core.management.base import CommandError
         from django.db import DatabaseError, connection, transaction
 
-        from reviewdesk.db import serialize_writers
+        from reviewdesk.lib.db import serialize_writers
 
         for attempt in range(4):
             try:

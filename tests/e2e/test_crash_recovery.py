@@ -32,7 +32,7 @@ from django.conf import settings
 
 from reviewdesk.accounts.services import token_create
 from reviewdesk.demo.models import DemoRefund
-from reviewdesk.faults import POINTS
+from reviewdesk.lib.faults import POINTS
 from reviewdesk.runs.models import Attempt
 from reviewdesk.runs.transitions import RUN_TASK
 from tests.e2e.conftest import http, outbox_for, start_stack, wait_until

@@ -1,5 +1,5 @@
 """API requests take turns on one sync thread per web process, waiting a bounded time for it
-(`ApiLane`, reviewdesk/asgi_handler.py; issue 11).
+(`ApiLane`, reviewdesk/serve/asgi_handler.py; issue 11).
 
 In-process: the desk's ASGI application called as a server calls it, on the test database,
 and the lane itself on an event loop. What is checked: which thread each request's middleware
@@ -21,8 +21,8 @@ from channels.db import database_sync_to_async
 
 from reviewdesk.accounts.services import token_create
 from reviewdesk.asgi import application
-from reviewdesk.asgi_handler import ApiLane
 from reviewdesk.events.services import latest_seq
+from reviewdesk.serve.asgi_handler import ApiLane
 from tests.reviewdesk.asgi_client import asgi_get, asgi_request
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the ASGI handler runs the view in a thread

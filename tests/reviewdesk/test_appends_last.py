@@ -1,4 +1,4 @@
-"""`atomic_appends_last` (reviewdesk/db.py): audit rows and desk events written at the block's end.
+"""`atomic_appends_last` (reviewdesk/lib/db.py): audit rows and desk events written at the block's end.
 
 In-process, on the test database (SQLite or PostgreSQL): what is written, when, in which
 order, and what a rolled-back savepoint or an error leaves. The last test needs PostgreSQL
@@ -15,10 +15,10 @@ from django.db import connection, connections, transaction
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.audit.services import audit_record
 from reviewdesk.audit.verification import audit_check
-from reviewdesk.db import atomic_appends_last
 from reviewdesk.events import services as events
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.events.services import event_emit
+from reviewdesk.lib.db import atomic_appends_last
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,4 +1,4 @@
-"""What the desk asks of PostgreSQL when it connects (reviewdesk/database_conf.py): the
+"""What the desk asks of PostgreSQL when it connects (reviewdesk/conf/database.py): the
 settings built in-process from a DATABASE_URL, and, on PostgreSQL, what the test database's
 real connection reports."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from reviewdesk.database_conf import database_settings
+from reviewdesk.conf.database import database_settings
 
 
 @pytest.fixture(autouse=True)

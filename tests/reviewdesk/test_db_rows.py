@@ -1,4 +1,4 @@
-"""The hand-written reads and inserts of the hot paths (reviewdesk/db_rows.py) give back what
+"""The hand-written reads and inserts of the hot paths (reviewdesk/lib/db_rows.py) give back what
 the ORM gives: the same models, field for field, with the same types (UUIDs, datetimes, JSON,
 booleans, nulls), on the database the suite runs on (SQLite, or PostgreSQL in CI)."""
 
@@ -16,8 +16,8 @@ from agents.state import CallState, CallStatus
 from reviewdesk.approvals.decision_reads import _latest_request_with_decisions
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, Decision
 from reviewdesk.approvals.services import approval_decide
-from reviewdesk.db_rows import Columns, insert, table
 from reviewdesk.events.models import DeskEvent
+from reviewdesk.lib.db_rows import Columns, insert, table
 from reviewdesk.runs.models import Attempt, Checkpoint, Run, SideEffect
 
 pytestmark = pytest.mark.django_db
@@ -143,7 +143,7 @@ def test_a_calls_decisions_come_with_each_reviewers_groups_once(waiting_run, per
 def test_insert_many_writes_the_rows_bulk_create_would(waiting_run, settings, monkeypatch):
     """In batches the database takes (here 2 rows a statement), with `pre_save` applied; a key
     the database makes is not read back."""
-    from reviewdesk.db_rows import insert_many
+    from reviewdesk.lib.db_rows import insert_many
     from reviewdesk.runs.models import Message
 
     monkeypatch.setattr(connection.ops, "bulk_batch_size", lambda fields, objs: 2)
@@ -166,7 +166,7 @@ def test_insert_many_writes_the_rows_bulk_create_would(waiting_run, settings, mo
 def test_update_writes_the_named_fields_and_stamps_auto_now_as_save_does(waiting_run):
     from django.db import DatabaseError
 
-    from reviewdesk.db_rows import update, update_by_pk
+    from reviewdesk.lib.db_rows import update, update_by_pk
 
     run = Run.objects.get(pk=waiting_run.pk)
     before = run.updated_at
@@ -223,7 +223,7 @@ def test_a_related_object_is_taken_as_save_takes_it_an_unsaved_one_refused(waiti
     unsaved is refused (ValueError), not written as a NULL key (an attempt's, a checkpoint's:
     nullable, so nothing else would say the link was lost); one saved since it was assigned
     gives its key."""
-    from reviewdesk.db_rows import insert_many
+    from reviewdesk.lib.db_rows import insert_many
 
     attempt = Attempt(run=waiting_run, number=999, lease_epoch=999, expires_at=timezone.now())
     effect = SideEffect(
@@ -257,7 +257,7 @@ def test_an_update_of_no_fields_writes_nothing_as_the_orm_does(waiting_run):
     aborts the caller's whole transaction), for a list of changed fields that came out empty."""
     from django.test.utils import CaptureQueriesContext
 
-    from reviewdesk.db_rows import update, update_by_pk
+    from reviewdesk.lib.db_rows import update, update_by_pk
 
     run = Run.objects.get(pk=waiting_run.pk)
     attempt = waiting_run.attempts.get()
@@ -280,7 +280,7 @@ def test_a_failed_write_marks_the_atomic_block_for_rollback_as_the_orms_does(wai
     from django.db import IntegrityError
     from django.db.transaction import TransactionManagementError
 
-    from reviewdesk.db_rows import insert_many, update, update_by_pk
+    from reviewdesk.lib.db_rows import insert_many, update, update_by_pk
     from reviewdesk.runs.models import Message
 
     def duplicate_effect():

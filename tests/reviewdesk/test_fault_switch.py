@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from reviewdesk import faults
+from reviewdesk.lib import faults
 
 REPO = Path(__file__).resolve().parents[2]
 STARTED = "django is set up"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from reviewdesk.mail_settings import email_settings
+from reviewdesk.conf.mail import email_settings
 
 
 def test_an_email_url_names_host_port_credentials_tls_and_timeout():

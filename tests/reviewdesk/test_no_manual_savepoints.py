@@ -1,6 +1,6 @@
 """The desk takes no savepoint by hand (a static check of its source, no database).
 
-`serialize_writers` (reviewdesk/db.py) marks the writers' lock as held with a commit hook.
+`serialize_writers` (reviewdesk/lib/db.py) marks the writers' lock as held with a commit hook.
 Django drops an atomic block's hooks when that block's savepoint rolls back, as PostgreSQL
 releases the lock there; a savepoint taken with `transaction.savepoint()` is carried by no
 hook, so rolling it back would release the lock and keep the mark, and the next audit row or

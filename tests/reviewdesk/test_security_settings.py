@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from reviewdesk import embedded
 from reviewdesk.runs.models import Run
+from reviewdesk.serve import embedded
 from tests.conftest import SEND_EMAIL_SCRIPT
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from django.test import override_settings
 
 from agents.testing.world import RecordingWorld
 from reviewdesk.demo.world import DjangoDemoWorld
-from reviewdesk.tool_world import tool_world
+from reviewdesk.lib.tool_world import tool_world
 
 
 def test_the_default_world_is_the_demo_agents_world_on_django():

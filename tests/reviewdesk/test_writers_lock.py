@@ -1,4 +1,4 @@
-"""The writers' lock (reviewdesk/db.py): audit rows and desk events commit in id order.
+"""The writers' lock (reviewdesk/lib/db.py): audit rows and desk events commit in id order.
 
 Two real connections on PostgreSQL (the lock is an advisory lock there; SQLite serialises
 every writing transaction by itself): a second writer waits while the first holds its
@@ -16,9 +16,9 @@ from django.db import connection, connections, transaction
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.audit.services import audit_record
 from reviewdesk.audit.verification import audit_check
-from reviewdesk.db import serialize_writers
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.events.services import event_emit
+from reviewdesk.lib.db import serialize_writers
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

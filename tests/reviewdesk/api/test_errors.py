@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 from reviewdesk.api.models import IdempotencyRecord
 from reviewdesk.api.parsers import loads_limited
 from reviewdesk.audit.models import AuditEvent
-from reviewdesk.errors import ERROR_CODES, TooLarge
+from reviewdesk.lib.errors import ERROR_CODES, TooLarge
 from reviewdesk.runs.models import Run
 from tests.conftest import SEND_EMAIL_SCRIPT
 

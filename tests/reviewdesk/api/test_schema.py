@@ -5,7 +5,7 @@ from django.core.management import call_command
 from django.test import Client, RequestFactory
 from openapi_spec_validator import validate
 
-from reviewdesk.errors import ERROR_CODES
+from reviewdesk.lib.errors import ERROR_CODES
 
 pytestmark = pytest.mark.django_db
 

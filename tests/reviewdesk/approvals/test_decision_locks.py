@@ -9,7 +9,7 @@ from django.db import DatabaseError, connection, transaction
 from reviewdesk.approvals.checks import approval_check_decide
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus, Decision
 from reviewdesk.approvals.services import approval_decide
-from reviewdesk.errors import Conflict
+from reviewdesk.lib.errors import Conflict
 from reviewdesk.runs.models import Run
 from tests.reviewdesk.test_writers_lock import WAIT, Holder, Writer
 

@@ -18,7 +18,7 @@ from reviewdesk.approvals.grant_uses import grant_matching_call, grant_use, gran
 from reviewdesk.approvals.models import ApprovalStatus, Grant, GrantUse
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.audit.models import AuditEvent
-from reviewdesk.errors import Conflict, Forbidden
+from reviewdesk.lib.errors import Conflict, Forbidden
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Run, RunStatus, SideEffect
 from reviewdesk.runs.services import run_submit

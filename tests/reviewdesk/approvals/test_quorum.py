@@ -8,9 +8,9 @@ import pytest
 
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus, Decision
 from reviewdesk.audit.models import AuditEvent
-from reviewdesk.errors import Conflict, Invalid
 from reviewdesk.events.builders import approval_data
 from reviewdesk.events.models import DeskEvent
+from reviewdesk.lib.errors import Conflict, Invalid
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Run, RunStatus, SideEffect
 from tests.reviewdesk.approvals.conftest import EXECUTE_SCRIPT
@@ -156,7 +156,7 @@ def test_a_decided_call_refuses_a_late_vote(interrupted_run, personas, api_as):
 def test_a_quorum_with_groups_counts_only_their_members_votes(interrupted_run, personas, dave, api_as):
     """A quorum may name groups (Quorum.groups): a reviewer outside them sees the item but may
     not vote (403); members vote as usual."""
-    from reviewdesk.errors import Forbidden
+    from reviewdesk.lib.errors import Forbidden
 
     _, approval = interrupted_run(script=EXECUTE_SCRIPT)
     ApprovalRequest.objects.filter(pk=approval.pk).update(quorum_groups=["finance"])

@@ -7,7 +7,7 @@ import pytest
 from reviewdesk.approvals.models import ApprovalStatus
 from reviewdesk.approvals.services import approval_decide
 from reviewdesk.audit.models import AuditEvent
-from reviewdesk.errors import Forbidden, NotFound
+from reviewdesk.lib.errors import Forbidden, NotFound
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import RunStatus, SideEffect
 from reviewdesk.runs.services import run_submit

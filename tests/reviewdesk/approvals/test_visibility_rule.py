@@ -45,7 +45,7 @@ def test_the_rule_on_one_row_agrees_with_the_querysets_for_every_user_and_route(
 )
 def test_a_decision_on_a_malformed_or_unknown_id_is_not_found(personas, approval_id):
     from reviewdesk.approvals.services import approval_decide
-    from reviewdesk.errors import NotFound
+    from reviewdesk.lib.errors import NotFound
 
     with pytest.raises(NotFound, match="no such approval"):
         approval_decide(

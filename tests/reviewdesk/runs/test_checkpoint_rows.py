@@ -11,7 +11,7 @@ import pytest
 from agents.state import SCHEMA_VERSION, AgentState, CallStatus, Step
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
 from reviewdesk.approvals.services import approval_decide
-from reviewdesk.errors import Conflict
+from reviewdesk.lib.errors import Conflict
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Checkpoint, ErrorKind, Message, RunStatus, SideEffect
 from reviewdesk.runs.services import run_cancel, run_retry

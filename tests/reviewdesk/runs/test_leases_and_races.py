@@ -16,7 +16,7 @@ from agents.registry import Agent, get_agent, register
 from reviewdesk.approvals.lifecycle import approvals_expire
 from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.approvals.services import approval_decide
-from reviewdesk.errors import DeskError
+from reviewdesk.lib.errors import DeskError
 from reviewdesk.runs.claim import run_claim
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Run, RunStatus, SideEffect

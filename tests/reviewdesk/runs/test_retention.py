@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.db import transaction
 
 from reviewdesk.approvals.services import approval_decide
-from reviewdesk.errors import NotFound
+from reviewdesk.lib.errors import NotFound
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Checkpoint, Message, Run, RunStatus
 from reviewdesk.runs.services import run_cancel, run_retry, run_submit

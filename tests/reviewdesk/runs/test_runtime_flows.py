@@ -15,7 +15,7 @@ from agents.canonical import sha256_hex
 from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.demo.models import DemoRefund
-from reviewdesk.errors import Conflict
+from reviewdesk.lib.errors import Conflict
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Run, RunStatus, SideEffect
 from reviewdesk.runs.services import run_submit

@@ -46,7 +46,7 @@ SCRIPT = [{"tool_calls": [{"name": "send_email", "arguments": EMAIL}]}, {"conten
 # statement back is caught. Then the claim in one UPDATE that returns the run (its submitter
 # read when an approval names them): resume 26 / 11; and a waiting call's decisions read with
 # their request joined: resume 25 / 10. Then the call's decisions read in one hand-written
-# statement with their reviewers' groups joined (reviewdesk/db_rows.py): resume 24 / 9.
+# statement with their reviewers' groups joined (reviewdesk/lib/db_rows.py): resume 24 / 9.
 RUN_BUDGET = (18, 5)
 RESUME_BUDGET = (24, 9)
 # The two API requests of the cycle, as the web process serves them (a bearer token, an

@@ -16,7 +16,7 @@ from reviewdesk.accounts.roles import REVIEWERS
 from reviewdesk.approvals.clock import approvals_escalate
 from reviewdesk.approvals.handover import approval_handover
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
-from reviewdesk.errors import NotFound
+from reviewdesk.lib.errors import NotFound
 from reviewdesk.runs.selectors import run_get_for_user, runs_visible_to
 from tests.conftest import make_user
 
@@ -112,7 +112,7 @@ def test_exists_per_row_on_a_subquery_with_its_own_offset_is_valid_sql(interrupt
     of its own keeps that one (two OFFSETs are a syntax error), on both databases."""
     from django.db.models import OuterRef
 
-    from reviewdesk.db import ExistsPerRow
+    from reviewdesk.lib.db import ExistsPerRow
     from reviewdesk.runs.models import Run
 
     run, _ = interrupted_run()

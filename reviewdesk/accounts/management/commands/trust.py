@@ -36,7 +36,7 @@ from reviewdesk.accounts.devicekeys import (
     trust_pin,
 )
 from reviewdesk.accounts.models import DeviceKey
-from reviewdesk.errors import DeskError
+from reviewdesk.lib.errors import DeskError
 
 
 def load_key_file(path: str) -> Ed25519PrivateKey:

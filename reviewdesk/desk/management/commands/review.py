@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from reviewdesk.accounts.management.commands.trust import load_key_file
 from reviewdesk.desk.terminal import review
-from reviewdesk.errors import DeskError
+from reviewdesk.lib.errors import DeskError
 
 
 class Command(BaseCommand):

@@ -9,8 +9,8 @@ from typing import Any
 
 import dj_database_url
 
-from reviewdesk import embedded
-from reviewdesk.env import env_bool, env_int
+from reviewdesk.conf.env import env_bool, env_int
+from reviewdesk.serve import embedded
 
 
 def database_settings(database_url: str, var_dir: Path) -> dict[str, dict[str, Any]]:

@@ -18,9 +18,9 @@ def main() -> int:
     django.setup()
     from django.conf import settings
 
-    from reviewdesk import embedded
     from reviewdesk.accounts.demo import demo_password
     from reviewdesk.approvals.signing import ensure_keys
+    from reviewdesk.serve import embedded
 
     host = os.environ.get("HOST", "127.0.0.1")
     port = os.environ.get("PORT", "8000")

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from csp import constants as csp_constants
 
-from reviewdesk.env import env_int
+from reviewdesk.conf.env import env_int
 
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 AXES_FAILURE_LIMIT = env_int("DESK_LOGIN_FAILURE_LIMIT", 5)

@@ -1,6 +1,6 @@
 """Logging, read by reviewdesk/settings.py: one plain console handler; DESK_LOG_LEVEL sets the level."""
 
-from reviewdesk.env import env_str
+from reviewdesk.conf.env import env_str
 
 LOGGING = {
     "version": 1,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from reviewdesk import embedded
-from reviewdesk.env import env_str
+from reviewdesk.conf.env import env_str
+from reviewdesk.serve import embedded
 
 
 class RedisSettings(NamedTuple):

@@ -13,7 +13,7 @@ one thread-sensitive thread.
 
 And API requests take turns on one sync thread per process (`ApiLane`), where Django gives
 every request a thread of its own (`ThreadSensitiveContext`). API requests are short, and most
-write audit rows and desk events under the writers' lock (reviewdesk/db.py). Several at once in
+write audit rows and desk events under the writers' lock (reviewdesk/lib/db.py). Several at once in
 one process only interleave under the GIL: each stretched the others' lock holds, and the
 switching cost CPU besides (bench #6, one web process: the web's lock holds 38 -> 11 ms a
 cycle, its CPU 55 -> 38 ms a cycle, 11 -> 15 cycles/s in one run). But a request may also wait

@@ -14,7 +14,7 @@ when it named none, any reviewer). Whoever is named, the run's submitter never d
 the desk enforces that four-eyes rule when a decision is made, and the gate again.
 
 The runtime knows no users or groups: it only says who is named. Resolving names to
-people is the desk's (`reviewdesk.approvals.routing`).
+people is the desk's (`reviewdesk.approvals.lifecycle.routing`).
 """
 
 from __future__ import annotations

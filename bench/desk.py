@@ -8,7 +8,7 @@ Their sizes in bytes (the page's body, the snapshot's frame) are rows too, repor
 the size at a few: the page and the snapshot are one window of the queue, whatever is pending.
 Many is 10,000 in both modes: the rows go in with bulk inserts, so BENCH=short stays short.
 7g and 7h time the page and the snapshot again with a quarter of the pending calls routed to
-a group of alice's (her queue's second tier, read in parts: approvals.routing.in_queue_order),
+a group of alice's (her queue's second tier, read in parts: approvals.reads.queue.in_queue_order),
 at a few and at many alike.
 
 The two sizes are timed in the order many, few, many (half of the samples at many before the
@@ -150,7 +150,7 @@ def count_queries(people) -> dict[str, int]:
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
-    from reviewdesk.events import consumers
+    from reviewdesk.desk import consumers
 
     client = Client()
     client.force_login(people.alice)

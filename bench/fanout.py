@@ -95,7 +95,7 @@ def reviewer_cookies(people) -> list[str]:
 
 def desk_page_socket() -> str:
     """The path the desk page's socket opens with no filters (static/desk/desk.js)."""
-    from reviewdesk.events.consumers import APPROVALS_ONLY
+    from reviewdesk.desk.consumers import APPROVALS_ONLY
 
     return f"/ws/desk/?events={APPROVALS_ONLY}"
 

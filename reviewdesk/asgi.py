@@ -22,7 +22,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.urls import path, re_path  # noqa: E402
 
 from reviewdesk.api.streams import event_stream_app  # noqa: E402
-from reviewdesk.events.routing import websocket_urlpatterns  # noqa: E402
+from reviewdesk.desk.routing import websocket_urlpatterns  # noqa: E402
 
 
 def _name_missing_reason_phrases() -> None:

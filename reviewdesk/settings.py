@@ -125,7 +125,7 @@ CELERY_TASK_TIME_LIMIT = env_int("DESK_TASK_TIME_LIMIT", 1800)
 CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - min(60, CELERY_TASK_TIME_LIMIT // 4)
 # The hard limit also bounds how long a frozen worker may still act: a re-run of an effect of
 # unknown outcome is signed only once it has passed since the stale attempt started
-# (approvals.checks, _check_stale_attempt_is_over).
+# (approvals.deciding.checks, _check_stale_attempt_is_over).
 CELERY_TASK_IGNORE_RESULT = True
 # Celery's Django fixup closes every connection before and after each task unless this is
 # set, which made DESK_DB_CONN_MAX_AGE a no-op in workers (a connect per task). With it
@@ -252,7 +252,7 @@ DESK_AUDIT_CHECK_SECONDS = env_int("DESK_AUDIT_CHECK_SECONDS", 3600)
 DESK_AUDIT_CHECK_FILE = Path(env_str("DESK_AUDIT_CHECK_FILE", str(VAR_DIR / "audit_check.json")))
 CELERY_BEAT_SCHEDULE["audit-check"] = {"task": "audit.check", "schedule": float(DESK_AUDIT_CHECK_SECONDS)}
 
-# --- Time, escalation, notifications (issue 10): approvals/clock.py, approvals/notify.py ---
+# --- Time, escalation, notifications (issue 10): approvals/lifecycle/clock.py, approvals/lifecycle/notify.py ---
 # How often beat reminds, escalates and emails: the clock's resolution.
 DESK_APPROVAL_TICK_SECONDS = env_int("DESK_APPROVAL_TICK_SECONDS", 15)
 CELERY_BEAT_SCHEDULE["approvals-tick"] = {

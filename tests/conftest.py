@@ -6,6 +6,7 @@ an outsider with an account and no role, admin audits.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pytest
@@ -68,13 +69,19 @@ def redis_client(redis_server) -> redis.Redis:
 
 @pytest.fixture
 def task_queue(redis_client):
-    """The Celery queue in the real broker: `task_queue.length()` counts waiting tasks."""
+    """The Celery queue in the real broker: `task_queue.length()` counts waiting tasks,
+    `task_queue.names()` names them (oldest first)."""
 
     class Queue:
         name = settings.CELERY_TASK_DEFAULT_QUEUE
 
         def length(self) -> int:
             return redis_client.llen(self.name)
+
+        def names(self) -> list[str]:
+            # Kombu's Redis transport LPUSHes each message: the oldest is at the right.
+            messages = reversed(redis_client.lrange(self.name, 0, -1))
+            return [json.loads(message)["headers"]["task"] for message in messages]
 
         def clear(self) -> None:
             redis_client.delete(self.name)

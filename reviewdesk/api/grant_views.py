@@ -1,5 +1,5 @@
 """Standing grants over the API: list them (paged), revoke one. Grants are made with an
-approve (`grant` on POST /api/v1/approvals/{id}/decision); see approvals.grants, grant_uses and grant_access."""
+approve (`grant` on POST /api/v1/approvals/{id}/decision); see approvals.grants (create, use, access)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from reviewdesk.api.idempotency import idempotent
 from reviewdesk.api.permissions import CanRead, CanReview
 from reviewdesk.api.representations import grant_data
 from reviewdesk.api.views import DeskAPIView
-from reviewdesk.approvals.grant_access import (
+from reviewdesk.approvals.grants.access import (
     GRANT_STATUSES,
     grant_filter_status,
     grant_revoke,

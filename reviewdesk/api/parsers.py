@@ -21,7 +21,7 @@ from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
 from reviewdesk.lib.errors import TooLarge
-from reviewdesk.lib.jsonlimits import json_depth_exceeds, json_holds_nul
+from reviewdesk.lib.limits import json_depth_exceeds, json_holds_nul
 
 
 def body_too_large(length: int) -> TooLarge:

@@ -13,7 +13,8 @@ from reviewdesk.api import schema as doc
 from reviewdesk.api.permissions import CanReview
 from reviewdesk.api.serializers import DecisionPayloadQuerySerializer
 from reviewdesk.api.views import DeskAPIView
-from reviewdesk.approvals.signable import approval_device_payload
+from reviewdesk.approvals.deciding.device import approval_device_payload
+from reviewdesk.approvals.deciding.input import DecisionInput
 
 
 class ApprovalPayloadView(DeskAPIView):
@@ -40,17 +41,17 @@ class ApprovalPayloadView(DeskAPIView):
         query = DecisionPayloadQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         data = query.validated_data
-        payload = approval_device_payload(
-            approval_id=approval_id,
-            reviewer=request.user,
+        decision = DecisionInput(
             verdict=data["verdict"],
+            checkpoint_id=str(data["checkpoint_id"]),
             reason=data["reason"],
             note=data["note"],
             external_ref=data["external_ref"],
             arguments=data.get("arguments"),
-            checkpoint_id=str(data["checkpoint_id"]),
-            key_id=data["key_id"],
             answer=data.get("answer"),
+        )
+        payload = approval_device_payload(
+            approval_id=approval_id, reviewer=request.user, decision=decision, key_id=data["key_id"]
         )
         signed = payload_bytes(payload)
         return Response(

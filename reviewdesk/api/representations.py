@@ -6,9 +6,9 @@ from typing import Any
 
 from reviewdesk.accounts.roles import is_admin
 from reviewdesk.accounts.targets import UsernamesNamed, usernames_named
-from reviewdesk.approvals.grant_access import grant_status
+from reviewdesk.approvals.grants.access import grant_status
 from reviewdesk.approvals.models import Grant
-from reviewdesk.events.builders import (
+from reviewdesk.approvals.reads.representation import (
     Expand,
     approval_columns,
     approval_data,
@@ -16,8 +16,8 @@ from reviewdesk.events.builders import (
     approval_rows,
     approvals_page_data,
     decision_data,
-    iso,
 )
+from reviewdesk.lib.times import iso
 from reviewdesk.runs.models import Run
 
 

@@ -227,7 +227,7 @@ def page_of(name: str, item: type[serializers.Serializer]) -> serializers.Serial
     )
 
 
-class GrantOutSerializer(serializers.Serializer):  # a standing grant (approvals.grants)
+class GrantOutSerializer(serializers.Serializer):  # a standing grant (approvals.grants.create)
     id = serializers.UUIDField()
     tool = serializers.CharField()
     agent = serializers.CharField()

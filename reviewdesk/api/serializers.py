@@ -6,7 +6,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from reviewdesk.approvals.models import Verdict
-from reviewdesk.approvals.validation import EXTERNAL_REF_MAX, TEXT_MAX
+from reviewdesk.lib.limits import EXTERNAL_REF_MAX, TEXT_MAX
 
 
 class _StringsOnly:
@@ -52,7 +52,7 @@ class RetrySerializer(StrictSerializer):
 
 
 # A decision is only parsed here: its rules (lengths, which verdict answers which kind of
-# request, what an edit or a confirm needs) are `approvals.validation.decision_input_check`,
+# request, what an edit or a confirm needs) are `approvals.deciding.input.decision_input_check`,
 # which the decide service runs for the API and the desk form alike. The fields below are
 # plain strings whose OpenAPI schema still shows the verdicts and the limits.
 @extend_schema_field(serializers.ChoiceField(choices=Verdict.values))
@@ -80,7 +80,7 @@ class DecisionSerializer(StrictSerializer):
     # A question's answer (verdict "answer"): any JSON but null, checked against the question.
     answer = serializers.JSONField(required=False)
     checkpoint_id = StrictUUIDField()
-    # With an approve: a standing grant (approvals.grants checks it with the decision).
+    # With an approve: a standing grant (approvals.grants.create checks it with the decision).
     grant = serializers.JSONField(required=False)
     # A device-signed decision (issue 13): all three, or none.
     signature = StrictCharField(required=False, max_length=200)
@@ -128,7 +128,7 @@ class DecisionPayloadQuerySerializer(StrictSerializer):
 
 
 class HandoverSerializer(StrictSerializer):
-    """Only parsed here: who may receive the item is `approvals.handover`'s to judge (422)."""
+    """Only parsed here: who may receive the item is `approvals.lifecycle.handover`'s to judge (422)."""
 
     to = StrictCharField(max_length=160, trim_whitespace=False)
     note = DecisionTextField(required=False, allow_blank=True, default="", trim_whitespace=False)

@@ -19,7 +19,7 @@ checked again at each keep-alive: a revoked token or a run no longer visible end
 A token's stream also re-reads its token at every poll (one statement by primary key), so a
 revoked or expired token, or a deactivated user, ends it within DESK_SSE_POLL_SECONDS.
 
-An approval event is sent as the desk socket sends it (`events.builders.message_for`): a
+An approval event is sent as the desk socket sends it (`approvals.reads.representation.message_for`): a
 hand-over's note only to whom the call now reaches, admins and the reviewer who wrote it.
 """
 
@@ -42,7 +42,7 @@ from rest_framework.exceptions import AuthenticationFailed
 from reviewdesk.accounts.authentication import BearerTokenAuthentication, session_user_now
 from reviewdesk.accounts.models import ApiToken
 from reviewdesk.accounts.roles import forget_group_names, is_admin
-from reviewdesk.events.builders import message_for
+from reviewdesk.approvals.reads.representation import message_for
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.events.services import latest_seq
 from reviewdesk.lib.errors import ERROR_CODES, DeskError, NotFound

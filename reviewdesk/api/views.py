@@ -37,12 +37,12 @@ from reviewdesk.api.serializers import (
     RetrySerializer,
     RunSubmitSerializer,
 )
-from reviewdesk.approvals.device import DeviceSignature
-from reviewdesk.approvals.handover import approval_handover
+from reviewdesk.approvals.access import approval_get_visible, approvals_visible_to
+from reviewdesk.approvals.deciding.device import DeviceSignature
+from reviewdesk.approvals.deciding.record import approval_decide
+from reviewdesk.approvals.lifecycle.handover import approval_handover
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus
-from reviewdesk.approvals.selectors import approval_get_for_reviewer, approvals_visible_to
-from reviewdesk.approvals.services import approval_decide
-from reviewdesk.events.builders import message_for
+from reviewdesk.approvals.reads.representation import message_for
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.lib.numbers import HEADER_DIGITS, whole_number
 from reviewdesk.runs.models import Checkpoint, Run, RunStatus
@@ -228,7 +228,7 @@ class ApprovalDetailView(DeskAPIView):
         extensions=doc.scopes(),
     )
     def get(self, request, approval_id):
-        return Response(approval_data(approval_get_for_reviewer(approval_id=approval_id, user=request.user)))
+        return Response(approval_data(approval_get_visible(approval_id=approval_id, user=request.user)))
 
 
 class ApprovalDecisionView(DeskAPIView):

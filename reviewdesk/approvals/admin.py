@@ -20,7 +20,7 @@ class DecisionAdmin(ReadOnlyAdmin):
 
 @admin.register(Grant)
 class GrantAdmin(ReadOnlyAdmin):
-    """Read-only: grants are made with an approve and revoked on /grants/ (approvals.grants)."""
+    """Read-only: grants are made with an approve and revoked on /grants/ (approvals.grants.create)."""
 
     list_display = ("id", "tool", "scope", "uses", "max_uses", "expires_at", "granted_by", "revoked_at")
     list_filter = ("scope", "tool")

@@ -15,7 +15,7 @@ class ApprovalStatus(models.TextChoices):
     CANCELLED = "cancelled"
 
 
-# Where `Prefetch("decisions", to_attr=...)` leaves a row's decisions (events/builders.py).
+# Where `Prefetch("decisions", to_attr=...)` leaves a row's decisions (approvals/reads/representation.py).
 DECISION_LIST = "decision_list"
 
 
@@ -85,12 +85,12 @@ class ApprovalRequest(models.Model):
     handed_over_at = models.DateTimeField(null=True, blank=True)
     handover_note = models.TextField(blank=True)
     expires_at = models.DateTimeField()
-    # Time and escalation (approvals/clock.py): the response-time target's deadline, when the
+    # Time and escalation (approvals/lifecycle/clock.py): the response-time target's deadline, when the
     # assignees were reminded at its half, and how many steps up the chain the item has gone.
     respond_by = models.DateTimeField(null=True, blank=True)
     reminded_at = models.DateTimeField(null=True, blank=True)
     escalation_level = models.PositiveSmallIntegerField(default=0)
-    # Notifications (approvals/notify.py): when the assignees were emailed for this item's
+    # Notifications (approvals/lifecycle/notify.py): when the assignees were emailed for this item's
     # current assignment (None: not yet; cleared again by an escalation).
     notified_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=20, choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING)
@@ -116,12 +116,12 @@ class ApprovalRequest(models.Model):
         ]
         indexes = [
             models.Index(fields=["status", "expires_at"]),
-            # The desk's queue order (approvals.routing.in_queue_order): a page without sorting every row.
+            # The desk's queue order (approvals.reads.queue.in_queue_order): a page without sorting every row.
             models.Index(fields=["status", "expires_at", "created_at", "id"], name="approval_queue_order"),
             # The API's list, newest first (api.paging.keyset_page orders by created_at, then id,
             # both descending): one page of a status without sorting every row of it.
             models.Index(fields=["status", "-created_at", "-id"], name="approval_newest"),
-            # The calls assigned to someone (the desk's tiers, approvals.routing.queue_tiers,
+            # The calls assigned to someone (the desk's tiers, approvals.reads.queue.queue_tiers,
             # looks for one naming the reviewer; in_queue_order reads those naming them, by
             # expiry): found without reading the many open to any reviewer. Keep it last: SQLite,
             # with no statistics, breaks a tie between indexes on `status` in favour of the one
@@ -164,7 +164,7 @@ class ApprovalRequest(models.Model):
 
 def settling_decision(status: str, decisions: Iterable[Decision]) -> Decision | None:
     """`ApprovalRequest.decision` for a request in `status` with these `decisions` (a page read
-    as rows has no model to ask: events.builders.approvals_page_data)."""
+    as rows has no model to ask: approvals.reads.representation.approvals_page_data)."""
     if status not in SETTLED_BY_DECISION:
         return None
     ordered = sorted(decisions, key=_in_time_order)
@@ -179,7 +179,7 @@ def approving_votes(kind: str, decisions: Iterable[Decision]) -> list[Decision]:
 
 def _in_time_order(decision: Decision) -> tuple:
     """By when decided, votes at one instant by id: the order the worker reads them in
-    (approvals.decision_reads), whichever order the database returned them."""
+    (approvals.reads.decisions), whichever order the database returned them."""
     return decision.decided_at, decision.id
 
 
@@ -243,7 +243,7 @@ class Grant(models.Model):
 
     The signed `payload` is what the gate trusts; the columns repeat it for queries and
     pages. `uses` only grows, by a conditional UPDATE bounded by the signed `max_uses`
-    (approvals.grant_uses.grant_use); `revoked_at` ends it at once, because every use re-reads it.
+    (approvals.grants.use.grant_use); `revoked_at` ends it at once, because every use re-reads it.
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)

@@ -1,4 +1,5 @@
-"""Ed25519 keys for decisions: the web tier signs, workers verify with public keys only.
+"""Who signs a decision: the web tier's Ed25519 key (workers verify with public keys only), or
+the reviewer's own device key where a tool requires one (`device_decision_required`).
 
 Not HMAC and not django.core.signing: workers load Django settings, so anything
 keyed on SECRET_KEY could be forged by a compromised worker. The private key
@@ -22,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from django.conf import settings
 
 from agents.decisions import key_id_for, sign_payload
+from agents.registry import UnknownAgent, get_agent
 
 
 def _write_private(path: Path, data: bytes) -> None:
@@ -126,3 +128,16 @@ def worker_key_problems() -> list[str]:
                     f"it can write (or chmod) {path}, where the keyring lives (DESK_VERIFY_KEYS_FILE)"
                 )
     return problems
+
+
+def device_decision_required(*, agent: str, tool: str) -> bool:
+    """Only a decision signed by the reviewer's device key may run `tool`: everywhere when
+    DESK_REQUIRE_DEVICE_KEYS is on, else when the agent or the tool asks for it. The gate asks
+    this (through the host) and so does the desk, which refuses a server-signed approval
+    that the gate would refuse anyway."""
+    if settings.DESK_REQUIRE_DEVICE_KEYS:
+        return True
+    try:
+        return get_agent(agent).requires_device_decision(tool)
+    except UnknownAgent:
+        return False  # nothing of this agent can run anyway

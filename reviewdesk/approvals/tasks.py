@@ -6,8 +6,8 @@ from __future__ import annotations
 from celery import shared_task
 from django.utils import timezone
 
-from reviewdesk.approvals.clock import approvals_escalate, approvals_remind
-from reviewdesk.approvals.notify import REMINDER, approvals_notify, notify_send
+from reviewdesk.approvals.lifecycle.clock import approvals_escalate, approvals_remind
+from reviewdesk.approvals.lifecycle.notify import REMINDER, approvals_notify, notify_send
 
 
 @shared_task(name="approvals.tick")

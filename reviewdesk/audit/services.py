@@ -6,7 +6,6 @@ the database. What this catches, and what it cannot, is written in the README's 
 
 from __future__ import annotations
 
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from django.db import NotSupportedError, connection, transaction
@@ -29,8 +28,6 @@ def audit_record(
     `atomic_appends_last` block, at the block's end (the row is returned only when written now)."""
     key = audit_key()  # a missing key refuses the action at once, deferred or not
     data = dict(data or {})  # as it is now, whatever the caller does with its dict meanwhile
-    if action == REFUSED and subject_type == "run":
-        data = _naming_refused_decision(str(subject_id), data)
 
     def write() -> AuditEvent:
         return _append(
@@ -43,43 +40,6 @@ def audit_record(
     # saved per row; issue 11).
     with transaction.atomic(savepoint=False):
         return write()
-
-
-# The gate's refusal, written by the run's finish (reviewdesk/runs/execution.py), which knows
-# the run and the call only. The row names the decision too, read here, so that an admin can
-# follow it (and the audit page checks that decision's signature beside the refusal).
-REFUSED = "decision.refused"
-
-
-def _naming_refused_decision(run_id: str, data: dict[str, Any]) -> dict[str, Any]:
-    """`data` with the call's latest decided request (`approval`), the decision that settled it
-    (`decision`, the one the gate was handed; under a quorum its co-votes were checked with it)
-    and that decision's arguments hash as stored now. Unchanged when the refusal names no call
-    (a reviewer's note refused for the batch) or the call has no decision."""
-    from reviewdesk.approvals.models import Decision  # the audit trail's models sit below approvals'
-
-    call_id = data.get("tool_call_id")
-    if not call_id or "decision" in data:
-        return data
-    try:
-        run_id = str(uuid.UUID(run_id))
-    except ValueError:
-        return data
-    latest = (
-        Decision.objects.filter(request__run_id=run_id, request__tool_call_id=call_id)
-        .order_by("-request__created_at", "-decided_at")
-        .values_list("id", "request_id", "arguments_sha256")
-        .first()
-    )
-    if latest is None:
-        return data
-    decision_id, request_id, arguments_sha256 = latest
-    return {
-        **data,
-        "decision": str(decision_id),
-        "approval": str(request_id),
-        "arguments_sha256": arguments_sha256,
-    }
 
 
 def _append(

@@ -28,8 +28,8 @@ from agents.decisions import (
 from agents.trust import DeviceRefused, verify_with_trust
 from reviewdesk.accounts.devicekeys import TrustSnapshot
 from reviewdesk.accounts.roles import is_admin
-from reviewdesk.approvals.decision_reads import signed_decision
 from reviewdesk.approvals.models import Decision
+from reviewdesk.approvals.reads.decisions import signed_decision
 from reviewdesk.approvals.signing import FileKeyring
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.desk.chain_status import chain_status

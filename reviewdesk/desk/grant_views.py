@@ -21,8 +21,7 @@ from django.views.decorators.http import require_http_methods
 
 from agents.tools import Tool
 from reviewdesk.accounts.roles import group_names_of, is_admin, is_reviewer, remember_group_names
-from reviewdesk.approvals.device import device_decision_required
-from reviewdesk.approvals.grant_access import (
+from reviewdesk.approvals.grants.access import (
     GRANT_STATUSES,
     grant_filter_status,
     grant_may_revoke,
@@ -31,9 +30,10 @@ from reviewdesk.approvals.grant_access import (
     grants_visible_to,
 )
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest
+from reviewdesk.approvals.signing import device_decision_required
 from reviewdesk.desk.paging import paged
 from reviewdesk.lib.errors import DeskError, Invalid, NotFound
-from reviewdesk.lib.jsonlimits import json_holds_nul
+from reviewdesk.lib.limits import json_holds_nul
 
 # The durations the form offers, in hours (the service caps them at DESK_GRANT_MAX_SECONDS).
 GRANT_DURATIONS = ((1, "1 hour"), (8, "8 hours"), (24, "1 day"), (168, "1 week"), (720, "30 days"))

@@ -10,7 +10,7 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_http_methods
 
 from reviewdesk.accounts.roles import is_reviewer
-from reviewdesk.approvals.handover import approval_handover
+from reviewdesk.approvals.lifecycle.handover import approval_handover
 from reviewdesk.lib.errors import DeskError, NotFound, explain
 
 

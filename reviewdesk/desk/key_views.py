@@ -28,7 +28,7 @@ from reviewdesk.accounts.devicekeys import (
 from reviewdesk.accounts.models import DeviceKey
 from reviewdesk.accounts.roles import is_admin
 from reviewdesk.lib.errors import DeskError
-from reviewdesk.lib.jsonlimits import json_depth_exceeds, json_holds_nul
+from reviewdesk.lib.limits import json_depth_exceeds, json_holds_nul
 
 BODY_MAX = 16 * 1024
 

@@ -7,7 +7,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET
 
-from reviewdesk.approvals.links import LinkRefused, link_open
+from reviewdesk.approvals.lifecycle.links import LinkRefused, link_open
 
 STATUS = {"forged": 400, "not_yours": 403, "used": 410, "expired": 410}
 

@@ -22,13 +22,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from agents.decisions import key_id_for, sign_payload
 from agents.tools import Effect
 from reviewdesk.accounts.roles import is_reviewer
-from reviewdesk.approvals.context import approval_preview, approval_tool
-from reviewdesk.approvals.device import DeviceSignature
+from reviewdesk.approvals.access import may_decide
+from reviewdesk.approvals.deciding.device import approval_device_payload
+from reviewdesk.approvals.deciding.input import DecisionInput, DeviceSignature
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import KIND_VERDICTS, ApprovalRequest, Verdict
-from reviewdesk.approvals.queue import QueueFilters, approvals_queue_for
-from reviewdesk.approvals.selectors import user_may_decide_approval
-from reviewdesk.approvals.services import approval_decide
-from reviewdesk.approvals.signable import approval_device_payload
+from reviewdesk.approvals.reads.context import approval_preview, approval_tool
+from reviewdesk.approvals.reads.queue import QueueFilters, approvals_queue_for
 from reviewdesk.desk.templatetags.desk_json import visible
 from reviewdesk.desk.terminal_text import approval_text, arguments_text, diff_text, preview_text
 from reviewdesk.desk.views import DONE  # what a decision is called once made, as the pages say it
@@ -194,7 +194,7 @@ def decidable(user: Any, passed: set[Any]) -> Iterator[tuple[ApprovalRequest, st
     while offset is not None:
         page = approvals_queue_for(user, QueueFilters(), offset=offset)
         for approval in page.approvals:
-            if approval.id not in passed and user_may_decide_approval(user, approval):
+            if approval.id not in passed and may_decide(user, approval):
                 yield approval, f"{page.total}+" if page.total_capped else str(page.total)
         offset = page.next_offset
 
@@ -245,7 +245,8 @@ def _decide(
     if key is None:
         return approval_decide(**common, **fields)
     key_id = key_id_for(key.public_key())
-    payload = approval_device_payload(**common, key_id=key_id, **{"arguments": None, **fields})
+    asked = DecisionInput(verdict=verdict, checkpoint_id=common["checkpoint_id"], **fields)
+    payload = approval_device_payload(approval_id=approval.id, reviewer=user, decision=asked, key_id=key_id)
     device = DeviceSignature(payload=payload, signature=sign_payload(key, payload), key_id=key_id)
     return approval_decide(**common, **fields, device=device)
 

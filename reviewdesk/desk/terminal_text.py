@@ -12,10 +12,10 @@ from typing import Any
 
 from django.utils import timezone
 
-from reviewdesk.approvals.context import approval_context, approval_preview
 from reviewdesk.approvals.models import ApprovalRequest
+from reviewdesk.approvals.reads.context import approval_context, approval_preview
 from reviewdesk.desk.templatetags.desk_json import exact, has_invisible, pretty_json, shown_json, visible
-from reviewdesk.events.builders import iso
+from reviewdesk.lib.times import iso
 
 INDENT = "    "
 INVISIBLE_FLAG = "⚠ holds invisible characters, shown as \\uXXXX"

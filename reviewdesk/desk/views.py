@@ -19,28 +19,26 @@ from agents.canonical import canonical_json
 from agents.registry import agent_names, get_agent
 from reviewdesk.accounts.devicekeys import endorsed_key_ids
 from reviewdesk.accounts.roles import is_admin, is_reviewer, is_submitter
-from reviewdesk.approvals.context import approval_context, approval_preview, approval_tool
+from reviewdesk.approvals.access import approval_get_visible, may_decide
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus, Verdict
-from reviewdesk.approvals.queue import (
+from reviewdesk.approvals.reads.context import approval_context, approval_preview, approval_tool
+from reviewdesk.approvals.reads.queue import (
     QUEUE_FILTER_NAMES,
     QUEUE_PAGE_SIZE,
     approvals_queue_for,
     queue_view_from,
 )
-from reviewdesk.approvals.routing import user_qualifies
-from reviewdesk.approvals.selectors import approval_get_for_reviewer
-from reviewdesk.approvals.services import approval_decide
-from reviewdesk.approvals.validation import EXTERNAL_REF_MAX, TEXT_MAX
+from reviewdesk.approvals.reads.representation import approval_data, approvals_data
 
 # What the decision templates compare with and limit to, so that they spell no enum value or limit.
 from reviewdesk.desk.grant_views import grant_form_context, posted_grant
 from reviewdesk.desk.questions import posted_answer, question_form
+from reviewdesk.desk.routing import websocket_urlpatterns
 from reviewdesk.desk.templatetags.desk_urls import PLACEHOLDER
-from reviewdesk.events.builders import approval_data, approvals_data
-from reviewdesk.events.routing import websocket_urlpatterns
 from reviewdesk.events.services import latest_seq
 from reviewdesk.lib.errors import DeskError, Invalid, NotFound, explain
-from reviewdesk.lib.jsonlimits import json_depth_exceeds
+from reviewdesk.lib.limits import EXTERNAL_REF_MAX, TEXT_MAX, json_depth_exceeds
 
 DECISION_CONTEXT = {
     "ApprovalKind": ApprovalKind,
@@ -149,15 +147,13 @@ def run_filter_text(run: str) -> str:
 def approval_page(request: HttpRequest, approval_id) -> HttpResponse:
     _require_reviewer(request)
     try:
-        approval = approval_get_for_reviewer(approval_id=approval_id, user=request.user)
+        approval = approval_get_visible(approval_id=approval_id, user=request.user)
     except NotFound:
         raise Http404("no such approval") from None
     if request.method == "POST":
         return _decide(request, approval)
     tool = approval_tool(approval)
-    qualifies = approval.status == ApprovalStatus.PENDING and user_qualifies(
-        request.user, approval, approval.run
-    )
+    qualifies = approval.status == ApprovalStatus.PENDING and may_decide(request.user, approval, approval.run)
     # A vote still waiting for its quorum; once settled, the page shows the decision itself.
     voted = approval.status == ApprovalStatus.PENDING and any(
         d.reviewer_id == request.user.pk for d in approval.approving_decisions()
@@ -199,7 +195,7 @@ def approval_preview_json(request: HttpRequest, approval_id) -> JsonResponse:
     """
     _require_reviewer(request)
     try:
-        approval = approval_get_for_reviewer(approval_id=approval_id, user=request.user)
+        approval = approval_get_visible(approval_id=approval_id, user=request.user)
     except NotFound:
         return JsonResponse({"detail": "no such approval"}, status=404)
     if len(request.body) > PREVIEW_MAX_BYTES:

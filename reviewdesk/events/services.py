@@ -1,10 +1,13 @@
-"""Write desk events in the caller's transaction; push them to chosen groups on commit."""
+"""Write desk events in the caller's transaction; push them to chosen groups on commit; replay
+them after a sequence number. The transport only: who is told what is built by the apps that
+own it and handed to `event_emit`, and a reader of the log elsewhere (webhooks) is woken
+through `on_event_written`."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -50,17 +53,27 @@ def event_emit(*, type: str, data: dict, run_id=None, audience: Iterable[int] = 
 
 
 def _event_write(event: DeskEvent, *, push: bool = False) -> DeskEvent:
-    """Insert the event under the writers' lock, then its webhook deliveries (rows now, sent on
-    commit, after the event's own push when `push`). The endpoints are read under the lock:
-    deleting one takes it too (its audit row), so a delivery never names a deleted endpoint."""
-    from reviewdesk.webhooks.services import webhooks_enqueue_for  # webhooks (issue 12)
-
+    """Insert the event under the writers' lock (ids are then commit order, which replays and
+    the webhooks' cursor rely on); push it on commit when `push`."""
     serialize_writers()
     insert(event)
     if push:
         transaction.on_commit(lambda: event_push(event), robust=True)
-    webhooks_enqueue_for(event)
+    for hook in _written_hooks:
+        hook(event)
     return event
+
+
+_written_hooks: list[Callable[[DeskEvent], None]] = []
+
+
+def on_event_written(hook: Callable[[DeskEvent], None]) -> None:
+    """Call `hook(event)` in the writer's transaction, just after each desk event is inserted
+    (under the writers' lock, so keep it to one cheap read): for a reader of the log elsewhere
+    that should be woken once the event commits (it registers its own `transaction.on_commit`).
+    An app registers it in its AppConfig.ready; the reader still catches up on its own."""
+    if hook not in _written_hooks:
+        _written_hooks.append(hook)
 
 
 def _send(layer, group: str, message: dict) -> None:

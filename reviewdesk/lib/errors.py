@@ -90,6 +90,10 @@ class Invalid(DeskError):
     status, title, default_code = 422, "Invalid input", "invalid"
 
 
+# The detail of a 422 whose `errors` name the fields that break a rule, as the API has always said it.
+FIELD_ERRORS_DETAIL = "the request body does not match what this endpoint accepts"
+
+
 class NotFound(DeskError):
     status, title, default_code = 404, "Not found", "not_found"
 

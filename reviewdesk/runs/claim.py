@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import connection, models
 from django.utils import timezone
 
-from reviewdesk.approvals.lifecycle import approvals_cancel_open
+from reviewdesk.approvals.lifecycle.raising import approvals_cancel_open
 from reviewdesk.lib.db import atomic_appends_last
 from reviewdesk.lib.db_rows import Columns, fetchone, insert
 from reviewdesk.runs.models import Attempt, AttemptStatus, ErrorKind, Run, RunStatus

@@ -21,8 +21,8 @@ from django.utils import timezone
 from agents.loop import Failed, FailureKind, Finished, Limits, Outcome, Retrying, Waiting, advance
 from agents.providers import AssistantTurn, ModelProvider, provider_for
 from agents.registry import get_agent
-from reviewdesk.approvals.decision_reads import calls_decided_meanwhile
-from reviewdesk.approvals.lifecycle import approvals_cancel_open
+from reviewdesk.approvals.lifecycle.raising import approvals_cancel_open
+from reviewdesk.approvals.reads.decisions import calls_decided_meanwhile, refused_decision_of
 from reviewdesk.audit.services import audit_record
 from reviewdesk.lib import faults
 from reviewdesk.lib.db import atomic_appends_last
@@ -192,7 +192,11 @@ def run_finish(*, attempt: Attempt, outcome: Outcome, host: DatabaseHost | None 
                     action="decision.refused",
                     subject_type="run",
                     subject_id=run.id,
-                    data={"tool_call_id": outcome.call_id, "reason": outcome.error},
+                    data={
+                        "tool_call_id": outcome.call_id,
+                        "reason": outcome.error,
+                        **refused_decision_of(run_id=run.id, call_id=outcome.call_id),
+                    },
                 )
             if not _retry_automatically(run, attempt, outcome, now):
                 run_fail(run, outcome.error, kind=outcome.kind, save=False)

@@ -38,12 +38,11 @@ from agents.loop import DecisionState
 from agents.state import AgentState, CallState
 from agents.tools import ToolContext
 from reviewdesk.accounts.devicekeys import DatabaseTrust
-from reviewdesk.approvals.decision_reads import RequestDeciders, call_decision_read, reviewer_notes_for
-from reviewdesk.approvals.device import device_decision_required
-from reviewdesk.approvals.grant_uses import grant_matching_call, grantor_may_decide_run, signed_grant
-from reviewdesk.approvals.lifecycle import approval_raise
-from reviewdesk.approvals.selectors import reviewer_may_decide_run
-from reviewdesk.approvals.signing import FileKeyring
+from reviewdesk.approvals.access import may_decide_by_name
+from reviewdesk.approvals.grants.use import grant_matching_call, grantor_may_decide_run, signed_grant
+from reviewdesk.approvals.lifecycle.raising import approval_raise
+from reviewdesk.approvals.reads.decisions import RequestDeciders, call_decision_read, reviewer_notes_for
+from reviewdesk.approvals.signing import FileKeyring, device_decision_required
 from reviewdesk.lib import faults
 from reviewdesk.lib.db import atomic_appends_last
 from reviewdesk.lib.db_rows import insert_many
@@ -287,7 +286,7 @@ class DatabaseHost:
         """The gate's check that a reviewer still qualifies, at execution time: answered once
         from the rows read with the call's decision (just before the gate), else read afresh."""
         answer = self._deciders.take(username, run_id, request_id) if self._deciders else None
-        return reviewer_may_decide_run(username, run_id, request_id) if answer is None else answer
+        return may_decide_by_name(username, run_id, request_id) if answer is None else answer
 
     def reviewer_notes(self, call_ids: list[str]) -> list[str]:
         return reviewer_notes_for(run_id=self.run.pk, call_ids=call_ids, gate=self.gate)

@@ -16,8 +16,8 @@ from django.db.models import F, Sum
 from django.utils import timezone
 
 from agents.gate import CallBinding, LedgerEntry, LedgerStatus
-from reviewdesk.approvals.grant_uses import grant_is_live, grant_use
-from reviewdesk.approvals.services import decision_consume
+from reviewdesk.approvals.deciding.record import decision_consume
+from reviewdesk.approvals.grants.use import grant_is_live, grant_use
 from reviewdesk.lib import faults
 from reviewdesk.lib.db_rows import Columns, column, fetchone, insert, table
 from reviewdesk.runs.models import EffectStatus, SideEffect

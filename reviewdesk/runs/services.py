@@ -20,8 +20,8 @@ from agents.providers import ProviderName, model_spec_errors
 from agents.registry import UnknownAgent, get_agent
 from agents.state import SnapshotError
 from reviewdesk.accounts.roles import REVIEWERS, is_admin, is_submitter
-from reviewdesk.approvals.lifecycle import approvals_cancel_open, approvals_reraise_waiting
-from reviewdesk.approvals.selectors import user_may_decide
+from reviewdesk.approvals.access import may_review_run
+from reviewdesk.approvals.lifecycle.raising import approvals_cancel_open, approvals_reraise_waiting
 from reviewdesk.audit.services import audit_record
 from reviewdesk.lib.db import atomic_appends_last
 from reviewdesk.lib.db_rows import insert
@@ -149,7 +149,7 @@ def _may_control(user: User, run: Run, scopes: frozenset[str] | None) -> bool:
         return True
     if run.submitted_by_id == user.pk and holds("submit"):
         return True
-    return holds("review") and user_may_decide(user, run)
+    return holds("review") and may_review_run(user, run)
 
 
 def run_cancel(*, run_id: Any, user: User, scopes: frozenset[str] | None = None) -> Run:

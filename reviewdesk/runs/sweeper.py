@@ -9,7 +9,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from reviewdesk.approvals.lifecycle import approvals_expire
+from reviewdesk.approvals.lifecycle.expiry import approvals_expire
 from reviewdesk.celery import app as celery_app
 from reviewdesk.runs.models import Run, RunStatus
 from reviewdesk.runs.transitions import RESUME_TASK

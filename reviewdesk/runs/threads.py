@@ -21,10 +21,10 @@ from django.db import transaction
 from agents.state import SCHEMA_VERSION, SnapshotError
 from reviewdesk.accounts.roles import is_submitter
 from reviewdesk.audit.services import audit_record
-from reviewdesk.events.builders import run_follow_up_data
 from reviewdesk.events.services import event_emit
 from reviewdesk.lib.errors import Conflict, Forbidden
 from reviewdesk.runs.models import ENDED, Checkpoint, FollowUp, Message, Run, RunStatus
+from reviewdesk.runs.representation import run_follow_up_data
 from reviewdesk.runs.selectors import run_audience, run_get_for_user
 from reviewdesk.runs.stores import checkpoint_state, snapshot_column
 from reviewdesk.runs.transitions import RESUME_TASK, run_retry_budgets_renew, send_on_commit, task_id_assign

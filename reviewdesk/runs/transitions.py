@@ -21,10 +21,10 @@ from django.utils import timezone
 
 from reviewdesk.audit.services import audit_record
 from reviewdesk.celery import app as celery_app
-from reviewdesk.events.builders import run_data
 from reviewdesk.events.services import event_emit
 from reviewdesk.lib.db_rows import update
 from reviewdesk.runs.models import Attempt, AttemptStatus, Run, RunStatus, SideEffect
+from reviewdesk.runs.representation import run_data
 from reviewdesk.runs.retention import checkpoints_prune
 from reviewdesk.runs.selectors import run_audience
 

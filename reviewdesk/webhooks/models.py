@@ -34,6 +34,15 @@ class WebhookEndpoint(models.Model):
     consecutive_failures = models.PositiveIntegerField(default=0)
     disabled_at = models.DateTimeField(null=True, blank=True)
     disabled_reason = models.CharField(max_length=500, blank=True)
+    # The newest desk event when it was registered: it hears only of events after it.
+    since_seq = models.BigIntegerField(default=0)
+
+
+class DispatchCursor(models.Model):
+    """How far into the desk's event log deliveries have been made: one row, whose lock also
+    keeps two dispatches from turning the same events into deliveries twice."""
+
+    seq = models.BigIntegerField(default=0)
 
 
 class DeliveryStatus(models.TextChoices):

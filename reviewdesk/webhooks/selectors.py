@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reviewdesk.events.builders import iso
+from reviewdesk.lib.times import iso
 from reviewdesk.webhooks.models import WebhookDelivery, WebhookEndpoint
 
 

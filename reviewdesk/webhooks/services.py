@@ -1,8 +1,11 @@
 """Register webhooks, turn desk events into deliveries, sign and send them.
 
-Owner scoping: an endpoint receives only events of runs its owner submitted.
-Deliveries are rows written in the same transaction as the desk event that causes them
-(so a crash cannot lose one between the two); the Celery task is enqueued on commit.
+Owner scoping: an endpoint receives only events of runs its owner submitted, written after it
+was registered. Deliveries are made from the desk's event log after a cursor, as the SSE
+stream reads it (`webhooks_dispatch`): the deliveries and the cursor's move commit together,
+so a crash loses none and makes none twice. A dispatch is sent when an event that a webhook may
+hear of commits and its run's submitter has an endpoint; beat's sweep dispatches too, so a lost
+nudge delays deliveries, never loses them. Each delivery's task is enqueued on commit.
 """
 
 from __future__ import annotations
@@ -24,14 +27,18 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from reviewdesk.approvals.reads.representation import approval_for
 from reviewdesk.audit.services import audit_record
 from reviewdesk.celery import app as celery_app
-from reviewdesk.events.builders import approval_for, iso
-from reviewdesk.lib.db_rows import Columns, column, fetchall, prep, table
+from reviewdesk.events.models import DeskEvent
+from reviewdesk.events.services import latest_seq
+from reviewdesk.lib.db_rows import Columns, column, fetchall, for_update_of, prep, table
 from reviewdesk.lib.errors import Invalid, NotFound
+from reviewdesk.lib.times import iso
 from reviewdesk.runs.models import Run
 from reviewdesk.webhooks.models import (
     DeliveryStatus,
+    DispatchCursor,
     WebhookAttempt,
     WebhookDelivery,
     WebhookEndpoint,
@@ -41,9 +48,10 @@ from reviewdesk.webhooks.models import (
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
-    from reviewdesk.events.models import DeskEvent
-
 DELIVER_TASK = "webhooks.deliver"
+DISPATCH_TASK = "webhooks.dispatch"
+# Events turned into deliveries per transaction: a backlog is worked through a page at a time.
+DISPATCH_PAGE_SIZE = 500
 SIGNATURE_HEADER = "Desk-Signature"
 MAX_ENDPOINTS_PER_OWNER = 20
 
@@ -157,7 +165,7 @@ def webhook_register(*, owner: User, url: str, events: list[str]) -> tuple[Webho
     secret = "whsec_" + secrets.token_urlsafe(32)
     with transaction.atomic():
         endpoint = WebhookEndpoint.objects.create(
-            owner=owner, url=url, events=sorted(set(events)), secret=secret
+            owner=owner, url=url, events=sorted(set(events)), secret=secret, since_seq=latest_seq()
         )
         audit_record(
             actor=owner,
@@ -203,19 +211,75 @@ def webhook_event_type(event: DeskEvent) -> str | None:
     return None
 
 
-def webhooks_enqueue_for(event: DeskEvent) -> list[WebhookDelivery]:
-    """Called by `event_emit` inside its transaction, the event written under the writers'
-    lock: one delivery per subscribed endpoint of the run's submitter, each sent by a task
-    enqueued once the transaction commits."""
+def webhooks_dispatch() -> int:
+    """Turn the desk events written since the cursor into deliveries, a page per transaction;
+    how many deliveries were made. Idempotent under duplicate tasks: the cursor's row lock
+    serialises dispatches, and each moves it past the events it turned into deliveries.
+
+    The end of the log is read before its rows: writers serialise, so event ids are commit
+    order and every id up to the end has committed (an event committing later is read by the
+    next dispatch, which its commit sends)."""
+    made = 0
+    while True:
+        with transaction.atomic():
+            cursor, _ = DispatchCursor.objects.select_for_update().get_or_create(pk=1)
+            end = latest_seq()
+            events = list(
+                DeskEvent.objects.filter(id__gt=cursor.seq, id__lte=end, type__in=WEBHOOK_SOURCES)
+                .exclude(run=None)
+                .order_by("id")[:DISPATCH_PAGE_SIZE]
+            )
+            for event in events:
+                made += len(_deliveries_for(event))
+            full = len(events) == DISPATCH_PAGE_SIZE
+            cursor.seq = events[-1].id if full else end
+            cursor.save(update_fields=["seq"])
+        if not full:
+            return made
+
+
+# The desk events a webhook may be told of (`webhook_event_type` says which of them it is).
+WEBHOOK_SOURCES = ("run.updated", "approval.updated")
+
+
+def dispatch_on_commit(event: DeskEvent) -> None:
+    """As a desk event is written (`events.services.on_event_written`): when a webhook may hear
+    of it (its run's submitter has a live endpoint registered before it), send a dispatch once
+    the event commits. Beat's sweep dispatches whatever a lost task leaves."""
+    if webhook_event_type(event) is None or event.run_id is None:
+        return
+    if _submitter_has_live_endpoint(event.run_id, event.id):
+        transaction.on_commit(lambda: celery_app.send_task(DISPATCH_TASK), robust=True)
+
+
+def _submitter_has_live_endpoint(run_id: Any, seq: int) -> bool:
+    """Whether the run's submitter, active, has an enabled endpoint registered before event
+    `seq`. One hand-written statement: it is asked under the writers' lock for every event a
+    webhook may be told of, where compiling the ORM's query cost more than running it."""
+    user_model = get_user_model()
+    submitter = f"(SELECT {column(Run, 'submitted_by')} FROM {table(Run)} WHERE {column(Run, 'id')} = %s)"
+    sql = (
+        f"SELECT 1 FROM {table(WebhookEndpoint)} e JOIN {table(user_model)} u "
+        f"ON u.{column(user_model, 'id')} = e.{column(WebhookEndpoint, 'owner')} "
+        f"WHERE e.{column(WebhookEndpoint, 'owner')} = {submitter} AND u.{column(user_model, 'is_active')} = %s "
+        f"AND e.{column(WebhookEndpoint, 'disabled_at')} IS NULL AND e.{column(WebhookEndpoint, 'since_seq')} < %s "
+        "LIMIT 1"
+    )
+    return bool(fetchall(sql, [prep(Run, "id", run_id), True, seq]))
+
+
+def _deliveries_for(event: DeskEvent) -> list[WebhookDelivery]:
+    """One delivery per subscribed endpoint of the run's submitter registered before the event,
+    each sent by a task enqueued once the transaction commits."""
     webhook_type = webhook_event_type(event)
     if webhook_type is None or event.run_id is None:
         return []
     endpoints, owner = _live_endpoints_of_submitter(event.run_id)
-    endpoints = [endpoint for endpoint in endpoints if webhook_type in endpoint.events]
+    endpoints = [e for e in endpoints if webhook_type in e.events and e.since_seq < event.id]
     if not endpoints:
         return []
     # The owner reads an approval as the desk would show it to them: a hand-over's note only
-    # where the rule lets them read it (events.builders.approval_for), never by being the submitter.
+    # where the rule lets them read it (`approval_for`), never by being the submitter.
     data = event.data
     if event.type.startswith("approval.") and data:
         username, admin = owner
@@ -246,8 +310,9 @@ def webhooks_enqueue_for(event: DeskEvent) -> list[WebhookDelivery]:
 def _live_endpoints_of_submitter(run_id: Any) -> tuple[list[WebhookEndpoint], tuple[str, bool]]:
     """The run's submitter's endpoints that are not disabled, none when the submitter was
     deactivated (offboarding ends their feed as it ends their logins, tokens, streams and
-    sockets), and (their username, whether they are an admin). One hand-written statement:
-    every event a webhook may be told of asks, under the writers' lock (issue 11)."""
+    sockets), and (their username, whether they are an admin). One hand-written statement,
+    its endpoint rows locked: a deletion waits for the dispatch, so that no delivery names a
+    deleted endpoint."""
     user_model = get_user_model()
     endpoint = Columns.of(WebhookEndpoint, "e")
     user_id, username = column(user_model, "id"), column(user_model, user_model.USERNAME_FIELD)
@@ -257,7 +322,7 @@ def _live_endpoints_of_submitter(run_id: Any) -> tuple[list[WebhookEndpoint], tu
         f"FROM {table(WebhookEndpoint)} e JOIN {table(user_model)} u ON u.{user_id} = e.{column(WebhookEndpoint, 'owner')} "
         f"WHERE e.{column(WebhookEndpoint, 'owner')} = {submitter} "
         f"AND u.{column(user_model, 'is_active')} = %s "
-        f"AND e.{column(WebhookEndpoint, 'disabled_at')} IS NULL"
+        f"AND e.{column(WebhookEndpoint, 'disabled_at')} IS NULL{for_update_of('e')}"
     )
     rows = fetchall(sql, [prep(Run, "id", run_id), True])
     if not rows:

@@ -1,8 +1,9 @@
-"""Beat's safety net for webhooks: re-send deliveries whose task never reached the broker.
+"""Beat's safety net for webhooks: dispatch the events no dispatch has read yet, and re-send
+deliveries whose task never reached the broker.
 
-A delivery row commits with the desk event that causes it; its task is sent on commit. When
-Redis is down at that moment (or the message is lost later) the row stays `pending` with no
-task to send it. Like `runs.sweeper` for runs, the database is the source of truth: a
+A dispatch task is sent as an event commits, and a delivery's task as its row commits. When
+Redis is down at that moment (or the message is lost later) the events wait after the cursor,
+and the delivery row stays `pending` with no task to send it. Like `runs.sweeper` for runs, the database is the source of truth: a
 pending delivery whose next attempt was due more than DESK_REQUEUE_AFTER_SECONDS ago, and that
 no worker holds (no live `leased_until`), is sent again. A duplicate is harmless:
 `webhook_deliver` claims each attempt by compare-and-set.
@@ -19,13 +20,15 @@ from django.utils import timezone
 
 from reviewdesk.celery import app as celery_app
 from reviewdesk.webhooks.models import DeliveryStatus, WebhookDelivery
-from reviewdesk.webhooks.services import DELIVER_TASK
+from reviewdesk.webhooks.services import DELIVER_TASK, webhooks_dispatch
 
 logger = logging.getLogger(__name__)
 
 
 def webhooks_sweep(*, now: datetime | None = None) -> dict[str, int]:
-    """Re-send the pending deliveries whose message was lost; how many were sent."""
+    """Dispatch what waits after the cursor; re-send the pending deliveries whose message was
+    lost. How many deliveries were made, and how many were sent again."""
+    made = webhooks_dispatch()
     now = now or timezone.now()
     stale = now - timedelta(seconds=settings.DESK_REQUEUE_AFTER_SECONDS)
     lost = list(
@@ -43,4 +46,4 @@ def webhooks_sweep(*, now: datetime | None = None) -> dict[str, int]:
             resent += 1
         except Exception:
             logger.exception("sweeper could not enqueue webhook delivery %s", delivery_id)
-    return {"resent": resent}
+    return {"dispatched": made, "resent": resent}

@@ -304,7 +304,7 @@
     counted.set(approval.id, now);
   }
 
-  // Only a hand-over and an escalation change who a call names (approvals/handover.py, clock.py).
+  // Only a hand-over and an escalation change who a call names (approvals/lifecycle/handover.py, clock.py).
   function retargeted(approval) {
     return !!approval.handover || approval.escalation_level > 0;
   }

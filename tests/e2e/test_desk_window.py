@@ -8,14 +8,14 @@ import pytest
 from django.db import transaction
 from playwright.sync_api import expect
 
-from reviewdesk.approvals.queue import QUEUE_PAGE_SIZE
+from reviewdesk.approvals.reads.queue import QUEUE_PAGE_SIZE
 from reviewdesk.events.services import event_emit
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.services import run_submit
 from tests.conftest import SEND_EMAIL_SCRIPT
 from tests.e2e import test_desk_browser
 from tests.e2e.test_desk_browser import approval_event_data, in_worker_thread
-from tests.reviewdesk.events.test_snapshot_window import clone_pending
+from tests.reviewdesk.desk.test_snapshot_window import clone_pending
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

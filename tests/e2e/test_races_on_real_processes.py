@@ -11,8 +11,8 @@ import pytest
 from django.conf import settings
 
 from reviewdesk.accounts.services import token_create
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import ApprovalRequest
-from reviewdesk.approvals.services import approval_decide
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.runs.models import Attempt, SideEffect
 from tests.e2e.conftest import get_run, http, outbox_for, start_stack, wait_for_run, wait_until

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import ApprovalRequest
-from reviewdesk.approvals.services import approval_decide
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Run, RunStatus, SideEffect
 from reviewdesk.runs.services import run_submit

@@ -13,9 +13,9 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agents.state import CallState, CallStatus
-from reviewdesk.approvals.decision_reads import _latest_request_with_decisions
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, Decision
-from reviewdesk.approvals.services import approval_decide
+from reviewdesk.approvals.reads.decisions import _latest_request_with_decisions
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.lib.db_rows import Columns, insert, table
 from reviewdesk.runs.models import Attempt, Checkpoint, Run, SideEffect
@@ -202,7 +202,7 @@ def test_a_locked_read_outside_a_transaction_is_refused_as_the_orms_select_for_u
     hand-written locked read (db_rows.for_update_of), rather than return a row it does not hold."""
     from django.db.transaction import TransactionManagementError
 
-    from reviewdesk.approvals.checks import _locked_approval
+    from reviewdesk.approvals.deciding.checks import _locked_approval
     from reviewdesk.runs.selectors import run_locked
 
     run = waiting_run

@@ -27,7 +27,7 @@ from django.conf import settings
 from agents.sandbox import SandboxConfig, bwrap_executable, bwrap_problem, run_uid
 from reviewdesk.accounts.demo import demo_password
 from reviewdesk.approvals import signing
-from reviewdesk.approvals.services import approval_decide
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import SideEffect
 

@@ -14,8 +14,9 @@ import pytest
 
 from agents.canonical import canonical_json
 from agents.decisions import text_sha256
-from reviewdesk.approvals.signable import approval_device_payload
-from reviewdesk.events.builders import approval_data
+from reviewdesk.approvals.deciding.device import approval_device_payload
+from reviewdesk.approvals.deciding.input import DecisionInput
+from reviewdesk.approvals.reads.representation import approval_data
 
 REPO_EXAMPLE = "examples/sign_decision.py"
 
@@ -33,9 +34,7 @@ def asked(interrupted_run, personas, device_keys):
     payload = approval_device_payload(
         approval_id=approval.id,
         reviewer=personas.alice,
-        verdict="approve",
-        arguments=None,
-        checkpoint_id=str(approval.checkpoint_id),
+        decision=DecisionInput(verdict="approve", checkpoint_id=str(approval.checkpoint_id)),
         key_id=device_keys.alice_key_id,
     )
     return approval, device_keys.alice_key_id, payload
@@ -106,11 +105,10 @@ def test_the_reason_typed_is_the_reason_signed(asked, personas):
     payload = approval_device_payload(
         approval_id=approval.id,
         reviewer=personas.alice,
-        verdict="approve",
-        arguments=None,
-        checkpoint_id=str(approval.checkpoint_id),
+        decision=DecisionInput(
+            verdict="approve", checkpoint_id=str(approval.checkpoint_id), reason="checked with Ada"
+        ),
         key_id=key_id,
-        reason="checked with Ada",
     )
     assert check(load_example(), approval, key_id, payload, reason=" checked with Ada\n") == []
     assert [w.split(" ")[0] for w in check(load_example(), approval, key_id, payload)] == ["reason_sha256"]

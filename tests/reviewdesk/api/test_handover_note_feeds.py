@@ -1,7 +1,7 @@
 """A hand-over's note on the run's feeds, read by each persona through the API.
 
 The desk socket leaves the note out for reviewers the call no longer reaches
-(`events.builders.message_for`); the run's feeds (`GET /api/v1/runs/{id}`, `GET /api/v1/runs`,
+(`approvals.reads.representation.message_for`); the run's feeds (`GET /api/v1/runs/{id}`, `GET /api/v1/runs`,
 `GET /api/v1/runs/{id}/events`, the SSE streams `GET /api/v1/runs/{id}/stream` and
 `GET /api/v1/stream`) follow the same rule: the note is shown to the users the call's targets
 name now, to admins and to the reviewer who wrote it; to anyone else who may see the run it is
@@ -23,7 +23,7 @@ from rest_framework.test import APIClient
 
 from reviewdesk.accounts.roles import REVIEWERS
 from reviewdesk.accounts.services import token_create
-from reviewdesk.approvals.handover import approval_handover
+from reviewdesk.approvals.lifecycle.handover import approval_handover
 from tests.conftest import make_user
 from tests.reviewdesk.api.sse import StreamCall
 

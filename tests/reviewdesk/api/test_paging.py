@@ -230,7 +230,7 @@ def test_timestamps_keep_their_microseconds_so_they_sort_as_the_times_do():
     paging test does) then put a row created on the second after later ones of that second."""
     from datetime import UTC, datetime
 
-    from reviewdesk.events.builders import iso
+    from reviewdesk.lib.times import iso
 
     on_the_second = datetime(2026, 12, 1, 18, 39, 11, tzinfo=UTC)
     just_after = on_the_second.replace(microsecond=287206)
@@ -331,7 +331,7 @@ def test_a_page_of_runs_reads_as_much_at_four_runs_as_at_one_groups_among_their_
 def test_an_approval_read_for_a_page_then_refreshed_shows_the_votes_cast_since(interrupted_run, personas):
     """In-process: approval_rows keeps the votes in a list of its own; refresh_from_db drops it,
     as Django drops what it prefetched, and the votes are read again."""
-    from reviewdesk.events.builders import approval_rows
+    from reviewdesk.approvals.reads.representation import approval_rows
 
     _, approval = interrupted_run()
     [row] = approval_rows(ApprovalRequest.objects.filter(pk=approval.pk))

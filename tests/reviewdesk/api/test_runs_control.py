@@ -172,7 +172,7 @@ def test_unknown_api_paths_answer_in_problem_json(personas, api_as):
 
 def test_retry_after_a_refused_decision_asks_for_a_new_one(interrupted_run, personas, api_as):
     """Found in review: the refused decision was reused on every retry, failing forever."""
-    from reviewdesk.approvals.services import approval_decide
+    from reviewdesk.approvals.deciding.record import approval_decide
 
     run, approval = interrupted_run()
     approval_decide(

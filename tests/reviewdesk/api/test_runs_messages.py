@@ -13,7 +13,7 @@ from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Message, Run, RunStatus
 from reviewdesk.runs.services import run_submit
 from reviewdesk.webhooks.models import WebhookDelivery
-from reviewdesk.webhooks.services import webhook_register
+from reviewdesk.webhooks.services import webhook_register, webhooks_dispatch
 from tests.conftest import make_user
 
 pytestmark = pytest.mark.django_db
@@ -74,6 +74,7 @@ def test_the_follow_up_is_audited_and_reaches_webhooks_as_run_follow_up(
     settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True
     webhook_register(owner=personas.carol, url="http://127.0.0.1:9/hook", events=["run.follow_up"])
     assert follow_up(api_as(personas.carol, "submit"), finished_run).status_code == 201
+    webhooks_dispatch()  # what the task sent as the event committed does
     (delivery,) = WebhookDelivery.objects.all()
     assert delivery.event_type == "run.follow_up"
     from reviewdesk.audit.models import AuditEvent

@@ -37,7 +37,7 @@ from django.test import Client
 
 from reviewdesk.accounts.roles import SUBMITTERS
 from reviewdesk.accounts.services import token_create
-from reviewdesk.approvals.services import approval_decide
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Run
 from reviewdesk.runs.services import run_cancel, run_submit

@@ -10,22 +10,22 @@ from django.core import signing
 from django.test import Client
 from django.utils import timezone
 
-from reviewdesk.approvals.clock import (
+from reviewdesk.approvals.access import may_decide_by_name
+from reviewdesk.approvals.deciding.record import approval_decide
+from reviewdesk.approvals.lifecycle.clock import (
     approval_escalate,
     approval_remind,
     approvals_escalate,
     approvals_remind,
 )
-from reviewdesk.approvals.handover import approval_handover
-from reviewdesk.approvals.links import LINK_SALT
+from reviewdesk.approvals.lifecycle.handover import approval_handover
+from reviewdesk.approvals.lifecycle.links import LINK_SALT
+from reviewdesk.approvals.lifecycle.notify import approvals_notify
 from reviewdesk.approvals.models import ApprovalLink, ApprovalRequest, Decision
-from reviewdesk.approvals.notify import approvals_notify
-from reviewdesk.approvals.selectors import reviewer_may_decide_run
-from reviewdesk.approvals.services import approval_decide
 from reviewdesk.approvals.tasks import approvals_tick
 from reviewdesk.audit.models import AuditEvent
-from reviewdesk.events.builders import iso
 from reviewdesk.events.models import DeskEvent
+from reviewdesk.lib.times import iso
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import RunStatus
 from tests.reviewdesk.approvals.conftest import EXECUTE_SCRIPT, refund_script
@@ -194,7 +194,7 @@ def test_a_logged_out_visitor_is_sent_to_log_in_first(short_clock, interrupted_r
 
 
 def test_an_expired_item_tells_the_model_no_human_decided_in_time_not_a_rejection(interrupted_run):
-    from reviewdesk.approvals.lifecycle import approvals_expire
+    from reviewdesk.approvals.lifecycle.expiry import approvals_expire
     from reviewdesk.runs.execution import run_execute
     from reviewdesk.runs.models import Message
 
@@ -300,12 +300,12 @@ def test_escalation_lets_the_chains_reviewer_decide_and_no_one_else(
     short_clock, interrupted_run, personas, api_as
 ):
     run, approval = interrupted_run(reviewers=["alice"])
-    assert not reviewer_may_decide_run("bob", str(run.pk), str(approval.pk))
+    assert not may_decide_by_name("bob", str(run.pk), str(approval.pk))
 
     approvals_escalate(now=later(approval, 61))
 
-    assert reviewer_may_decide_run("bob", str(run.pk), str(approval.pk))  # the gate's check at execution time
-    assert not reviewer_may_decide_run("admin", str(run.pk), str(approval.pk))
+    assert may_decide_by_name("bob", str(run.pk), str(approval.pk))  # the gate's check at execution time
+    assert not may_decide_by_name("admin", str(run.pk), str(approval.pk))
     refused = api_as(personas.admin, "review").post(
         f"/api/v1/approvals/{approval.id}/decision",
         {"verdict": "approve", "checkpoint_id": str(approval.checkpoint_id)},

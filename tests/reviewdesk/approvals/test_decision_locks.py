@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from reviewdesk.approvals.checks import approval_check_decide
+from reviewdesk.approvals.deciding.checks import approval_check_decide
+from reviewdesk.approvals.deciding.input import DecisionInput
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus, Decision
-from reviewdesk.approvals.services import approval_decide
 from reviewdesk.lib.errors import Conflict
 from reviewdesk.runs.models import Run
 from tests.reviewdesk.test_writers_lock import WAIT, Holder, Writer
@@ -40,9 +41,7 @@ def test_a_decisions_check_locks_the_run_and_the_approval_until_it_ends(approval
         lambda: approval_check_decide(
             approval_id=approval.id,
             reviewer=personas.alice,
-            verdict="approve",
-            arguments=None,
-            checkpoint_id=str(approval.checkpoint_id),
+            decision=DecisionInput(verdict="approve", checkpoint_id=str(approval.checkpoint_id)),
         )
     )
     checking.start()

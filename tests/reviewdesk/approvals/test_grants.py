@@ -13,10 +13,10 @@ from django.utils import timezone
 
 from agents.ledger import CallBinding
 from agents.state import CallState, CallStatus
-from reviewdesk.approvals.grant_access import grant_revoke
-from reviewdesk.approvals.grant_uses import grant_matching_call, grant_use, grantor_may_decide_run
+from reviewdesk.approvals.deciding.record import approval_decide
+from reviewdesk.approvals.grants.access import grant_revoke
+from reviewdesk.approvals.grants.use import grant_matching_call, grant_use, grantor_may_decide_run
 from reviewdesk.approvals.models import ApprovalStatus, Grant, GrantUse
-from reviewdesk.approvals.services import approval_decide
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.lib.errors import Conflict, Forbidden
 from reviewdesk.runs.execution import run_execute

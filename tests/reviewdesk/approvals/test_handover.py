@@ -6,12 +6,12 @@ import pytest
 from asgiref.sync import async_to_sync
 
 from reviewdesk.accounts.roles import REVIEWERS
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
-from reviewdesk.approvals.services import approval_decide
 from reviewdesk.audit.models import AuditEvent
 from tests.conftest import make_user
 from tests.reviewdesk.approvals.conftest import EXECUTE_SCRIPT, refund_script
-from tests.reviewdesk.events.test_desk_socket import communicator, in_thread, receive_until, session_headers
+from tests.reviewdesk.desk.test_desk_socket import communicator, in_thread, receive_until, session_headers
 
 pytestmark = pytest.mark.django_db
 
@@ -182,7 +182,7 @@ def test_a_large_refund_handed_from_finance_to_alice_reaches_her_only(
 @pytest.mark.django_db(transaction=True)
 def test_a_hand_over_is_pushed_live_to_the_old_and_the_new_reviewer(interrupted_run, personas):
     """Real sockets on the Redis channel layer: alice's desk hears the item go, bob's hears it come."""
-    from reviewdesk.approvals.handover import approval_handover
+    from reviewdesk.approvals.lifecycle.handover import approval_handover
 
     _, approval = interrupted_run(reviewers=["alice"])
     alice_headers, bob_headers = session_headers(personas.alice), session_headers(personas.bob)

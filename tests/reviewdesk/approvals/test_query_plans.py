@@ -15,10 +15,10 @@ from django.contrib.auth.models import Group
 from django.db import connection
 
 from reviewdesk.accounts.roles import is_admin, is_reviewer
+from reviewdesk.approvals.access import named_by
 from reviewdesk.approvals.models import ApprovalRequest
-from reviewdesk.approvals.queue import QueueFilters, approvals_queue_for
-from reviewdesk.approvals.routing import named_by
-from tests.reviewdesk.events.test_snapshot_window import clone_pending
+from reviewdesk.approvals.reads.queue import QueueFilters, approvals_queue_for
+from tests.reviewdesk.desk.test_snapshot_window import clone_pending
 from tests.reviewdesk.query_capture import statements_reading
 
 pytestmark = pytest.mark.django_db

@@ -12,8 +12,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from reviewdesk.approvals.models import ApprovalRequest
-from reviewdesk.approvals.queue import QUEUE_PAGE_SIZE, QueueFilters, approvals_queue_for
-from tests.reviewdesk.events.test_snapshot_window import clone_pending, desk_page_ids
+from reviewdesk.approvals.reads.queue import QUEUE_PAGE_SIZE, QueueFilters, approvals_queue_for
+from tests.reviewdesk.desk.test_snapshot_window import clone_pending, desk_page_ids
 
 
 def tier_of(approval: ApprovalRequest) -> int:
@@ -99,7 +99,7 @@ def test_a_page_of_group_assigned_calls_reads_as_much_at_twenty_cards_as_at_five
     """In-process: the desk page and its socket's snapshot (the consumer's read, called here
     directly) take the same statements for 20 cards as for 5, cards assigned to groups among
     them, whose members the cards name; and none reads a run's output or metadata."""
-    from reviewdesk.events import consumers
+    from reviewdesk.desk import consumers
     from reviewdesk.runs.models import Run
 
     Group.objects.get_or_create(name="billing")[0].user_set.add(personas.alice, personas.admin)
@@ -130,7 +130,7 @@ def test_a_page_of_group_assigned_calls_reads_as_much_at_twenty_cards_as_at_five
 
 
 def test_pages_across_the_tiers_hold_every_call_once_in_the_queues_order(interrupted_run, personas):
-    """Each tier is read on its own (approvals.routing.in_queue_order): a page that starts in
+    """Each tier is read on its own (approvals.reads.queue.in_queue_order): a page that starts in
     one tier and ends in the next, and the one after, still follow the one order."""
     Group.objects.get_or_create(name="billing")[0].user_set.add(personas.alice)
     _, approval = interrupted_run()

@@ -7,8 +7,8 @@ import time
 import pytest
 
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus, Decision
+from reviewdesk.approvals.reads.representation import approval_data
 from reviewdesk.audit.models import AuditEvent
-from reviewdesk.events.builders import approval_data
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.lib.errors import Conflict, Invalid
 from reviewdesk.runs.execution import run_execute

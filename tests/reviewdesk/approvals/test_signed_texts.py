@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import Decision
-from reviewdesk.approvals.services import approval_decide
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Message, Run, RunStatus

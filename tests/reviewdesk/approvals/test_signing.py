@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agents.decisions import decision_payload, key_id_for, signature_valid
-from reviewdesk.approvals.services import approval_decide
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.signing import FileKeyring
 
 pytestmark = pytest.mark.django_db

@@ -9,8 +9,8 @@ import uuid
 import pytest
 from django.contrib.auth.models import Group
 
+from reviewdesk.approvals.access import approval_visible_to, approvals_visible_to
 from reviewdesk.approvals.models import ApprovalRequest
-from reviewdesk.approvals.selectors import approval_visible_to, approvals_visible_to
 
 pytestmark = pytest.mark.django_db
 
@@ -44,7 +44,7 @@ def test_the_rule_on_one_row_agrees_with_the_querysets_for_every_user_and_route(
     "approval_id", ["not-a-uuid", "", uuid.UUID(int=7), 12], ids=["text", "empty", "unknown", "int"]
 )
 def test_a_decision_on_a_malformed_or_unknown_id_is_not_found(personas, approval_id):
-    from reviewdesk.approvals.services import approval_decide
+    from reviewdesk.approvals.deciding.record import approval_decide
     from reviewdesk.lib.errors import NotFound
 
     with pytest.raises(NotFound, match="no such approval"):

@@ -9,8 +9,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import Decision
-from reviewdesk.approvals.services import approval_decide
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.audit.verification import audit_verify
 from reviewdesk.runs.execution import run_execute

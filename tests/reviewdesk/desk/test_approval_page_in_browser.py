@@ -17,9 +17,9 @@ import pytest
 from django.test import Client
 from playwright.sync_api import expect
 
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest
-from reviewdesk.approvals.services import approval_decide
-from reviewdesk.events.builders import approval_data
+from reviewdesk.approvals.reads.representation import approval_data
 from reviewdesk.events.services import latest_seq
 from tests.reviewdesk.desk.chromium import desk_scripts, routed_page
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from django.test import Client
 
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import Verdict
-from reviewdesk.approvals.services import approval_decide
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import RunStatus
 

@@ -23,9 +23,9 @@ from django.test import Client
 from playwright.sync_api import expect
 
 from reviewdesk.accounts.roles import REVIEWERS, SUBMITTERS
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import Verdict
-from reviewdesk.approvals.services import approval_decide
-from reviewdesk.events.builders import approval_data
+from reviewdesk.approvals.reads.representation import approval_data
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.services import run_submit
 from tests.conftest import SEND_EMAIL_SCRIPT, make_user
@@ -632,7 +632,7 @@ def test_a_card_with_lookalike_characters_and_a_hand_over_note_is_escaped_alike_
     """A variation selector, a Hangul filler, a no-break space and a trailing space in the
     arguments, and a reversed span in the hand-over note: the card desk.js builds shows each
     escaped, exactly as the server's card does."""
-    from reviewdesk.approvals.handover import approval_handover
+    from reviewdesk.approvals.lifecycle.handover import approval_handover
 
     subject = "Your\u00a0refund\ufe0f is\u3164here "
     script = [

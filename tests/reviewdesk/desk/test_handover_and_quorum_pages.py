@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reviewdesk.approvals.services import approval_decide
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.audit.models import AuditEvent
 from tests.reviewdesk.desk.test_approval_page import logged_in
 

@@ -12,7 +12,7 @@ from django.template import Context, Template
 from django.test import Client
 from django.urls import reverse
 
-from reviewdesk.approvals.services import approval_decide
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import RunStatus
 

@@ -17,7 +17,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from reviewdesk.approvals.models import ApprovalRequest
-from reviewdesk.approvals.queue import (
+from reviewdesk.approvals.reads.queue import (
     QUEUE_MAX_PAGE_OFFSET,
     QUEUE_PAGE_SIZE,
     QueueFilters,
@@ -93,7 +93,7 @@ def test_the_approval_page_shows_who_asked_for_what_and_why(interrupted_run, per
 
 
 def test_the_approval_page_lists_the_runs_earlier_decisions(interrupted_run, personas):
-    from reviewdesk.approvals.services import approval_decide
+    from reviewdesk.approvals.deciding.record import approval_decide
     from reviewdesk.runs.execution import run_execute
 
     run, first = interrupted_run(TWO_EMAILS)
@@ -238,8 +238,8 @@ def test_past_the_count_cap_the_desk_says_1000_plus_and_still_pages_to_the_end(
 ):
     """With the cap at 3 and pages of 2, five pending read "3+" on the page, its title and its
     socket snapshot; "next page" still follows the rows themselves, not the stopped count."""
-    from reviewdesk.approvals import queue as selectors
-    from reviewdesk.events import consumers
+    from reviewdesk.approvals.reads import queue as selectors
+    from reviewdesk.desk import consumers
 
     monkeypatch.setattr(selectors, "QUEUE_COUNT_CAP", 3)
     monkeypatch.setattr(selectors, "QUEUE_PAGE_SIZE", 2)
@@ -280,7 +280,7 @@ def test_an_offset_far_past_the_end_of_the_queue_is_its_last_page_read_no_furthe
     """The window read as far as the offset asked (an OFFSET, or each tier's ids up to it, of a
     billion): one request walked every pending call to draw an empty page. Now an offset past
     the counted end is the last real page, read as that page is, on the page and its socket."""
-    from reviewdesk.events import consumers
+    from reviewdesk.desk import consumers
 
     _, approval = interrupted_run()
     template = ApprovalRequest.objects.get(pk=approval.pk)
@@ -309,7 +309,7 @@ def test_the_queue_pages_no_deeper_than_its_limit_and_says_how_to_reach_the_rest
 ):
     """Past QUEUE_MAX_PAGE_OFFSET (here one page of 2) no next page is offered, and an offset
     asked beyond it is that deepest page, read no further; the page says to filter."""
-    from reviewdesk.approvals import queue
+    from reviewdesk.approvals.reads import queue
 
     monkeypatch.setattr(queue, "QUEUE_MAX_PAGE_OFFSET", 2)
     monkeypatch.setattr(queue, "QUEUE_PAGE_SIZE", 2)
@@ -575,7 +575,7 @@ REVIEWER_TEXT = "ok\u202etxt.lave\u00a0\u3164 "  # a reversed span, a no-break s
 
 
 def test_a_hand_over_note_is_shown_escaped_on_the_card_and_the_approval_page(interrupted_run, personas):
-    from reviewdesk.approvals.handover import approval_handover
+    from reviewdesk.approvals.lifecycle.handover import approval_handover
 
     _, approval = interrupted_run()
     approval_handover(approval_id=approval.id, by=personas.alice, to="bob", note=REVIEWER_TEXT)
@@ -589,7 +589,7 @@ def test_a_hand_over_note_is_shown_escaped_on_the_card_and_the_approval_page(int
 
 
 def test_a_decisions_reason_and_note_are_shown_escaped_where_the_desk_shows_them(interrupted_run, personas):
-    from reviewdesk.approvals.services import approval_decide
+    from reviewdesk.approvals.deciding.record import approval_decide
     from reviewdesk.runs.execution import run_execute
 
     run, first = interrupted_run(TWO_EMAILS)

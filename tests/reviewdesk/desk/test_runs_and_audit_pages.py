@@ -13,8 +13,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import Decision
-from reviewdesk.approvals.services import approval_decide
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.desk.paging import COUNT_CAP, LIST_PAGE_SIZE, MAX_PAGE_OFFSET
 from reviewdesk.runs.models import Run, RunStatus

@@ -137,7 +137,7 @@ def test_an_approval_decided_meanwhile_is_reported_and_passed(personas, interrup
     from reviewdesk.desk import terminal
 
     def bob_first(session, approval_):
-        from reviewdesk.approvals.services import approval_decide
+        from reviewdesk.approvals.deciding.record import approval_decide
 
         approval_decide(
             approval_id=approval_.id,

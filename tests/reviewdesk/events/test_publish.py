@@ -15,7 +15,7 @@ from django.conf import settings as django_settings
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.events.publish import publisher_for
 from reviewdesk.events.services import REVIEWERS_GROUP, _send, event_push
-from tests.reviewdesk.events.test_desk_socket import communicator, receive_until, session_headers
+from tests.reviewdesk.desk.test_desk_socket import communicator, receive_until, session_headers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

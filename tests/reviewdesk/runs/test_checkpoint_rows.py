@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from agents.state import SCHEMA_VERSION, AgentState, CallStatus, Step
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
-from reviewdesk.approvals.services import approval_decide
 from reviewdesk.lib.errors import Conflict
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Checkpoint, ErrorKind, Message, RunStatus, SideEffect

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.db import InterfaceError, OperationalError, connection
 
-from reviewdesk.approvals.services import approval_decide
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.runs import host as host_module
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Run, RunStatus, SideEffect

@@ -17,8 +17,8 @@ from agents.testing.trust import endorse, revoke
 from agents.trust import public_key_b64
 from reviewdesk.accounts.management.commands.trust import load_key_file
 from reviewdesk.accounts.models import DeviceKey, Endorsement, Revocation
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import Decision
-from reviewdesk.approvals.services import approval_decide
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import RunStatus, SideEffect
 from tests.reviewdesk.device_keys import device_decide

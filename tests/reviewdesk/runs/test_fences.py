@@ -24,8 +24,8 @@ from django.utils import timezone
 from agents.gate import CallBinding
 from agents.loop import Finished
 from agents.state import AgentState
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import ApprovalRequest
-from reviewdesk.approvals.services import approval_decide
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.runs.claim import run_claim
 from reviewdesk.runs.execution import run_execute, run_finish

@@ -13,9 +13,9 @@ from django.db import connections
 from django.utils import timezone
 
 from agents.registry import Agent, get_agent, register
-from reviewdesk.approvals.lifecycle import approvals_expire
+from reviewdesk.approvals.deciding.record import approval_decide
+from reviewdesk.approvals.lifecycle.expiry import approvals_expire
 from reviewdesk.approvals.models import ApprovalRequest
-from reviewdesk.approvals.services import approval_decide
 from reviewdesk.lib.errors import DeskError
 from reviewdesk.runs.claim import run_claim
 from reviewdesk.runs.execution import run_execute
@@ -221,8 +221,9 @@ def _hold_then(lock_taken: threading.Event, first, then):
 
 def test_a_decision_holding_the_lock_beats_the_expiry_waiting_for_it(personas, interrupted_run):
     """The review found the earlier random race never raced; here each side holds the lock in turn."""
-    from reviewdesk.approvals.checks import approval_check_decide
-    from reviewdesk.approvals.services import approval_do_decide
+    from reviewdesk.approvals.deciding.checks import approval_check_decide
+    from reviewdesk.approvals.deciding.input import DecisionInput
+    from reviewdesk.approvals.deciding.record import approval_do_decide
 
     _run, approval = interrupted_run()
     taken = threading.Event()
@@ -231,9 +232,7 @@ def test_a_decision_holding_the_lock_beats_the_expiry_waiting_for_it(personas, i
         return approval_check_decide(
             approval_id=approval.id,
             reviewer=personas.alice,
-            verdict="approve",
-            arguments=None,
-            checkpoint_id=str(approval.checkpoint_id),
+            decision=DecisionInput(verdict="approve", checkpoint_id=str(approval.checkpoint_id)),
         )
 
     def do(locked):
@@ -242,9 +241,7 @@ def test_a_decision_holding_the_lock_beats_the_expiry_waiting_for_it(personas, i
             approval=locked_approval,
             run=locked_run,
             reviewer=personas.alice,
-            verdict="approve",
-            reason="",
-            arguments=None,
+            decision=DecisionInput(verdict="approve", checkpoint_id=str(locked_approval.checkpoint_id)),
         )
 
     def expire_once_the_lock_is_held():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reviewdesk.approvals.services import approval_decide
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.demo.models import DemoRefund
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Run, RunStatus

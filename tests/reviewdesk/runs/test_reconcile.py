@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import ApprovalRequest, Decision
-from reviewdesk.approvals.services import approval_decide
-from reviewdesk.events.builders import approval_data
+from reviewdesk.approvals.reads.representation import approval_data
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Run, RunStatus, SideEffect
 
@@ -61,7 +61,7 @@ def answer(api_as, reviewer, reconcile, **body):
 
 def past_the_hard_time_limit(run, attempt=None):
     """Age the effect's stale attempt (or, with none recorded, the row) past CELERY_TASK_TIME_LIMIT:
-    its task has been killed, so a re-run may be signed (approvals.services, frozen-worker window)."""
+    its task has been killed, so a re-run may be signed (approvals.deciding.checks, frozen-worker window)."""
     from datetime import timedelta
 
     from django.conf import settings
@@ -179,7 +179,7 @@ def test_a_reconciliation_never_expires(interrupted, personas):
 
     from django.utils import timezone
 
-    from reviewdesk.approvals.lifecycle import approvals_expire
+    from reviewdesk.approvals.lifecycle.expiry import approvals_expire
 
     _run, reconcile = interrupted
     ApprovalRequest.objects.filter(pk=reconcile.pk).update(expires_at=timezone.now() - timedelta(hours=1))

@@ -10,8 +10,8 @@ from django.contrib.auth.models import Group, User
 from agents.tools import ToolUnavailable
 from reviewdesk.accounts.roles import REVIEWERS
 from reviewdesk.approvals import signing
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import ApprovalRequest, Decision
-from reviewdesk.approvals.services import approval_decide
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.audit.verification import audit_verify
 from reviewdesk.runs.execution import run_execute

@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.db import transaction
 
-from reviewdesk.approvals.services import approval_decide
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.lib.errors import NotFound
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Checkpoint, Message, Run, RunStatus

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from agents.tools import ToolUnavailable
-from reviewdesk.approvals.services import approval_decide
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.demo.world import DjangoDemoWorld
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import RunStatus, SideEffect

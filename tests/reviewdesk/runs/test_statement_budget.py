@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 from django.db import connection
 
-from reviewdesk.approvals.services import approval_decide
+from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import RunStatus
 from reviewdesk.runs.services import run_submit

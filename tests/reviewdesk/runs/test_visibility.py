@@ -13,8 +13,8 @@ import pytest
 from django.test import Client
 
 from reviewdesk.accounts.roles import REVIEWERS
-from reviewdesk.approvals.clock import approvals_escalate
-from reviewdesk.approvals.handover import approval_handover
+from reviewdesk.approvals.lifecycle.clock import approvals_escalate
+from reviewdesk.approvals.lifecycle.handover import approval_handover
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
 from reviewdesk.lib.errors import NotFound
 from reviewdesk.runs.selectors import run_get_for_user, runs_visible_to

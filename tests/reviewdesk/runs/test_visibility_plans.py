@@ -21,7 +21,7 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from reviewdesk.approvals.grant_access import grants_visible_to
+from reviewdesk.approvals.grants.access import grants_visible_to
 from reviewdesk.approvals.models import ApprovalRequest, Decision, Grant
 from reviewdesk.runs.models import Run, RunStatus
 from reviewdesk.runs.selectors import runs_visible_to

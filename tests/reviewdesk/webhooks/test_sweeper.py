@@ -1,5 +1,6 @@
-"""Beat's webhook sweep: a delivery whose task was lost (the broker flushed or down at commit)
-is sent again, through the real Redis queue, by a real Celery worker, to a real receiver."""
+"""Beat's webhook sweep: an event whose dispatch task was lost is dispatched, and a delivery
+whose task was lost (the broker flushed or down at commit) is sent again, through the real
+Redis queue, by a real Celery worker, to a real receiver."""
 
 from __future__ import annotations
 
@@ -30,16 +31,21 @@ def test_a_delivery_whose_task_was_lost_is_sent_again_by_the_sweeper(
         input="Tell Ada.",
         model={"provider": "scripted", "script": SEND_EMAIL_SCRIPT},
     )
+    task_queue.clear()
     run_execute(run_id=run.id, worker="in-process")
-    (delivery,) = WebhookDelivery.objects.filter(endpoint=endpoint)
-    assert task_queue.length() >= 1  # the run's task and the delivery's, sent on commit
+    assert task_queue.names() == ["webhooks.dispatch"]  # sent as the run's input_required committed
     task_queue.clear()  # lost: what a flushed or unreachable broker leaves behind
+    assert not WebhookDelivery.objects.filter(endpoint=endpoint).exists()
 
-    assert webhooks_sweep() == {"resent": 0}  # not overdue yet: its task may still be on its way
+    assert webhooks_sweep() == {"dispatched": 1, "resent": 0}  # the event waited after the cursor
+    (delivery,) = WebhookDelivery.objects.filter(endpoint=endpoint)
+    assert task_queue.names() == ["webhooks.deliver"]
+    task_queue.clear()  # its task lost too
+    assert webhooks_sweep() == {"dispatched": 0, "resent": 0}  # not overdue yet: it may be on its way
     WebhookDelivery.objects.filter(pk=delivery.pk).update(due_at=timezone.now() - timedelta(seconds=121))
-    assert webhooks_sweep() == {"resent": 1}
+    assert webhooks_sweep() == {"dispatched": 0, "resent": 1}
     assert task_queue.length() == 1
-    assert webhooks_sweep() == {"resent": 0}  # touched: the next sweep waits its turn
+    assert webhooks_sweep() == {"dispatched": 0, "resent": 0}  # touched: the next sweep waits its turn
 
     request.getfixturevalue("celery_worker")  # a worker consumes the re-sent task
     (received,) = receiver.wait_for(1)
@@ -67,8 +73,8 @@ def test_the_sweeper_leaves_deliveries_that_are_waiting_for_a_retry_held_or_fini
     row(due_at=old, leased_until=now + timedelta(seconds=30))  # a worker is sending it now
     row(due_at=old, status=DeliveryStatus.DELIVERED)
     row(due_at=old, status=DeliveryStatus.FAILED)
-    assert webhooks_sweep(now=now) == {"resent": 0}
+    assert webhooks_sweep(now=now) == {"dispatched": 0, "resent": 0}
     lost = row(due_at=old, leased_until=old)  # its worker died mid-send, long ago
-    assert webhooks_sweep(now=now) == {"resent": 1}
+    assert webhooks_sweep(now=now) == {"dispatched": 0, "resent": 1}
     lost.refresh_from_db()
     assert lost.due_at == now

@@ -1,5 +1,6 @@
-"""What a webhook's body carries of an event, as written when the event is (in-process: the
-rows, not their sending, which test_webhooks.py covers with a real worker and receiver)."""
+"""What a webhook's body carries of an event, as written when the event log is dispatched
+(in-process: the rows, not their sending, which test_webhooks.py covers with a real worker and
+receiver)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import json
 
 import pytest
 
-from reviewdesk.approvals.handover import approval_handover
-from reviewdesk.approvals.services import approval_decide
+from reviewdesk.approvals.deciding.record import approval_decide
+from reviewdesk.approvals.lifecycle.handover import approval_handover
 from reviewdesk.webhooks.models import WebhookDelivery, WebhookEndpoint
+from reviewdesk.webhooks.services import webhooks_dispatch
 
 pytestmark = pytest.mark.django_db
 
@@ -20,7 +22,7 @@ NOTE = "the customer is a journalist"
 def test_a_decided_calls_body_shows_a_hand_overs_note_only_to_whom_the_desk_shows_it(
     personas, interrupted_run, admin
 ):
-    """The submitter is not who the note is for (events.builders.approval_for): the desk and the
+    """The submitter is not who the note is for (approvals.reads.representation.approval_for): the desk and the
     run's feeds leave it blank for them, and so does their webhook; an admin reads it there as
     on their desk."""
     if admin:
@@ -37,6 +39,7 @@ def test_a_decided_calls_body_shows_a_hand_overs_note_only_to_whom_the_desk_show
         verdict="approve",
         checkpoint_id=str(approval.checkpoint_id),
     )
+    webhooks_dispatch()
     (delivery,) = WebhookDelivery.objects.filter(endpoint=endpoint)
     body = json.loads(delivery.body)
     assert body["type"] == "approval.decided" and body["data"]["status"] == "approved"

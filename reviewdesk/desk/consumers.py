@@ -18,13 +18,13 @@ from django.db import DatabaseError
 
 from reviewdesk.accounts.authentication import session_user_now
 from reviewdesk.accounts.roles import is_admin, is_reviewer
-from reviewdesk.approvals.queue import (
+from reviewdesk.approvals.reads.queue import (
     QUEUE_PAGE_SIZE,
     QueueFilters,
     approvals_queue_for,
     queue_view_from,
 )
-from reviewdesk.events.builders import approvals_data, message_for
+from reviewdesk.approvals.reads.representation import approvals_data, message_for
 from reviewdesk.events.services import (
     ADMINS_GROUP,
     REVIEWERS_GROUP,

@@ -2,8 +2,8 @@
 
 `grant_check_input` authorises and validates a `grant` object in the decide transaction
 (after `approval_check_decide` locked the run and the approval); `grant_do_create` signs
-and stores it with the decision. The gate's use of a grant is in `grant_uses`, who sees and
-revokes one in `grant_access`; the signed payload and its matching are the runtime's
+and stores it with the decision. The gate's use of a grant is in `use`, who sees and
+revokes one in `access`; the signed payload and its matching are the runtime's
 (`agents.grants`).
 
 Who may grant what (403): any reviewer who may decide the approval may grant for this run
@@ -27,7 +27,6 @@ from agents.grants import MATCH_EXACT, constraint_errors, grant_payload
 from agents.tools import Tool
 from reviewdesk.accounts.roles import is_admin
 from reviewdesk.approvals import signing
-from reviewdesk.approvals.device import device_decision_required
 from reviewdesk.approvals.models import (
     ApprovalKind,
     ApprovalRequest,
@@ -36,9 +35,9 @@ from reviewdesk.approvals.models import (
     GrantScope,
     Verdict,
 )
-from reviewdesk.approvals.validation import FIELD_ERRORS_DETAIL
+from reviewdesk.approvals.signing import device_decision_required
 from reviewdesk.audit.services import audit_record
-from reviewdesk.lib.errors import Forbidden, Invalid
+from reviewdesk.lib.errors import FIELD_ERRORS_DETAIL, Forbidden, Invalid
 from reviewdesk.runs.models import Run
 
 GRANT_FIELDS = ("match", "scope", "expires_at", "max_uses")

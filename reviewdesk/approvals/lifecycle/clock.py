@@ -25,11 +25,12 @@ from django.db import transaction
 
 from agents.registry import UnknownAgent, get_agent
 from reviewdesk.accounts.roles import is_reviewer
+from reviewdesk.approvals.access import approval_audience
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
-from reviewdesk.approvals.routing import approval_audience
+from reviewdesk.approvals.reads.representation import approval_data
 from reviewdesk.audit.services import audit_record
-from reviewdesk.events.builders import approval_data, iso
 from reviewdesk.events.services import event_emit
+from reviewdesk.lib.times import iso
 from reviewdesk.runs.models import Run
 
 GROUP_PREFIX = "group:"

@@ -19,10 +19,10 @@ from django.core.mail import EmailMessage
 from django.db import transaction
 
 from reviewdesk.accounts.roles import is_reviewer
-from reviewdesk.approvals.clock import chain_entry_users, escalation_chain
-from reviewdesk.approvals.links import link_create
+from reviewdesk.approvals.access import deciders_of
+from reviewdesk.approvals.lifecycle.clock import chain_entry_users, escalation_chain
+from reviewdesk.approvals.lifecycle.links import link_create
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus
-from reviewdesk.approvals.routing import qualified_users
 from reviewdesk.audit.services import audit_record
 
 logger = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ def notify_recipients(approval: ApprovalRequest) -> list[Any]:
         users = chain_entry_users(entry, run) if entry else []
     else:
         voters = [d.reviewer_id for d in approval.approving_decisions()]
-        deciders = qualified_users(approval, run).exclude(pk__in=voters).order_by("username")
+        deciders = deciders_of(approval, run).exclude(pk__in=voters).order_by("username")
         users = [u for u in deciders if is_reviewer(u)]
     return [user for user in users if user.email]
 

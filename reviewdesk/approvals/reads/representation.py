@@ -1,4 +1,7 @@
-"""The one place desk events and their payloads are built."""
+"""How an approval reads to a client: the one shape of its payload (`approval_data`), built
+from a model or from a page of `values()` rows alike, and as one user may read it
+(`approval_for`, `message_for`). Desk events, the API, the socket's snapshot, the desk's
+pages and the webhooks all take it from here."""
 
 from __future__ import annotations
 
@@ -17,15 +20,7 @@ from reviewdesk.approvals.models import (
     approving_votes,
     settling_decision,
 )
-from reviewdesk.runs.models import Run
-
-
-def iso(value) -> str | None:
-    """RFC 3339 in UTC with a Z, as every timestamp the desk shows or signs; always with its
-    microseconds, so the strings sort as the times do (Python drops a zero fraction: "...:11Z"
-    sorted after "...:11.287206Z")."""
-    return value.isoformat(timespec="microseconds").replace("+00:00", "Z") if value else None
-
+from reviewdesk.lib.times import iso
 
 # How a payload expands the groups its assignees name: `usernames_named`, or for a page of
 # approvals an `UsernamesNamed` that read every group on the page at once.
@@ -127,7 +122,7 @@ def _payload(
             "group": "reviewers",
         },
         "expires_at": iso(shown["expires_at"]),
-        # The response-time clock (approvals/clock.py): null when the tool sets no target.
+        # The response-time clock (approvals/lifecycle/clock.py): null when the tool sets no target.
         "respond_by": iso(shown["respond_by"]),
         "reminded_at": iso(shown["reminded_at"]),
         "escalation_level": shown["escalation_level"],
@@ -209,7 +204,8 @@ def approval_rows(
     queryset built for each row cost more than its row). `with_run=False`: no run, for a
     prefetch from the runs, which sets each row's own."""
     own = [field.name for field in ApprovalRequest._meta.concrete_fields]
-    joined, shown = ("handed_over_by",), ("handed_over_by__username",)
+    joined: tuple[str, ...] = ("handed_over_by",)
+    shown: tuple[str, ...] = ("handed_over_by__username",)
     if with_run:
         joined += ("run__submitted_by",)
         shown += ("run__agent", "run__input", "run__status", "run__submitted_by__username")
@@ -256,19 +252,3 @@ def decision_data(decision) -> dict[str, Any]:
         "consumed_at": iso(decision.consumed_at),
         "answer": decision.answer,
     }
-
-
-def run_data(run: Run) -> dict[str, Any]:
-    return {
-        "id": str(run.id),
-        "agent": run.agent,
-        "status": run.status,
-        "revision": run.revision,
-        "error": run.error,
-        "updated_at": iso(run.updated_at),
-    }
-
-
-def run_follow_up_data(run: Run, follow_up) -> dict[str, Any]:
-    """`run.updated` when a follow-up message reopens a succeeded run (webhooks: `run.follow_up`)."""
-    return {**run_data(run), "follow_up": {"number": follow_up.number, "position": follow_up.position}}

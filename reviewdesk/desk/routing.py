@@ -1,5 +1,5 @@
 from django.urls import path
 
-from reviewdesk.events.consumers import DeskConsumer
+from reviewdesk.desk.consumers import DeskConsumer
 
 websocket_urlpatterns = [path("ws/desk/", DeskConsumer.as_asgi())]

@@ -14,7 +14,7 @@ from django.contrib.sessions.models import Session
 from django.utils import timezone
 
 from reviewdesk.accounts.roles import REVIEWERS
-from tests.reviewdesk.events.test_desk_socket import ORIGIN, communicator, in_thread, session_headers
+from tests.reviewdesk.desk.test_desk_socket import ORIGIN, communicator, in_thread, session_headers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -208,7 +208,7 @@ def test_a_database_error_during_a_heartbeat_skips_that_beat_and_keeps_the_socke
     and the database are the real ones; only that one call is made to fail."""
     from django.db import OperationalError
 
-    from reviewdesk.events import consumers
+    from reviewdesk.desk import consumers
 
     real = consumers._rights_now
     failures = iter([OperationalError("database is locked")])

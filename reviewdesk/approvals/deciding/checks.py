@@ -1,12 +1,12 @@
 """Checking a decision before it is recorded: `approval_check_decide` authorises the reviewer
 and validates the verdict under the run's and the approval's row locks (expired, decided,
-cancelled, a stale page, a quorum vote, an edit, a re-run, an answer). `services.py` records
+cancelled, a stale page, a quorum vote, an edit, a re-run, an answer). `record.py` records
 what passes."""
 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -18,28 +18,22 @@ from agents.registry import UnknownAgent, get_agent
 from agents.state import AgentState, CallStatus
 from agents.tools import Tool
 from reviewdesk.accounts.roles import group_names_of, is_reviewer
+from reviewdesk.approvals.access import approval_visible_to, may_decide, named_by
+from reviewdesk.approvals.deciding.input import DecisionInput, decision_input_check
+from reviewdesk.approvals.lifecycle.routing import targets_for_call
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus, Verdict
-from reviewdesk.approvals.routing import named_by, targets_for_call, user_qualifies
-from reviewdesk.approvals.selectors import approval_visible_to
-from reviewdesk.approvals.validation import decision_input_check
 from reviewdesk.lib.db_rows import Columns, column, fetchone, for_update_of, prep, table
 from reviewdesk.lib.errors import Conflict, Forbidden, Gone, Invalid, NotFound
 from reviewdesk.runs.models import ENDED, Attempt, Run, SideEffect
 from reviewdesk.runs.selectors import run_locked
 from reviewdesk.runs.stores import latest_checkpoint, snapshot_of
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 
 def approval_check_decide(
-    *,
-    approval_id: Any,
-    reviewer: Any,
-    verdict: str,
-    arguments: Any,
-    checkpoint_id: str,
-    reason: str = "",
-    note: str = "",
-    external_ref: str = "",
-    answer: Any = None,
+    *, approval_id: Any, reviewer: User, decision: DecisionInput
 ) -> tuple[ApprovalRequest, Run]:
     """Authorise and validate a decision; return the approval and its run, both locked.
 
@@ -64,17 +58,10 @@ def approval_check_decide(
         raise NotFound("no such approval")
     if reviewer.pk == run.submitted_by_id:
         raise Forbidden("you submitted this run; another reviewer must decide its approvals")
-    if not user_qualifies(reviewer, approval, run, group_names=group_names):
+    if not may_decide(reviewer, approval, run, group_names=group_names):
         raise Forbidden("this approval is assigned to another reviewer or group")
-    decision_input_check(
-        kind=approval.kind,
-        verdict=verdict,
-        reason=reason,
-        note=note,
-        external_ref=external_ref,
-        arguments=arguments,
-        answer=answer,
-    )
+    decision_input_check(decision, kind=approval.kind)
+    verdict = decision.verdict
     if approval.status == ApprovalStatus.EXPIRED or (
         approval.status == ApprovalStatus.PENDING and approval.expires_at <= timezone.now()
     ):
@@ -84,7 +71,7 @@ def approval_check_decide(
         raise Conflict(f"this approval was already {approval.status}", code="decided")
     if approval.status == ApprovalStatus.CANCELLED or run.status in ENDED:
         raise Conflict("this approval was cancelled with its run", code="cancelled")
-    if str(checkpoint_id) != str(approval.checkpoint_id) or not _call_is_awaiting(run, approval):
+    if str(decision.checkpoint_id) != str(approval.checkpoint_id) or not _call_is_awaiting(run, approval):
         raise Conflict(
             "stale page: the approval was raised at another checkpoint or is no longer part of "
             "the run's open batch; reload and decide again",
@@ -93,12 +80,12 @@ def approval_check_decide(
     if approval.required_approvals > 1:
         _check_quorum_vote(approval, reviewer, verdict)
     if verdict == Verdict.EDIT:
-        _check_edit(run, approval, arguments)
-        _check_edit_stays_with(reviewer, run, approval, arguments, group_names)
+        _check_edit(run, approval, decision.arguments)
+        _check_edit_stays_with(reviewer, run, approval, decision.arguments, group_names)
     if verdict == Verdict.RERUN:
         _check_stale_attempt_is_over(run, approval)
     if verdict == Verdict.ANSWER:
-        _check_answer(approval, answer)
+        _check_answer(approval, decision.answer)
     return approval, run
 
 
@@ -208,7 +195,7 @@ def _call_is_awaiting(run: Run, approval: ApprovalRequest) -> bool:
     )
 
 
-def approval_tool(run: Run, approval: ApprovalRequest) -> Tool:
+def tool_still_deployed(run: Run, approval: ApprovalRequest) -> Tool:
     """The agent's tool the approval's call names, or a stale-page Conflict when it is gone."""
     try:
         agent = get_agent(run.agent)
@@ -221,7 +208,7 @@ def approval_tool(run: Run, approval: ApprovalRequest) -> Tool:
 
 
 def _check_edit(run: Run, approval: ApprovalRequest, arguments: Any) -> None:
-    tool = approval_tool(run, approval)
+    tool = tool_still_deployed(run, approval)
     errors = tool.validation_errors(arguments)
     if errors:
         raise Invalid("the edited arguments do not match the tool's schema", errors=errors)

@@ -1,11 +1,21 @@
-"""The documented limit on JSON nesting, checked the same way wherever JSON comes in (the API's
-parser, the desk's edit form, the decision validator): deep nesting is refused with a 4xx,
-never left to reach a recursive encoder, validator or canonicaliser as a RecursionError. And
-U+0000, which PostgreSQL cannot store, refused the same way wherever JSON comes in."""
+"""The documented limits on what comes in, checked the same way at every door.
+
+JSON nesting (the API's parser, the desk's edit form, the decision validator): deep nesting is
+refused with a 4xx, never left to reach a recursive encoder, validator or canonicaliser as a
+RecursionError. U+0000, which PostgreSQL cannot store, refused the same way wherever JSON or
+text comes in. And the length of a reviewer's texts (a reason, a note, an external reference).
+"""
 
 from __future__ import annotations
 
 from typing import Any
+
+TEXT_MAX = 10_000  # a reason or a note
+EXTERNAL_REF_MAX = 200
+
+# A text holding U+0000: PostgreSQL text cannot store it (the insert raised DataError, a 500).
+# DRF's words, so the API's own fields and the desk's forms say the same.
+NUL_REFUSED = "Null characters are not allowed."
 
 
 def json_depth_exceeds(value: Any, limit: int) -> bool:

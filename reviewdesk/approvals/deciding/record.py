@@ -1,27 +1,29 @@
-"""Deciding an approval: `approval_check_decide` (checks.py) authorises and validates under
+"""Recording a decision: `approval_check_decide` (checks.py) authorises and validates under
 lock, `approval_do_decide` signs, stores, audits and emits; `approval_decide` does both.
 `decision_consume` is the gate's half: a decision authorises one execution.
 
-Raising, cancelling, raising again and expiring requests are in `lifecycle.py`."""
+Raising, cancelling, raising again and expiring requests are the request's life (`lifecycle/`)."""
 
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db.models import Prefetch, prefetch_related_objects
 from django.utils import timezone
 
 from reviewdesk.approvals import signing
-from reviewdesk.approvals.checks import approval_check_decide, approval_tool
-from reviewdesk.approvals.device import (
+from reviewdesk.approvals.access import approval_audience
+from reviewdesk.approvals.deciding.checks import approval_check_decide, tool_still_deployed
+from reviewdesk.approvals.deciding.device import (
     DeviceSignature,
-    device_decision_required,
     device_key_for_signing,
     device_payload_fields,
     device_signature_check,
 )
-from reviewdesk.approvals.grants import grant_check_input, grant_do_create
+from reviewdesk.approvals.deciding.input import DecisionInput
+from reviewdesk.approvals.deciding.payload import decision_not_after, decision_payload_for
+from reviewdesk.approvals.grants.create import grant_check_input, grant_do_create
 from reviewdesk.approvals.models import (
     QUORUM_VERDICTS,
     ApprovalRequest,
@@ -29,16 +31,18 @@ from reviewdesk.approvals.models import (
     Decision,
     Verdict,
 )
-from reviewdesk.approvals.payloads import decision_not_after, decision_payload_for
-from reviewdesk.approvals.routing import approval_audience
+from reviewdesk.approvals.reads.representation import approval_data
+from reviewdesk.approvals.signing import device_decision_required
 from reviewdesk.audit.services import audit_record
-from reviewdesk.events.builders import approval_data
 from reviewdesk.events.services import event_emit
 from reviewdesk.lib.db import atomic_appends_last, prefetched_as
 from reviewdesk.lib.db_rows import column, insert, prep, table, update, write
 from reviewdesk.lib.errors import Invalid
 from reviewdesk.runs.models import EffectStatus, Run, RunStatus, SideEffect
 from reviewdesk.runs.transitions import RESUME_TASK, enqueue_on_commit, run_requeue
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 # The verdicts whose signature the gate checks before a tool runs (it refuses a server
 # signature on them where device keys are required; an answer becomes the call's result);
@@ -47,17 +51,7 @@ SIGNER_CHECKED_VERDICTS = (Verdict.APPROVE, Verdict.EDIT, Verdict.RERUN, Verdict
 
 
 def approval_do_decide(
-    *,
-    approval: ApprovalRequest,
-    run: Run,
-    reviewer: Any,
-    verdict: str,
-    reason: str,
-    arguments: Any,
-    note: str = "",
-    external_ref: str = "",
-    device: DeviceSignature | None = None,
-    answer: Any = None,
+    *, approval: ApprovalRequest, run: Run, reviewer: User, decision: DecisionInput
 ) -> Decision:
     """Sign and store the decision, audit it, emit events, enqueue resume on commit. With
     `device`, the reviewer's device signed it: checked here, stored as signed (422 if bad).
@@ -66,8 +60,9 @@ def approval_do_decide(
     in the current transaction.
     """
     now = timezone.now()
-    to_run = arguments if verdict == Verdict.EDIT else approval.arguments
-    texts = {"reason": reason, "note": note, "external_ref": external_ref.strip()}
+    verdict, device = decision.verdict, decision.device
+    to_run = decision.arguments_to_run(approval)
+    texts = decision.texts()
     if device is None:
         if verdict in SIGNER_CHECKED_VERDICTS and device_decision_required(
             agent=run.agent, tool=approval.tool
@@ -92,22 +87,19 @@ def approval_do_decide(
         approval=approval,
         run=run,
         reviewer=reviewer,
-        verdict=verdict,
-        to_run=to_run,
-        texts=texts,
+        decision=decision,
         decision_id=decision_id,
         issued_at=issued_at,
         nonce=nonce,
         key_id=key_id,
         device=device is not None,
-        answer=answer,
     )
     if device is None:
         signature = signing.sign(payload)
     else:
         device_signature_check(key=key, device=device, expected=payload)
         signature = device.signature
-    decision = Decision(
+    stored = Decision(
         id=decision_id,
         request=approval,
         verdict=verdict,
@@ -121,16 +113,16 @@ def approval_do_decide(
         payload=payload,
         signature=signature,
         key_id=key_id,
-        answer=answer,
+        answer=decision.answer,
     )
-    insert(decision)  # hand-written: not compiled for every decision (issue 11)
+    insert(stored)  # hand-written: not compiled for every decision (issue 11)
     # Every vote with its reviewer in one read (this one included): the count below and the
     # event's decision and quorum use them; the event reads the run locked above.
     approval.run = run
     if approval.required_approvals == 1:
         # One reviewer's word settles the request, so a pending one has no earlier decision:
         # its votes are this one (issue 11: no read).
-        prefetched_as(approval, "decisions", [decision])
+        prefetched_as(approval, "decisions", [stored])
     else:
         prefetch_related_objects(
             [approval], Prefetch("decisions", queryset=Decision.objects.select_related("reviewer"))
@@ -142,25 +134,25 @@ def approval_do_decide(
         approval.status = ApprovalStatus.REJECTED if verdict == Verdict.REJECT else ApprovalStatus.APPROVED
     update(approval, ["status", "updated_at"])
     if verdict == Verdict.CONFIRM:
-        _record_reconciled_effect(run, approval, decision)
+        _record_reconciled_effect(run, approval, stored)
     audit_record(
         actor=reviewer,
         action=f"decision.{verdict}",
         subject_type="approval",
         subject_id=approval.id,
         data={
-            "decision": str(decision.id),
+            "decision": str(stored.id),
             "run": str(run.id),
             "tool": approval.tool,
             "arguments_sha256": payload["arguments_sha256"],
             "original_arguments_sha256": approval.arguments_sha256,
-            "reason": reason,
-            "note": note,
+            "reason": texts["reason"],
+            "note": texts["note"],
             "signer": "device" if device is not None else "server",
             "key_id": key_id,
             "answer_sha256": payload["answer_sha256"],
             # The policy is asked again for an edited call; the reviewer's edit approves it either way.
-            "policy_requires_approval": approval_tool(run, approval).needs_approval(to_run),
+            "policy_requires_approval": tool_still_deployed(run, approval).needs_approval(to_run),
             "approvals": votes,
             "required_approvals": approval.required_approvals,
         },
@@ -172,14 +164,14 @@ def approval_do_decide(
         audience=approval_audience(approval),
     )
     if not settled:
-        return decision  # "1 of 2": nothing to resume until the quorum is reached
+        return stored  # "1 of 2": nothing to resume until the quorum is reached
     if run.status == RunStatus.INPUT_REQUIRED:
         run_requeue(run)
     else:
         # A worker still holds the run: it sees this decision when it finishes
         # (runs.execution.run_finish) and requeues. The nudge is harmless: the task is idempotent.
         enqueue_on_commit(RESUME_TASK, run)
-    return decision
+    return stored
 
 
 def _record_reconciled_effect(run: Run, approval: ApprovalRequest, decision: Decision) -> None:
@@ -202,52 +194,43 @@ def _record_reconciled_effect(run: Run, approval: ApprovalRequest, decision: Dec
 def approval_decide(
     *,
     approval_id: Any,
-    reviewer: Any,
+    reviewer: User,
     verdict: str,
+    checkpoint_id: str,
     reason: str = "",
     note: str = "",
     arguments: Any = None,
     external_ref: str = "",
-    checkpoint_id: str,
-    device: DeviceSignature | None = None,
     answer: Any = None,
+    device: DeviceSignature | None = None,
     grant: Any = None,
 ) -> Decision:
-    """Decide, and with an approve optionally grant ahead of time (`grant`, approvals.grants):
-    the grant is checked with the decision and stored in the same transaction, or neither is."""
+    """Decide, and with an approve optionally grant ahead of time (`grant`, grants.create): the
+    grant is checked with the decision and stored in the same transaction, or neither is. The
+    fields become one `DecisionInput`, which the check, the record and the payload read."""
+    decision = DecisionInput(
+        verdict=verdict,
+        checkpoint_id=checkpoint_id,
+        reason=reason,
+        note=note,
+        arguments=arguments,
+        external_ref=external_ref,
+        answer=answer,
+        device=device,
+        grant=grant,
+    )
     with atomic_appends_last():
-        approval, run = approval_check_decide(
-            approval_id=approval_id,
-            reviewer=reviewer,
-            verdict=verdict,
-            arguments=arguments,
-            checkpoint_id=checkpoint_id,
-            reason=reason,
-            note=note,
-            external_ref=external_ref,
-            answer=answer,
-        )
+        approval, run = approval_check_decide(approval_id=approval_id, reviewer=reviewer, decision=decision)
         spec = None
         if grant is not None:
-            tool = approval_tool(run, approval)
+            tool = tool_still_deployed(run, approval)
             spec = grant_check_input(
                 grant=grant, approval=approval, reviewer=reviewer, verdict=verdict, tool=tool
             )
-        decision = approval_do_decide(
-            approval=approval,
-            run=run,
-            reviewer=reviewer,
-            verdict=verdict,
-            reason=reason,
-            note=note,
-            arguments=arguments,
-            external_ref=external_ref,
-            device=device,
-            answer=answer,
-        )
+        stored = approval_do_decide(approval=approval, run=run, reviewer=reviewer, decision=decision)
         if spec is not None:
-            grant_do_create(spec=spec, decision=decision, run=run, reviewer=reviewer)
-        return decision
+            grant_do_create(spec=spec, decision=stored, run=run, reviewer=reviewer)
+        return stored
 
 
 def decision_consume(*, decision_id: str) -> bool:

@@ -15,7 +15,7 @@ import pytest
 from django.contrib.auth.models import Group
 from django.utils import timezone
 
-from reviewdesk.approvals.handover import approval_handover
+from reviewdesk.approvals.lifecycle.handover import approval_handover
 from reviewdesk.approvals.models import (
     ApprovalRequest,
     ApprovalStatus,
@@ -23,7 +23,7 @@ from reviewdesk.approvals.models import (
     approving_votes,
     settling_decision,
 )
-from reviewdesk.events.builders import (
+from reviewdesk.approvals.reads.representation import (
     approval_columns,
     approval_data,
     approval_rows,

@@ -10,10 +10,10 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, QuerySet
 
-from reviewdesk.approvals.models import ApprovalRequest
-from reviewdesk.approvals.routing import in_queue_order, queue_tiers
-from reviewdesk.approvals.selectors import approvals_pending_for
-from reviewdesk.events.builders import approval_rows
+from reviewdesk.accounts.targets import targets_of
+from reviewdesk.approvals.access import approvals_visible_to
+from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
+from reviewdesk.approvals.reads.representation import approval_rows
 from reviewdesk.lib.db import NamesAny, comparable_text
 
 # The desk's queue: one page at a time, whatever the number pending. Twenty cards keep the
@@ -23,6 +23,61 @@ QUEUE_PAGE_SIZE = 20
 # Counts stop here: counting 10,000 pending rows would cost more than the page itself. Past it
 # the count reads "1000+", a true lower bound the desk keeps moving with live events.
 QUEUE_COUNT_CAP = 1000
+
+
+@dataclass(frozen=True)
+class QueueTiers:
+    """The desk's "mine, then my groups'": conditions on each row, not lists of row ids, so a
+    queue with any number of assigned rows is the same SQL (a list of ids became one bound
+    variable each, and SQLite allows 32,766)."""
+
+    targets: frozenset[str]  # the user's name and "group:NAME" for each of their groups
+    username: str
+    any_assigned: bool  # some of the rows name the user or a group of theirs
+
+    def naming_me(self) -> NamesAny:
+        """Rows whose targets name the user, by name or through a group."""
+        return NamesAny("assignees", self.targets)
+
+
+def queue_tiers(rows: QuerySet, user: Any) -> QueueTiers:
+    """The tiers of `rows` for `user`, and whether any row falls in one: one query for the
+    user's groups, one through the partial index over the few assigned rows."""
+    targets = frozenset(targets_of(user))
+    any_assigned = rows.exclude(assignees=[]).filter(NamesAny("assignees", targets)).exists()
+    return QueueTiers(targets=targets, username=user.get_username(), any_assigned=any_assigned)
+
+
+QUEUE_ORDER = ("expires_at", "created_at", "id")
+
+
+def in_queue_order(rows: QuerySet, tiers: QueueTiers) -> list[QuerySet]:
+    """`rows` in the queue's order, as parts to read one after the other: the rows naming me
+    (by name, then through a group of mine, each by expiry), then the rest by expiry.
+
+    With no call named me or my groups (the common queue) that is one part, which the
+    approval_queue_order index (status, expires_at, created_at, id) gives in order. Else each
+    tier is a part of its own, read in order through an index (approval_targeted for mine):
+    sorted by the tier as one list, every pending row was sorted to draw one page (the socket's
+    snapshot, in-process on SQLite with 10,000 pending and a quarter of them for a group of the
+    reviewer's: 30 ms, against 14 ms in parts)."""
+    if not tiers.any_assigned:
+        return [rows.order_by(*QUEUE_ORDER)]
+    assigned = rows.exclude(assignees=[])  # the partial index's condition, as it words it
+    by_name = NamesAny("assignees", [tiers.username])
+    by_group = NamesAny("assignees", tiers.targets - {tiers.username})
+    return [
+        assigned.filter(by_name).order_by(*QUEUE_ORDER),
+        assigned.filter(by_group).exclude(by_name).order_by(*QUEUE_ORDER),
+        rows.exclude(tiers.naming_me()).order_by(*QUEUE_ORDER),
+    ]
+
+
+def approvals_pending_for(user: Any) -> QuerySet[ApprovalRequest]:
+    """Pending and waiting for this user: not those whose quorum already has their vote. The
+    rows alone: the queue reads a page's relations for its window (`reads.representation.approval_rows`)."""
+    pending = approvals_visible_to(user, related=False, status=ApprovalStatus.PENDING)
+    return pending.exclude(decisions__reviewer=user).order_by("created_at")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
-"""The rules a decision's input must meet, in one function, for every way a decision arrives.
+"""A decision's input as one frozen value (`DecisionInput`), and the rules it must meet, in one
+function, for every way a decision arrives.
 
-The API serializer and the desk form only parse (strings, JSON, a UUID); the decide
-service calls `decision_input_check` in its check step, so both refuse the same
+The API serializer, the desk form and the terminal only parse (strings, JSON, a UUID); the
+decide service builds one `DecisionInput`, which its check, its record and the signed payload
+all read, and calls `decision_input_check` in its check step, so every door refuses the same
 input with the same words. What needs the database or the tool (who may decide,
 expiry, staleness, the tool's JSON Schema) stays in the service.
 
@@ -11,35 +13,54 @@ bodies are what its serializer used to answer.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 
-from reviewdesk.approvals.models import KIND_VERDICTS, Verdict
-from reviewdesk.lib.errors import Invalid
-from reviewdesk.lib.jsonlimits import json_depth_exceeds, json_holds_nul
-
-TEXT_MAX = 10_000  # a reason or a note
-EXTERNAL_REF_MAX = 200
-
-# A text holding U+0000: PostgreSQL text cannot store it (the insert raised DataError, a 500).
-# DRF's words, so the API's own fields and the desk's forms say the same.
-NUL_REFUSED = "Null characters are not allowed."
-
-# The problem+json detail of a body that breaks a field rule, as the API has always said it.
-FIELD_ERRORS_DETAIL = "the request body does not match what this endpoint accepts"
+from reviewdesk.approvals.models import KIND_VERDICTS, ApprovalRequest, Verdict
+from reviewdesk.lib.errors import FIELD_ERRORS_DETAIL, Invalid
+from reviewdesk.lib.limits import EXTERNAL_REF_MAX, NUL_REFUSED, TEXT_MAX, json_depth_exceeds, json_holds_nul
 
 
-def decision_input_check(
-    *,
-    kind: str,
-    verdict: Any,
-    reason: Any = "",
-    note: Any = "",
-    external_ref: Any = "",
-    arguments: Any = None,
-    answer: Any = None,
-) -> None:
+@dataclass(frozen=True)
+class DeviceSignature:
+    """What a client sends with a device-signed decision: the payload it was given by
+    `/payload` and signed, the base64 signature, and its device key's id."""
+
+    payload: dict[str, Any]
+    signature: str
+    key_id: str
+
+
+@dataclass(frozen=True)
+class DecisionInput:
+    """What a reviewer decides, as a door hands it to the decide service: parsed, not yet
+    checked (`decision_input_check` does that, so a field may still hold anything a client
+    sent). `arguments` is None when none were sent; `answer` likewise."""
+
+    verdict: Any
+    checkpoint_id: str
+    reason: Any = ""
+    note: Any = ""
+    arguments: Any = None
+    external_ref: Any = ""
+    answer: Any = None
+    # A decision the reviewer's device key signed (the desk signs it otherwise).
+    device: DeviceSignature | None = None
+    # A standing grant made with an approve (`grants.create`).
+    grant: Any = None
+
+    def texts(self) -> dict[str, str]:
+        """The reviewer's texts exactly as stored and signed."""
+        return {"reason": self.reason, "note": self.note, "external_ref": self.external_ref.strip()}
+
+    def arguments_to_run(self, approval: ApprovalRequest) -> Any:
+        """The arguments the decision lets the tool run with: the edited ones for an edit."""
+        return self.arguments if self.verdict == Verdict.EDIT else approval.arguments
+
+
+def decision_input_check(decision: DecisionInput, *, kind: str) -> None:
     """Refuse a decision whose input breaks a rule; return None when it keeps them all.
 
     `arguments` is None when the caller sent none. Raises `Invalid`: with `errors`
@@ -48,13 +69,14 @@ def decision_input_check(
     confirm without its external reference. Field rules are reported together;
     the rules across fields only once every field is well formed.
     """
+    verdict, arguments, answer = decision.verdict, decision.arguments, decision.answer
     errors: dict[str, list[str]] = {}
     if not isinstance(verdict, str) or verdict not in Verdict.values:
         errors["verdict"] = [f'"{verdict}" is not a valid choice.']
     for field, value, limit in (
-        ("reason", reason, TEXT_MAX),
-        ("note", note, TEXT_MAX),
-        ("external_ref", external_ref, EXTERNAL_REF_MAX),
+        ("reason", decision.reason, TEXT_MAX),
+        ("note", decision.note, TEXT_MAX),
+        ("external_ref", decision.external_ref, EXTERNAL_REF_MAX),
     ):
         if not isinstance(value, str):
             errors[field] = ["Not a valid string."]
@@ -90,7 +112,7 @@ def decision_input_check(
     allowed = KIND_VERDICTS[kind]
     if verdict not in allowed:
         raise Invalid(f"a {kind} request is answered with {', '.join(allowed)}", code="verdict")
-    if verdict == Verdict.CONFIRM and not external_ref.strip():
+    if verdict == Verdict.CONFIRM and not decision.external_ref.strip():
         raise Invalid("marking an effect done needs its external reference (where it is recorded)")
 
 

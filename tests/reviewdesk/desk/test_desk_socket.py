@@ -424,7 +424,7 @@ def test_a_socket_without_the_desk_pages_query_gets_every_event_as_before(person
 def test_coverage_joins_its_runs_when_an_overtaken_event_arrives_late():
     """In-process, the Coverage class alone: two writers publish out of commit order (a worker's
     event can overtake the web's), and the desk page must not replay for that."""
-    from reviewdesk.events.consumers import Coverage
+    from reviewdesk.desk.consumers import Coverage
 
     coverage = Coverage(10)
     coverage.add(12)  # 11 is late, or another user's
@@ -436,7 +436,7 @@ def test_coverage_joins_its_runs_when_an_overtaken_event_arrives_late():
 
 
 def test_coverage_never_vouches_across_a_hole_that_stays_open():
-    from reviewdesk.events.consumers import Coverage
+    from reviewdesk.desk.consumers import Coverage
 
     coverage = Coverage(0)
     coverage.add(3)  # 1 and 2 missing
@@ -453,7 +453,7 @@ def test_a_hand_over_note_reaches_only_who_may_see_the_call(personas, interrupte
     desk hears of it (its card leaves theirs), but the note is written for who may see the call
     now: bob and the admins. dave, a reviewer who may no longer see it, got the note too, pushed
     and replayed; he now gets the event with the note left blank."""
-    from reviewdesk.approvals.handover import approval_handover
+    from reviewdesk.approvals.lifecycle.handover import approval_handover
     from tests.conftest import make_user
 
     dave = make_user("dave", REVIEWERS)

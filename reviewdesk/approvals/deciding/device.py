@@ -1,5 +1,5 @@
-"""Device-signed decisions at the desk: which key may sign, and whether what it signed is
-exactly the decision the server would store.
+"""Device-signed decisions at the desk: the payload a device signs, which key may sign, and
+whether what it signed is exactly the decision the server would store.
 
 The server checks before storing (422 `bad_signature` otherwise) so that a bad signature
 is refused at the door; the worker's gate checks again under its pinned roots, and only
@@ -9,41 +9,21 @@ the gate's check is what a compromised web tier cannot skip.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
 
 from agents.decisions import signature_valid
-from agents.registry import UnknownAgent, get_agent
 from agents.trust import public_key_from_b64
 from reviewdesk.accounts.models import DeviceKey, Endorsement, Revocation
+from reviewdesk.approvals.deciding.checks import approval_check_decide
+from reviewdesk.approvals.deciding.input import DecisionInput, DeviceSignature
+from reviewdesk.approvals.deciding.payload import decision_payload_for
 from reviewdesk.lib.errors import Invalid
-
-
-@dataclass(frozen=True)
-class DeviceSignature:
-    """What a client sends with a device-signed decision: the payload it was given by
-    `/payload` and signed, the base64 signature, and its device key's id."""
-
-    payload: dict[str, Any]
-    signature: str
-    key_id: str
-
-
-def device_decision_required(*, agent: str, tool: str) -> bool:
-    """Only a decision signed by the reviewer's device key may run `tool`: everywhere when
-    DESK_REQUIRE_DEVICE_KEYS is on, else when the agent or the tool asks for it. The gate asks
-    this (through the host) and so does the desk, which refuses a server-signed approval
-    that the gate would refuse anyway."""
-    if settings.DESK_REQUIRE_DEVICE_KEYS:
-        return True
-    try:
-        return get_agent(agent).requires_device_decision(tool)
-    except UnknownAgent:
-        return False  # nothing of this agent can run anyway
 
 
 def device_key_for_signing(*, reviewer: User, key_id: str) -> DeviceKey:
@@ -94,3 +74,26 @@ def device_signature_check(*, key: DeviceKey, device: DeviceSignature, expected:
         )
     if not signature_valid(public_key_from_b64(key.public_key), expected, device.signature):
         raise Invalid("the device signature does not verify", code="bad_signature")
+
+
+def approval_device_payload(
+    *, approval_id: Any, reviewer: User, decision: DecisionInput, key_id: str
+) -> dict[str, Any]:
+    """The payload a device key signs for this decision (`GET /api/v1/approvals/{id}/payload`),
+    after the same checks as deciding: the bytes a device signs are the bytes the desk will
+    store and the gate will verify. Nothing is stored: the client posts it back, signed, with
+    the decision."""
+    with transaction.atomic():
+        approval, run = approval_check_decide(approval_id=approval_id, reviewer=reviewer, decision=decision)
+        key = device_key_for_signing(reviewer=reviewer, key_id=key_id)
+        return decision_payload_for(
+            approval=approval,
+            run=run,
+            reviewer=reviewer,
+            decision=decision,
+            decision_id=uuid.uuid4(),
+            issued_at=timezone.now(),
+            nonce=None,
+            key_id=key.key_id,
+            device=True,
+        )

@@ -16,6 +16,7 @@ from django.db import connection
 from agents.gate import ApprovalGate, CallBinding, SignedDecision
 from agents.loop import DecisionState, Reconciled, Rejected
 from agents.state import CallState, CallStatus
+from reviewdesk.approvals.access import may_decide
 from reviewdesk.approvals.models import (
     AWAITING_KINDS,
     ApprovalKind,
@@ -24,7 +25,6 @@ from reviewdesk.approvals.models import (
     Decision,
     Verdict,
 )
-from reviewdesk.approvals.routing import user_qualifies
 from reviewdesk.lib.db import prefetched_as
 from reviewdesk.lib.db_rows import Columns, column, fetchall, fetchone, prep, table
 from reviewdesk.runs.models import Run
@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class RequestDeciders:
-    """The gate's reviewer check (`reviewer_may_decide_run`) for the reviewers who decided one
+    """The gate's reviewer check (`may_decide_by_name`) for the reviewers who decided one
     request, answered from the rows read with its decisions (`call_decision_read`): the
     request's targets, each reviewer's account and groups, the run's submitter.
 
@@ -174,13 +174,13 @@ def _decision_state(approval: ApprovalRequest | None, kind: str) -> DecisionStat
 
 def _deciders(approval: ApprovalRequest, run: Run, group_names: dict[Any, set[str]]) -> RequestDeciders:
     """Whether each reviewer who decided `approval` qualifies now, by the one rule
-    (`user_qualifies`), with the group names read with their decisions."""
+    (`may_decide`), with the group names read with their decisions."""
     reviewers = {d.reviewer_id: d.reviewer for d in approval.decisions.all()}
     return RequestDeciders(
         run_id=str(run.pk),
         request_id=str(approval.pk),
         answers={
-            user.get_username(): user_qualifies(user, approval, run, group_names=group_names[pk])
+            user.get_username(): may_decide(user, approval, run, group_names=group_names[pk])
             for pk, user in reviewers.items()
         },
     )
@@ -251,3 +251,24 @@ def calls_decided_meanwhile(*, run: Run, call_ids: tuple[str, ...]) -> bool:
     for tool_call_id, status in requests.order_by("created_at").values_list("tool_call_id", "status"):
         latest[tool_call_id] = status
     return any(status != ApprovalStatus.PENDING for status in latest.values())
+
+
+def refused_decision_of(*, run_id: Any, call_id: str | None) -> dict[str, str]:
+    """What a `decision.refused` audit row names besides the call, so that an admin can follow
+    it (and the audit page checks that decision's signature beside the refusal): the call's
+    latest decided request (`approval`), the decision that settled it (`decision`, the one the
+    gate was handed; under a quorum its co-votes were checked with it) and that decision's
+    arguments hash as stored now. Empty when the refusal names no call (a reviewer's note
+    refused for the batch) or the call has no decision."""
+    if not call_id:
+        return {}
+    latest = (
+        Decision.objects.filter(request__run_id=run_id, request__tool_call_id=call_id)
+        .order_by("-request__created_at", "-decided_at")
+        .values_list("id", "request_id", "arguments_sha256")
+        .first()
+    )
+    if latest is None:
+        return {}
+    decision_id, request_id, arguments_sha256 = latest
+    return {"decision": str(decision_id), "approval": str(request_id), "arguments_sha256": arguments_sha256}

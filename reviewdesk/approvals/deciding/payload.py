@@ -1,12 +1,13 @@
-"""The payload a decision's signature covers, built from the approval it decides: the one
-function both the desk's own signature (`services.approval_do_decide`) and a reviewer's device
-(`signable.approval_device_payload`) sign over, so the two can never drift apart."""
+"""The payload a decision's signature covers, built from the approval it decides and the
+decision's input: the one function both the desk's own signature (`record.approval_do_decide`)
+and a reviewer's device (`device.approval_device_payload`) sign over, so the two can never
+drift apart."""
 
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
@@ -14,23 +15,26 @@ from agents.decisions import decision_payload
 from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.runs.models import Run
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+    from reviewdesk.approvals.deciding.input import DecisionInput
+
 
 def decision_payload_for(
     *,
     approval: ApprovalRequest,
     run: Run,
-    reviewer: Any,
-    verdict: str,
-    to_run: Any,
-    texts: dict[str, str],
+    reviewer: User,
+    decision: DecisionInput,
     decision_id: uuid.UUID,
-    issued_at: Any,
+    issued_at: datetime,
     nonce: str | None,
     key_id: str,
     device: bool,
-    answer: Any = None,
 ) -> dict[str, Any]:
-    """The payload of this decision; the texts exactly as stored (the worker checks them)."""
+    """The payload of this decision; the texts exactly as stored (the worker checks them).
+    `device`: a reviewer's device key signs it (its payload has a form of its own)."""
     return decision_payload(
         decision_id=decision_id,
         request_id=approval.id,
@@ -39,16 +43,16 @@ def decision_payload_for(
         checkpoint_id=approval.checkpoint_id,
         tool_call_id=approval.tool_call_id,
         tool=approval.tool,
-        arguments=to_run,
-        verdict=verdict,
+        arguments=decision.arguments_to_run(approval),
+        verdict=decision.verdict,
         reviewer=reviewer.get_username(),
         issued_at=issued_at,
         not_after=decision_not_after(approval, issued_at),
         nonce=nonce,
         key_id=key_id,
         device=device,
-        answer=answer,
-        **texts,
+        answer=decision.answer,
+        **decision.texts(),
     )
 
 

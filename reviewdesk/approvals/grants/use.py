@@ -15,13 +15,13 @@ from django.utils import timezone
 from agents.grants import SignedGrant, grant_mismatch
 from agents.ledger import CallBinding
 from agents.state import CallState
+from reviewdesk.approvals.access import may_review_run
+from reviewdesk.approvals.lifecycle.routing import named_for_call
 from reviewdesk.approvals.models import (
     Grant,
     GrantScope,
     GrantUse,
 )
-from reviewdesk.approvals.routing import named_for_call
-from reviewdesk.approvals.selectors import user_may_decide
 from reviewdesk.audit.services import audit_record
 from reviewdesk.lib.db_rows import Columns, column, fetchall, prep, table
 from reviewdesk.runs.models import Attempt, Run
@@ -81,7 +81,7 @@ def grant_matching_call(*, run: Run, call: CallState) -> str | None:
 
 def grantor_may_decide(user: Any, run: Run, tool: str, arguments: Any) -> bool:
     """Whether a grant's maker could decide this very call (its routing, not only the run)."""
-    return user_may_decide(user, run) and named_for_call(user, run, tool, arguments)
+    return may_review_run(user, run) and named_for_call(user, run, tool, arguments)
 
 
 def grantor_may_decide_run(username: str, run_id: str, tool: str, arguments: Any) -> bool:

@@ -1,16 +1,15 @@
-"""A request's life outside a decision: raise, cancel, raise again, expire.
+"""Raising a request, cancelling a run's open ones, and raising them again after a refusal.
 
-Deciding is in `services.py`; the reads the worker needs are in `selectors.py`.
-Every function here expects the caller to hold the run's row lock in the
-current transaction (lock order everywhere: run, then approval).
+Expiry is `expiry.py`; deciding is `deciding/`; the reads the worker needs are
+`reads/decisions.py`. Every function here expects the caller to hold the run's row lock in
+the current transaction (lock order everywhere: run, then approval).
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
 from agents.canonical import sha256_hex
@@ -18,7 +17,9 @@ from agents.questions import asks_human
 from agents.registry import UnknownAgent, get_agent
 from agents.routing import Quorum
 from agents.state import SCHEMA_VERSION, CallState, CallStatus
-from reviewdesk.approvals.clock import respond_by_for
+from reviewdesk.approvals.access import approval_audience
+from reviewdesk.approvals.lifecycle.clock import respond_by_for
+from reviewdesk.approvals.lifecycle.routing import targets_for_call
 from reviewdesk.approvals.models import (
     AWAITING_KINDS,
     ApprovalKind,
@@ -27,15 +28,13 @@ from reviewdesk.approvals.models import (
     Decision,
     Verdict,
 )
-from reviewdesk.approvals.routing import approval_audience, targets_for_call
+from reviewdesk.approvals.reads.representation import approval_data
 from reviewdesk.audit.services import audit_record
-from reviewdesk.events.builders import approval_data
 from reviewdesk.events.services import event_emit
 from reviewdesk.lib.db import prefetched_as
 from reviewdesk.lib.db_rows import Columns, column, fetchall, insert, prep, table, update
-from reviewdesk.runs.models import ENDED, Attempt, Checkpoint, ErrorKind, Run, RunStatus
+from reviewdesk.runs.models import Attempt, Checkpoint, Run
 from reviewdesk.runs.stores import checkpoint_state, snapshot_column
-from reviewdesk.runs.transitions import run_mark_failed, run_requeue
 
 
 def approval_raise(
@@ -200,51 +199,3 @@ def _needs_new_request(run: Run, call: CallState, *, refused: bool) -> bool:
         and decision is not None
         and decision.consumed_at is None
     )
-
-
-def approvals_expire(*, now: datetime) -> int:
-    """Expire overdue requests, each in its own transaction. The agent's policy says what
-    follows: by default the model is told the request expired and the run goes on; `fail`
-    ends the run. A reconciliation never expires: an unknown effect waits for a human."""
-    overdue = ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, expires_at__lte=now).exclude(
-        kind=ApprovalKind.RECONCILE
-    )
-    expired = 0
-    for approval_id, run_id in overdue.values_list("id", "run_id"):
-        with transaction.atomic():
-            run = Run.objects.select_for_update().get(pk=run_id)
-            expired += approval_expire(approval_id=approval_id, run=run)
-    return expired
-
-
-def approval_expire(*, approval_id: Any, run: Run) -> int:
-    """Expire one request if it is still pending; 1 if it did. Caller holds the run lock."""
-    # Compare-and-set: a decision that won the race keeps its verdict.
-    if (
-        ApprovalRequest.objects.filter(pk=approval_id, status=ApprovalStatus.PENDING).update(
-            status=ApprovalStatus.EXPIRED, updated_at=timezone.now()
-        )
-        != 1
-    ):
-        return 0
-    approval = ApprovalRequest.objects.get(pk=approval_id)
-    audit_record(actor=None, action="approval.expired", subject_type="approval", subject_id=approval.id)
-    event_emit(
-        type="approval.updated",
-        data=approval_data(approval),
-        run_id=run.pk,
-        audience=approval_audience(approval),
-    )
-    if run.status in ENDED:
-        return 1
-    if get_agent(run.agent).on_approval_expired == "fail":
-        run.cancel_epoch += 1  # fences out a worker that may hold the run
-        approvals_cancel_open(run=run, why="the run failed")
-        run_mark_failed(
-            run,
-            f"approval for {approval.tool} ({approval.tool_call_id}) expired",
-            kind=ErrorKind.APPROVAL_EXPIRED,
-        )
-    elif run.status == RunStatus.INPUT_REQUIRED:
-        run_requeue(run)
-    return 1

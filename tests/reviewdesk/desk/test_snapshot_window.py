@@ -16,9 +16,9 @@ from django.test import Client
 from django.utils import timezone
 
 from reviewdesk.approvals.models import ApprovalRequest
-from reviewdesk.approvals.queue import QUEUE_PAGE_SIZE
+from reviewdesk.approvals.reads.queue import QUEUE_PAGE_SIZE
 from reviewdesk.asgi import application
-from tests.reviewdesk.events.test_desk_socket import in_thread, receive_until, session_headers
+from tests.reviewdesk.desk.test_desk_socket import in_thread, receive_until, session_headers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -152,7 +152,7 @@ def test_a_desk_that_asks_for_a_snapshot_gets_its_window_and_count_now(personas,
     """A page that cannot tell whether a call it has not seen was in its count (one handed over
     or escalated to the reviewer from elsewhere) asks its socket for a fresh snapshot: the same
     window the URL names, read now, with the count as the server has it."""
-    from reviewdesk.approvals.handover import approval_handover
+    from reviewdesk.approvals.lifecycle.handover import approval_handover
 
     run, approval = interrupted_run(reviewers=["alice"])
     headers = session_headers(personas.bob)

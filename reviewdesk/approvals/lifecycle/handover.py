@@ -19,14 +19,19 @@ from django.utils import timezone
 
 from agents.routing import group_of, is_target
 from reviewdesk.accounts.roles import is_reviewer
+from reviewdesk.approvals.access import (
+    approval_audience,
+    approval_get_visible,
+    deciders_of,
+    may_decide,
+    named_by,
+)
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
-from reviewdesk.approvals.routing import approval_audience, named_by, qualified_users, user_qualifies
-from reviewdesk.approvals.selectors import approval_get_for_reviewer
-from reviewdesk.approvals.validation import NUL_REFUSED, TEXT_MAX
+from reviewdesk.approvals.reads.representation import approval_data
 from reviewdesk.audit.services import audit_record
-from reviewdesk.events.builders import approval_data
 from reviewdesk.events.services import event_emit
 from reviewdesk.lib.errors import Conflict, Forbidden, Gone, Invalid
+from reviewdesk.lib.limits import NUL_REFUSED, TEXT_MAX
 from reviewdesk.runs.models import ENDED, Run
 
 
@@ -38,10 +43,10 @@ def approval_check_handover(*, approval_id: Any, by: Any, to: Any, note: Any) ->
     """
     if not is_reviewer(by):
         raise Forbidden("only reviewers can hand approvals over")
-    approval = approval_get_for_reviewer(approval_id=approval_id, user=by)
+    approval = approval_get_visible(approval_id=approval_id, user=by)
     run = Run.objects.select_for_update().get(pk=approval.run_id)
     approval = ApprovalRequest.objects.select_for_update().get(pk=approval.pk)
-    if not user_qualifies(by, approval, run):
+    if not may_decide(by, approval, run):
         raise Forbidden("only someone who may decide this approval can hand it over")
     if any(vote.reviewer_id == by.pk for vote in approval.approving_decisions()):
         # A voter may not cast the second vote, so neither may they choose who does.
@@ -70,7 +75,7 @@ def _check_target(approval: ApprovalRequest, run: Run, to: Any) -> None:
         raise Invalid('"to" is a username or "group:NAME"', errors={"to": ["invalid"]})
     voters = {d.reviewer_id for d in approval.approving_decisions()}
     group = group_of(to)
-    candidates = qualified_users(_retargeted(approval, [to]), run).exclude(pk__in=voters)
+    candidates = deciders_of(_retargeted(approval, [to]), run).exclude(pk__in=voters)
     if group is None:
         user = get_user_model().objects.filter(username=to).first()
         if user is None or not candidates.filter(pk=user.pk).exists():

@@ -1,0 +1,76 @@
+"""Deliveries are made from the desk's event log after a cursor (in-process, on the database,
+with the real Redis queue for the dispatch task an event's commit sends)."""
+
+from __future__ import annotations
+
+import pytest
+
+from reviewdesk.events.services import latest_seq
+from reviewdesk.webhooks import services
+from reviewdesk.webhooks.models import DispatchCursor, WebhookDelivery, WebhookEndpoint
+from reviewdesk.webhooks.services import webhook_register, webhooks_dispatch
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def hook(personas, settings):
+    settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True
+    endpoint, _ = webhook_register(
+        owner=personas.carol, url="http://127.0.0.1:9/hook", events=["run.input_required"]
+    )
+    return endpoint
+
+
+def test_an_event_becomes_one_delivery_however_many_dispatches_read_it(hook, interrupted_run):
+    interrupted_run()
+    assert webhooks_dispatch() == 1
+    assert webhooks_dispatch() == 0  # the cursor moved past it, with the delivery
+    assert WebhookDelivery.objects.filter(endpoint=hook).count() == 1
+    assert DispatchCursor.objects.get().seq == latest_seq()
+
+
+def test_an_endpoint_hears_only_of_events_written_after_it_was_registered(
+    personas, settings, interrupted_run
+):
+    settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True
+    interrupted_run()  # before any endpoint
+    late, _ = webhook_register(
+        owner=personas.carol, url="http://127.0.0.1:9/late", events=["run.input_required"]
+    )
+    assert late.since_seq == latest_seq()
+    assert webhooks_dispatch() == 0
+    interrupted_run()
+    assert webhooks_dispatch() == 1
+    assert WebhookDelivery.objects.get(endpoint=late).event_seq > late.since_seq
+
+
+def test_a_backlog_longer_than_a_page_is_dispatched_whole_and_in_order(hook, interrupted_run, monkeypatch):
+    monkeypatch.setattr(services, "DISPATCH_PAGE_SIZE", 2)
+    for _ in range(5):
+        interrupted_run()
+    assert webhooks_dispatch() == 5
+    seqs = list(
+        WebhookDelivery.objects.filter(endpoint=hook)
+        .order_by("created_at")
+        .values_list("event_seq", flat=True)
+    )
+    assert seqs == sorted(seqs) and len(set(seqs)) == 5
+
+
+def test_an_events_commit_sends_a_dispatch_only_when_its_submitter_has_a_live_webhook(
+    personas, settings, interrupted_run, task_queue
+):
+    settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True
+    interrupted_run()
+    assert "webhooks.dispatch" not in task_queue.names()  # carol has no webhook yet
+    endpoint, _ = webhook_register(
+        owner=personas.carol, url="http://127.0.0.1:9/hook", events=["run.succeeded"]
+    )
+    task_queue.clear()
+    interrupted_run()
+    assert task_queue.names().count("webhooks.dispatch") == 1
+    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(disabled_at="2026-01-01T00:00:00Z")
+    task_queue.clear()
+    interrupted_run()
+    assert "webhooks.dispatch" not in task_queue.names()  # disabled: nothing to tell

@@ -18,7 +18,7 @@ from rest_framework.response import Response
 
 from bench.skeleton_tasks import GROUP, resume, run
 from reviewdesk.api.throttling import DecideThrottle, SubmitThrottle
-from reviewdesk.api.views import DeskAPIView
+from reviewdesk.api.views.base import DeskAPIView
 
 __all__ = ["GROUP"]
 

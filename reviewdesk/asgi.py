@@ -21,7 +21,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
 
-from reviewdesk.api.streams import event_stream_app  # noqa: E402
+from reviewdesk.api.views.streams import event_stream_app  # noqa: E402
 from reviewdesk.desk.routing import websocket_urlpatterns  # noqa: E402
 
 

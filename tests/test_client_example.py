@@ -1,5 +1,5 @@
 """examples/client.py's reading of the stream, in-process: the desk's own ending bytes
-(`event: end`, reviewdesk/api/streams.py) served by httpx's MockTransport, no desk behind it.
+(`event: end`, reviewdesk/api/views/streams.py) served by httpx's MockTransport, no desk behind it.
 tests/e2e/test_api_client_example.py runs the client against the real stack."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def load_example():
 
 
 def test_the_source_still_ends_streams_with_these_bytes():
-    source = (Path(__file__).resolve().parents[1] / "reviewdesk" / "api" / "streams.py").read_text()
+    source = (Path(__file__).resolve().parents[1] / "reviewdesk" / "api" / "views" / "streams.py").read_text()
     assert r'b"event: end\ndata: {}\n\n"' in source
 
 

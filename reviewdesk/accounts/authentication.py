@@ -6,15 +6,13 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
-from django.contrib.auth.models import Group
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 from rest_framework import authentication, exceptions
 
 from reviewdesk.accounts.models import ApiToken
-from reviewdesk.accounts.roles import remember_group_names
+from reviewdesk.accounts.rows import token_for_digest
 from reviewdesk.accounts.services import token_digest
-from reviewdesk.lib.db_rows import Columns, column, fetchall, table
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):
@@ -35,30 +33,6 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request) -> str:
         return 'Bearer realm="api"'
-
-
-def token_for_digest(digest: str) -> ApiToken | None:
-    """The unrevoked token with this SHA-256, its user with it and the names of the user's
-    groups (`roles.group_names_of` answers from them for this request), in one hand-written
-    statement: every API request asks, and the ORM's queries spent longer compiling than
-    running (issue 11, #6: a fifth of the web's CPU on the bench's bare requests)."""
-    user_model = get_user_model()
-    token, user = Columns.of(ApiToken, "t"), Columns.of(user_model, "u")
-    through = user_model.groups.through
-    sql = (
-        f"SELECT {token.sql}, {user.sql}, g.{column(Group, 'name')} FROM {table(ApiToken)} t "
-        f"JOIN {table(user_model)} u ON u.{column(user_model, 'id')} = t.{column(ApiToken, 'user')} "
-        f"LEFT JOIN {table(through)} m ON m.{column(through, 'user')} = u.{column(user_model, 'id')} "
-        f"LEFT JOIN {table(Group)} g ON g.{column(Group, 'id')} = m.{column(through, 'group')} "
-        f"WHERE t.{column(ApiToken, 'token_sha256')} = %s AND t.{column(ApiToken, 'revoked_at')} IS NULL"
-    )
-    rows = fetchall(sql, [digest])
-    if not rows:
-        return None
-    found = token.build(rows[0])
-    found.user = user.build(rows[0], token.width)
-    remember_group_names(found.user, [row[-1] for row in rows if row[-1] is not None])
-    return found
 
 
 def token_touch(token: ApiToken) -> None:

@@ -7,8 +7,8 @@ page holds the last row. The cursor is opaque to clients (base64 of the last row
 sort key); a cursor this API did not issue is 400 `bad_cursor`. Tampering with one
 reveals nothing: it only moves the start within the rows the user may already see.
 
-Query parameters are checked too: an unknown parameter or a bad value is 400
-`bad_parameter`, so a typo in a filter never returns everything unfiltered.
+Each list's query parameters are declared once, in `api.filters`: an unknown parameter or a bad
+value is 400 `bad_parameter`, so a typo in a filter never returns everything unfiltered.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import base64
 import binascii
 import json
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -35,19 +35,12 @@ CURSOR = "cursor"
 LIMIT = "limit"
 
 
-def check_parameters(request: Request, allowed: Iterable[str]) -> None:
-    unknown = sorted(set(request.query_params) - set(allowed))
-    if unknown:
-        raise BadRequest(
-            f"unknown query parameter {', '.join(unknown)}; this endpoint takes {', '.join(sorted(allowed))}",
-            code="bad_parameter",
-        )
-
-
 def page_limit(request: Request) -> int:
     raw = request.query_params.get(LIMIT)
-    if raw is None:
-        return settings.DESK_API_PAGE_SIZE
+    return settings.DESK_API_PAGE_SIZE if raw is None else parse_limit(raw)
+
+
+def parse_limit(raw: str) -> int:
     maximum = settings.DESK_API_MAX_PAGE_SIZE
     limit = whole_number(raw)
     if limit is None or not 1 <= limit <= maximum:
@@ -55,67 +48,16 @@ def page_limit(request: Request) -> int:
     return limit
 
 
-def choice_parameter(request: Request, name: str, choices: Iterable[str]) -> str | None:
-    value = request.query_params.get(name)
-    choices = list(choices)
-    if value is not None and value not in choices:
-        raise BadRequest(f"{name} must be one of {', '.join(choices)}", code="bad_parameter")
-    return value
-
-
-def text_parameter(request: Request, name: str) -> str | None:
-    value = request.query_params.get(name)
-    if value is not None and not (0 < len(value) <= 200):
-        raise BadRequest(f"{name} must be 1 to 200 characters", code="bad_parameter")
-    if value is not None and "\x00" in value:
-        # `%00` decodes to U+0000, which PostgreSQL text cannot hold: comparing a column with
-        # it raised DataError, a 500. No stored name or id contains one, so it matches nothing.
-        raise BadRequest(f"{name} may not contain a NUL character", code="bad_parameter")
-    return value
-
-
-def uuid_parameter(request: Request, name: str) -> uuid.UUID | None:
-    value = request.query_params.get(name)
-    if value is None:
-        return None
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise BadRequest(f"{name} must be a UUID", code="bad_parameter") from None
-
-
-def time_parameter(request: Request, name: str) -> datetime | None:
-    """An RFC 3339 date-time; one without an offset is read as UTC."""
-    value = request.query_params.get(name)
-    if value is None:
-        return None
-    try:
-        parsed = parse_datetime(value)
-    except ValueError:
-        parsed = None
-    if parsed is None:
-        raise BadRequest(
-            f"{name} must be an RFC 3339 date-time, e.g. 2026-01-31T12:00:00Z", code="bad_parameter"
-        )
-    parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-    try:
-        # In UTC: PostgreSQL refuses offsets past ±15:59 that Python accepts (+20:02), and a
-        # time that leaves year 1..9999 in UTC cannot be compared at all.
-        return parsed.astimezone(UTC)
-    except OverflowError:
-        raise BadRequest(f"{name} is out of range once in UTC", code="bad_parameter") from None
-
-
-def sequence_parameter(request: Request, name: str) -> int:
-    sequence = whole_number(request.query_params.get(name, "0"))
+def parse_sequence(raw: str, name: str) -> int:
+    sequence = whole_number(raw)
     if sequence is None:
         raise BadRequest(f"{name} must be a non-negative integer sequence number", code="bad_parameter")
     return sequence
 
 
-def time_filters(request: Request, rows: QuerySet, field: str = "created_at") -> QuerySet:
-    after = time_parameter(request, "created_after")
-    before = time_parameter(request, "created_before")
+def time_filters(query: dict[str, Any], rows: QuerySet, field: str = "created_at") -> QuerySet:
+    """`rows` within the `created_after` and `created_before` of a list's parsed query."""
+    after, before = query.get("created_after"), query.get("created_before")
     if after:
         rows = rows.filter(**{f"{field}__gte": after})
     if before:
@@ -138,7 +80,7 @@ def _decode(cursor: str) -> tuple[datetime, uuid.UUID]:
         when = parse_datetime(stamp)
         if when is None or when.tzinfo is None:
             raise ValueError(stamp)
-        # In UTC, as time_parameter compares (PostgreSQL refuses an offset such as +20:00).
+        # In UTC, as `filters.TimeFilter` compares (PostgreSQL refuses an offset such as +20:00).
         return when.astimezone(UTC), uuid.UUID(pk)
     except (ValueError, TypeError, OverflowError, RecursionError, binascii.Error, UnicodeDecodeError):
         raise BadRequest("the cursor is not one this API issued", code="bad_cursor") from None
@@ -192,7 +134,7 @@ def each(render: Callable[[Any], dict[str, Any]]) -> Callable[[list[Any]], list[
 def sequence_page(request: Request, rows: QuerySet, render: Callable[[Any], dict[str, Any]]) -> Response:
     """Oldest first by sequence after `after`; `next` asks for the rows after this page's last."""
     limit = page_limit(request)
-    after = sequence_parameter(request, "after")
+    after = parse_sequence(request.query_params.get("after", "0"), "after")
     page = list(rows.filter(id__gt=after).order_by("id")[: limit + 1])
     more = len(page) > limit
     page = page[:limit]

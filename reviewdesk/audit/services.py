@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from django.db import NotSupportedError, connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from reviewdesk.audit.chain import GENESIS, row_hash
+from reviewdesk.audit.chain import row_hash
 from reviewdesk.audit.keys import audit_key, record_plain_boundary
 from reviewdesk.audit.models import AuditEvent, ChainVersion
+from reviewdesk.audit.rows import audit_chain_tail, audit_row_insert
 from reviewdesk.lib.db import append_later, serialize_writers
-from reviewdesk.lib.db_rows import insert
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -55,7 +55,7 @@ def _append(
     record_plain_boundary(_last_plain_id)
     # The keyed hash covers the row id: take the id with the head's hash, under the lock,
     # and insert the row whole (issue 11: one statement less than inserting, then hashing).
-    prev, pk = _chain_tail()
+    prev, pk = audit_chain_tail()
     row = AuditEvent(
         id=pk,
         at=timezone.now(),
@@ -69,34 +69,8 @@ def _append(
         version=ChainVersion.KEYED,
     )
     row.hash = row_hash(row, key=key)
-    insert(row)
+    audit_row_insert(row)
     return row
-
-
-def _chain_tail() -> tuple[str, int]:
-    """(the newest row's hash, or GENESIS; the id the next row takes), in one statement.
-
-    Call it holding the writers' lock, in a statement of its own after the lock's: the
-    statement's snapshot then holds every row committed before, and ids are taken in lock
-    order, so id order stays commit order (the chain's order, which `_walk` follows)."""
-    table = connection.ops.quote_name(AuditEvent._meta.db_table)
-    head = f"SELECT hash FROM {table} ORDER BY id DESC LIMIT 1"
-    if connection.vendor == "postgresql":
-        next_id = f"nextval(pg_get_serial_sequence('{AuditEvent._meta.db_table}', 'id'))"
-    elif connection.vendor == "sqlite":
-        # AUTOINCREMENT's counter (never an id used before, even by a deleted row), or past
-        # the newest row should the counter be behind it.
-        next_id = (
-            "MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = %s), 0), "
-            f"COALESCE((SELECT MAX(id) FROM {table}), 0)) + 1"
-        )
-    else:
-        raise NotSupportedError(f"audit chain: no id allocation for {connection.vendor}")
-    params = [AuditEvent._meta.db_table] if connection.vendor == "sqlite" else []
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT ({head}), {next_id}", params)
-        prev, pk = cursor.fetchone()
-    return prev or GENESIS, int(pk)
 
 
 def _last_plain_id() -> int:

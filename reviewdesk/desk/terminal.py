@@ -31,7 +31,7 @@ from reviewdesk.approvals.reads.context import approval_preview, approval_tool
 from reviewdesk.approvals.reads.queue import QueueFilters, approvals_queue_for
 from reviewdesk.desk.templatetags.desk_json import visible
 from reviewdesk.desk.terminal_text import approval_text, arguments_text, diff_text, preview_text
-from reviewdesk.desk.views import DONE  # what a decision is called once made, as the pages say it
+from reviewdesk.desk.views.base import DONE  # what a decision is called once made, as the pages say it
 from reviewdesk.lib.errors import DeskError, Forbidden, explain
 from reviewdesk.lib.numbers import whole_number
 

@@ -1,4 +1,4 @@
-"""`group_send` from sync code, done by the calling thread (issue 11, figure #1).
+"""`group_send` from sync code, done by the calling thread (`make bench` #1, push).
 
 The desk's channel layer is channels_redis's pub/sub layer: its `group_send` is one PUBLISH of
 the layer's serialised message on the group's Redis channel, and Redis hands it to every
@@ -18,14 +18,33 @@ import threading
 import weakref
 from typing import Any, cast
 
+import channels_redis
 import redis
 from channels import DEFAULT_CHANNEL_LAYER
 from channels_redis.pubsub import RedisPubSubChannelLayer
 from channels_redis.utils import _consistent_hash, decode_hosts
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 # A push that cannot reach Redis fails after this, rather than holding the worker.
 PUBLISH_TIMEOUT_SECONDS = 10
+
+# The pub/sub layer's group channel names and its shard choice (`_consistent_hash`) are private
+# to channels_redis: this module was checked against these releases. Another one is refused
+# (by a system check, events/apps.py, and by `publisher_for`) rather than left to publish where
+# no consumer listens: read its pubsub.py, then add its version here.
+CHANNELS_REDIS_CHECKED = ("4.3.0",)
+
+
+def channels_redis_problem(version: str | None = None) -> str | None:
+    """Why this channels_redis cannot be trusted to name its channels as `group_channel` does."""
+    version = channels_redis.__version__ if version is None else version
+    if version in CHANNELS_REDIS_CHECKED:
+        return None
+    return (
+        f"channels_redis {version} is installed; reviewdesk/events/publish.py reuses its private "
+        f"channel naming and was checked against {', '.join(CHANNELS_REDIS_CHECKED)} only"
+    )
 
 
 def group_channel(prefix: str, group: str) -> str:
@@ -73,6 +92,8 @@ def publisher_for(layer: Any) -> GroupPublisher | None:
     pub/sub layer (then Channels' own `async_to_sync(group_send)` it is)."""
     if not isinstance(layer, RedisPubSubChannelLayer):
         return None
+    if problem := channels_redis_problem():
+        raise ImproperlyConfigured(problem)
     with _lock:
         if layer not in _publishers:
             config = settings.CHANNEL_LAYERS[DEFAULT_CHANNEL_LAYER].get("CONFIG", {})

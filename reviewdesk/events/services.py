@@ -17,8 +17,8 @@ from django.db import transaction
 
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.events.publish import publisher_for
+from reviewdesk.events.rows import event_insert
 from reviewdesk.lib.db import append_later, serialize_writers
-from reviewdesk.lib.db_rows import insert
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -56,7 +56,7 @@ def _event_write(event: DeskEvent, *, push: bool = False) -> DeskEvent:
     """Insert the event under the writers' lock (ids are then commit order, which replays and
     the webhooks' cursor rely on); push it on commit when `push`."""
     serialize_writers()
-    insert(event)
+    event_insert(event)
     if push:
         transaction.on_commit(lambda: event_push(event), robust=True)
     for hook in _written_hooks:

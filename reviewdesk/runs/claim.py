@@ -8,17 +8,16 @@ expired lease, and bumps the lease epoch that fences every write after it (host.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, models
 from django.utils import timezone
 
 from reviewdesk.approvals.lifecycle.raising import approvals_cancel_open
 from reviewdesk.lib.db import atomic_appends_last
-from reviewdesk.lib.db_rows import Columns, fetchone, insert
 from reviewdesk.runs.models import Attempt, AttemptStatus, ErrorKind, Run, RunStatus
+from reviewdesk.runs.rows import attempt_insert, run_claim_due
 from reviewdesk.runs.transitions import run_emit_updated, run_mark_failed
 
 
@@ -31,7 +30,7 @@ def run_claim(*, run_id: Any, worker: str) -> Attempt | None:
     """
     now = timezone.now()
     with atomic_appends_last():
-        run = _claim_due(run_id, now)
+        run = run_claim_due(run_id, now)
         if run is not None:  # the usual case, in one statement
             return _attempt_for(run, worker)
         run = Run.objects.select_for_update().filter(pk=run_id).first()
@@ -69,7 +68,7 @@ def run_claim(*, run_id: Any, worker: str) -> Attempt | None:
 def _attempt_for(run: Run, worker: str) -> Attempt:
     """The claimed run's new attempt, and its `running` event, in the claim's transaction."""
     assert run.lease_expires_at is not None, "the claim sets the lease"
-    attempt = insert(
+    attempt = attempt_insert(
         Attempt(
             run=run,
             # Every claim bumps the epoch and creates one attempt, in one transaction: the
@@ -83,44 +82,6 @@ def _attempt_for(run: Run, worker: str) -> Attempt:
     run_emit_updated(run)
     attempt.run = run
     return attempt
-
-
-def _claim_due(run_id: Any, now: datetime) -> Run | None:
-    """Claim the run if it is queued and due, in one statement: an UPDATE that returns the row
-    it changed, locked until the claim commits. None when it is not (an expired lease, another
-    worker's run, one not due or ended: `run_claim`'s locked read then decides). Issue 11 (#2,
-    #6): the ORM's locked read and its save were two round trips and two compilations a task;
-    the row comes back through a plain cursor, built as the ORM builds it (db_rows.Columns).
-    The submitter is read when an approval first names it, not with every claim."""
-    table, column = _run_sql_names()
-    returned = Columns.of(Run, Run._meta.db_table)
-    sql = (
-        f"UPDATE {table} SET {column['status']} = %s, "
-        f"{column['lease_epoch']} = {column['lease_epoch']} + 1, {column['lease_expires_at']} = %s, "
-        f"{column['next_attempt_at']} = NULL, {column['revision']} = {column['revision']} + 1, "
-        f"{column['updated_at']} = %s "
-        f"WHERE {column['id']} = %s AND {column['status']} = %s "
-        f"AND ({column['next_attempt_at']} IS NULL OR {column['next_attempt_at']} <= %s) RETURNING {returned.sql}"
-    )
-    at = connection.ops.adapt_datetimefield_value
-    expires = now + timedelta(seconds=settings.DESK_LEASE_SECONDS)
-    pk = Run._meta.get_field("id")
-    assert isinstance(pk, models.Field)
-    params = [RunStatus.RUNNING.value, at(expires), at(now), pk.get_db_prep_value(run_id, connection)]
-    row = fetchone(sql, [*params, RunStatus.QUEUED.value, at(now)])
-    return None if row is None else returned.build(row)
-
-
-def _run_sql_names() -> tuple[str, dict[str, str]]:
-    """The run table's name and the claim's columns, quoted for this connection's SQL."""
-    quote = connection.ops.quote_name
-    names = ("id", "status", "lease_epoch", "lease_expires_at", "next_attempt_at", "revision", "updated_at")
-    columns = {}
-    for name in names:
-        field = Run._meta.get_field(name)
-        assert isinstance(field, models.Field) and field.column
-        columns[name] = quote(field.column)
-    return quote(Run._meta.db_table), columns
 
 
 def gave_up(run: Run, why: str) -> bool:

@@ -26,13 +26,12 @@ from reviewdesk.approvals.reads.decisions import calls_decided_meanwhile, refuse
 from reviewdesk.audit.services import audit_record
 from reviewdesk.lib import faults
 from reviewdesk.lib.db import atomic_appends_last
-from reviewdesk.lib.db_rows import update, update_by_pk
 from reviewdesk.runs.claim import gave_up, run_claim, run_fail
 from reviewdesk.runs.host import DatabaseHost, LeaseLost, StepWriteFailed
 from reviewdesk.runs.leases import LeaseKeeper
 from reviewdesk.runs.models import Attempt, AttemptStatus, Run, RunStatus
 from reviewdesk.runs.retention import checkpoints_prune
-from reviewdesk.runs.selectors import run_locked
+from reviewdesk.runs.rows import attempt_end, run_locked, run_update
 from reviewdesk.runs.transitions import (
     RESUME_TASK,
     record_stale_write,
@@ -220,7 +219,7 @@ def run_finish(*, attempt: Attempt, outcome: Outcome, host: DatabaseHost | None 
                 run.status = RunStatus.INPUT_REQUIRED
         run.lease_expires_at = None
         run.revision += 1
-        update(
+        run_update(
             run,
             [
                 "status",
@@ -235,7 +234,7 @@ def run_finish(*, attempt: Attempt, outcome: Outcome, host: DatabaseHost | None 
                 "updated_at",
             ],
         )
-        update_by_pk(Attempt, attempt.pk, status=attempt_status, ended_at=now, error=attempt_error)
+        attempt_end(attempt.pk, status=attempt_status, ended_at=now, error=attempt_error)
         run_emit_updated(run)
     return True
 

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, models
 
 from agents.gate import ApprovalGate, CallBinding, SignedGrant
 from agents.loop import DecisionState
@@ -45,54 +44,13 @@ from reviewdesk.approvals.reads.decisions import RequestDeciders, call_decision_
 from reviewdesk.approvals.signing import FileKeyring, device_decision_required
 from reviewdesk.lib import faults
 from reviewdesk.lib.db import atomic_appends_last
-from reviewdesk.lib.db_rows import insert_many
 from reviewdesk.lib.tool_world import sandbox_config, tool_world
 from reviewdesk.runs.ledger import DatabaseLedger
 from reviewdesk.runs.models import Attempt, Message, Run, RunStatus
+from reviewdesk.runs.rows import RunOwner, messages_insert, run_owner
 from reviewdesk.runs.stores import DatabaseCheckpointStore
 
 logger = logging.getLogger(__name__)
-
-
-# What says whether an attempt still owns its run (`_checked`).
-OWNER_FIELDS = ("status", "lease_epoch", "cancel_epoch")
-
-
-@dataclass(frozen=True)
-class RunOwner:
-    """The run row's `OWNER_FIELDS`, as the fence reads them."""
-
-    id: Any
-    status: str
-    lease_epoch: int
-    cancel_epoch: int
-
-
-def _run_column(name: str) -> str:
-    field = Run._meta.get_field(name)
-    assert isinstance(field, models.Field) and field.column
-    return field.column
-
-
-def run_owner(run_pk: Any, *, lock: bool) -> RunOwner:
-    """The run's `OWNER_FIELDS` in one hand-written statement; with `lock`, the row stays
-    locked until the transaction ends (FOR UPDATE; SQLite's writing transactions already
-    exclude each other). Every fenced write reads these, several times a cycle: the ORM's
-    query compilation and model building were about half of each fence's time (issue 11, #2
-    and #4). Raises Run.DoesNotExist, as the ORM's `get` did."""
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(_run_column(name)) for name in OWNER_FIELDS)
-    pk = Run._meta.pk
-    assert pk is not None
-    sql = f"SELECT {columns} FROM {quote(Run._meta.db_table)} WHERE {quote(pk.column)} = %s"
-    if lock and connection.features.has_select_for_update:
-        sql += " FOR UPDATE"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [pk.get_db_prep_value(run_pk, connection)])
-        row = cursor.fetchone()
-    if row is None:
-        raise Run.DoesNotExist(f"run {run_pk} does not exist")
-    return RunOwner(run_pk, *row)
 
 
 class LeaseLost(Exception):
@@ -255,7 +213,7 @@ class DatabaseHost:
         steps, self._unsaved = self._unsaved, []
         if not steps:
             return set()
-        insert_many(
+        messages_insert(
             [
                 Message(run_id=self.run.pk, position=step.start + i, role=m["role"], body=m)
                 for step in steps

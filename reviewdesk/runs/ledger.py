@@ -19,8 +19,8 @@ from agents.gate import CallBinding, LedgerEntry, LedgerStatus
 from reviewdesk.approvals.deciding.record import decision_consume
 from reviewdesk.approvals.grants.use import grant_is_live, grant_use
 from reviewdesk.lib import faults
-from reviewdesk.lib.db_rows import Columns, column, fetchone, insert, table
 from reviewdesk.runs.models import EffectStatus, SideEffect
+from reviewdesk.runs.rows import side_effect_insert, side_effect_status
 
 if TYPE_CHECKING:
     from reviewdesk.runs.host import DatabaseHost
@@ -43,14 +43,10 @@ class DatabaseLedger:
         self.host.check_owned()
 
     def entry(self, key: str) -> LedgerEntry | None:
-        # Two columns of the one row the unique key names, in a hand-written read: no model
-        # built, no SQL compiled (issue 11).
-        columns = Columns.of(SideEffect, "e", "status", "result")
-        sql = f"SELECT {columns.sql} FROM {table(SideEffect)} e WHERE e.{column(SideEffect, 'idempotency_key')} = %s"
-        row = fetchone(sql, [key])
-        if row is None:
+        found = side_effect_status(key)
+        if found is None:
             return None
-        status, result = columns.values(row)
+        status, result = found
         return LedgerEntry(key=key, status=LedgerStatus(status), result=result)
 
     def consume(self, decision_id: str) -> bool:
@@ -59,7 +55,7 @@ class DatabaseLedger:
     def record(
         self, key: str, *, binding: CallBinding, status: str, decision_id: str | None, result: Any = None
     ) -> None:
-        insert(
+        side_effect_insert(
             SideEffect(
                 run_id=binding.run_id,
                 idempotency_key=key,

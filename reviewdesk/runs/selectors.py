@@ -8,44 +8,12 @@ from django.db.models import Model, OuterRef, Q, QuerySet
 
 from reviewdesk.accounts.roles import is_admin, is_reviewer
 from reviewdesk.accounts.targets import targets_of
-from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.lib.db import ExistsPerRow, NamesAny
-from reviewdesk.lib.db_rows import Columns, column, fetchone, for_update_of, prep, table
 from reviewdesk.lib.errors import NotFound
 from reviewdesk.runs.models import Run
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
-
-
-def run_locked(run_pk: Any, *, with_submitter: bool = False, of_approval: bool = False) -> Run:
-    """The run, its row locked until the transaction ends (not its submitter's), with its
-    submitter when asked: one hand-written statement, as the ORM's select_for_update read but
-    not compiled each time (issue 11: a decision and a worker's finish each take one). With
-    `of_approval`, `run_pk` is the id of one of its approval requests. Raises Run.DoesNotExist,
-    as the ORM's `get` does."""
-    user_model = get_user_model()
-    run, user = Columns.of(Run, "r"), Columns.of(user_model, "u")
-    join = ""
-    if with_submitter:
-        join = (
-            f"JOIN {table(user_model)} u ON u.{column(user_model, 'id')} = r.{column(Run, 'submitted_by')} "
-        )
-    key = "%s"
-    if of_approval:
-        request = ApprovalRequest
-        key = f"(SELECT {column(request, 'run')} FROM {table(request)} WHERE {column(request, 'id')} = %s)"
-    sql = (
-        f"SELECT {run.sql}{', ' + user.sql if with_submitter else ''} FROM {table(Run)} r {join}"
-        f"WHERE r.{column(Run, 'id')} = {key}{for_update_of('r')}"
-    )
-    row = fetchone(sql, [prep(ApprovalRequest if of_approval else Run, "id", run_pk)])
-    if row is None:
-        raise Run.DoesNotExist(f"run {run_pk} does not exist")
-    locked = run.build(row)
-    if with_submitter:
-        locked.submitted_by = user.build(row, run.width)
-    return locked
 
 
 def run_audience(run: Run) -> list[int]:

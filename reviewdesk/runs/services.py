@@ -24,7 +24,6 @@ from reviewdesk.approvals.access import may_review_run
 from reviewdesk.approvals.lifecycle.raising import approvals_cancel_open, approvals_reraise_waiting
 from reviewdesk.audit.services import audit_record
 from reviewdesk.lib.db import atomic_appends_last
-from reviewdesk.lib.db_rows import insert
 from reviewdesk.lib.errors import CheckpointNotFound, Conflict, Forbidden, Invalid
 from reviewdesk.runs.models import (
     ENDED,
@@ -37,6 +36,7 @@ from reviewdesk.runs.models import (
     RunStatus,
 )
 from reviewdesk.runs.retention import checkpoints_prune
+from reviewdesk.runs.rows import run_insert
 from reviewdesk.runs.selectors import run_get_for_user
 from reviewdesk.runs.transitions import (
     RESUME_TASK,
@@ -125,7 +125,7 @@ def run_submit(
             submitted_by=submitter,
         )
         task_id_assign(run)  # inserted with the row: no UPDATE for it
-        insert(run)  # hand-written: not compiled for every submit (issue 11)
+        run_insert(run)
         audit_record(
             actor=submitter,
             action="run.submitted",

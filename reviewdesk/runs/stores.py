@@ -10,16 +10,15 @@ read a count of 0. Old rows still hold the count in their JSON too; the column w
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from django.db import NotSupportedError, connection, transaction
-from django.db.models import Func, Max, TextField
+from django.db import transaction
+from django.db.models import Max
 
 from agents.state import SCHEMA_VERSION, AgentState
 from agents.store import Checkpoint as StoredCheckpoint
-from reviewdesk.lib.db_rows import Columns, column, fetchone, insert_many, prep, table
 from reviewdesk.runs.models import Checkpoint, Message
+from reviewdesk.runs.rows import checkpoint_latest, checkpoint_latest_with_messages, checkpoints_insert
 
 
 def snapshot_column(snapshot: dict[str, Any]) -> dict[str, Any]:
@@ -90,7 +89,7 @@ class DatabaseCheckpointStore:
         # No savepoint: the caller's fenced transaction rolls back as a whole (issue 11).
         with transaction.atomic(savepoint=False):
             last = self._last(run_id)
-            rows = insert_many(
+            rows = checkpoints_insert(
                 [
                     self._row(run_id, last + 1 + i, snapshot, checkpoint_id)
                     for i, (snapshot, checkpoint_id) in enumerate(snapshots)
@@ -105,14 +104,13 @@ class DatabaseCheckpointStore:
         return _stored(row) if row else None
 
     def latest_with_messages(self, run_id: str) -> tuple[StoredCheckpoint, list[dict[str, Any]]] | None:
-        """The latest checkpoint and the live messages it covers, in one hand-written statement
-        (a resume's two reads in one round trip, and no SQL compiled for it; issue 11)."""
-        found = _latest_row(run_id, with_log=True)
+        """The latest checkpoint and the live messages it covers, in one read."""
+        found = checkpoint_latest_with_messages(run_id)
         self._last_number[run_id] = found[0].number if found else 0
         if found is None:
             return None
-        row, log = found
-        return _stored(row), MessagesCovered.decode(log, pairs=connection.vendor == "sqlite")
+        row, messages = found
+        return _stored(row), messages
 
     def get(self, checkpoint_id: str) -> StoredCheckpoint | None:
         row = Checkpoint.objects.filter(pk=checkpoint_id).first()
@@ -123,25 +121,9 @@ class DatabaseCheckpointStore:
 
 
 def latest_checkpoint(run_id: Any) -> Checkpoint | None:
-    """The run's latest checkpoint row, in one hand-written statement: a decision asks whether
-    its call still waits there, a worker where to continue (issue 11)."""
-    found = _latest_row(run_id, with_log=False)
-    return None if found is None else found[0]
-
-
-def _latest_row(run_id: Any, *, with_log: bool) -> tuple[Checkpoint, str | None] | None:
-    """The run's latest checkpoint row and, `with_log`, the live messages it covers as
-    `MessagesCovered` gives them (which names the checkpoint table itself, so no alias here)."""
-    columns = Columns.of(Checkpoint, Checkpoint._meta.db_table)
-    log = f", {MessagesCovered().as_sql(None, connection)[0]}" if with_log else ""
-    sql = (
-        f"SELECT {columns.sql}{log} FROM {table(Checkpoint)} WHERE {column(Checkpoint, 'run')} = %s "
-        f"ORDER BY {column(Checkpoint, 'number')} DESC LIMIT 1"
-    )
-    found = fetchone(sql, [prep(Checkpoint, "run", run_id)])
-    if found is None:
-        return None
-    return columns.build(found), (found[-1] if with_log else None)
+    """The run's latest checkpoint row: a decision asks whether its call still waits there, a
+    worker where to continue."""
+    return checkpoint_latest(run_id)
 
 
 def checkpoint_state(row: Checkpoint) -> AgentState:
@@ -159,36 +141,3 @@ def checkpoint_state(row: Checkpoint) -> AgentState:
         )
         state.resolve_batch(body)
     return state
-
-
-class MessagesCovered(Func):
-    """On a checkpoint row: the bodies of the live messages it covers, in position order, as
-    one JSON array (text; `decode` reads it)."""
-
-    output_field = TextField()
-
-    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list]:  # type: ignore[override]
-        checkpoint = connection.ops.quote_name(Checkpoint._meta.db_table)
-        message = connection.ops.quote_name(Message._meta.db_table)
-        where = (
-            f"m.run_id = {checkpoint}.run_id AND m.position < {checkpoint}.message_count "
-            "AND m.superseded_at IS NULL"
-        )
-        if connection.vendor == "postgresql":
-            return (
-                f"(SELECT COALESCE(json_agg(m.body ORDER BY m.position), '[]')::text FROM {message} m WHERE {where})",
-                [],
-            )
-        if connection.vendor == "sqlite":
-            # No ORDER BY inside an aggregate before SQLite 3.44: each body with its position.
-            return (
-                f"(SELECT json_group_array(json_array(m.position, json(m.body))) FROM {message} m WHERE {where})",
-                [],
-            )
-        raise NotSupportedError(f"MessagesCovered: no SQL for {connection.vendor}")
-
-    @staticmethod
-    def decode(value: str | None, *, pairs: bool) -> list[dict[str, Any]]:
-        """The bodies; with `pairs` (SQLite), sorted by the position each came with."""
-        items = json.loads(value) if value else []
-        return [body for _position, body in sorted(items, key=lambda item: item[0])] if pairs else items

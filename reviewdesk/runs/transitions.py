@@ -22,10 +22,10 @@ from django.utils import timezone
 from reviewdesk.audit.services import audit_record
 from reviewdesk.celery import app as celery_app
 from reviewdesk.events.services import event_emit
-from reviewdesk.lib.db_rows import update
 from reviewdesk.runs.models import Attempt, AttemptStatus, Run, RunStatus, SideEffect
 from reviewdesk.runs.representation import run_data
 from reviewdesk.runs.retention import checkpoints_prune
+from reviewdesk.runs.rows import run_update
 from reviewdesk.runs.selectors import run_audience
 
 logger = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ def run_requeue(run: Run) -> None:
     run.status = RunStatus.QUEUED
     run.revision += 1
     task_id_assign(run)
-    update(run, ["status", "revision", "task_id", "updated_at"])
+    run_update(run, ["status", "revision", "task_id", "updated_at"])
     run_emit_updated(run)
     send_on_commit(RESUME_TASK, run)  # after the event: its push leaves first, as before
 

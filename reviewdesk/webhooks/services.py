@@ -18,11 +18,10 @@ import secrets
 import socket
 import time
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -32,10 +31,8 @@ from reviewdesk.audit.services import audit_record
 from reviewdesk.celery import app as celery_app
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.events.services import latest_seq
-from reviewdesk.lib.db_rows import Columns, column, fetchall, for_update_of, prep, table
 from reviewdesk.lib.errors import Invalid, NotFound
 from reviewdesk.lib.times import iso
-from reviewdesk.runs.models import Run
 from reviewdesk.webhooks.models import (
     DeliveryStatus,
     DispatchCursor,
@@ -44,6 +41,7 @@ from reviewdesk.webhooks.models import (
     WebhookEndpoint,
     WebhookEvent,
 )
+from reviewdesk.webhooks.rows import endpoints_of_submitter, submitter_has_live_endpoint
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -248,24 +246,8 @@ def dispatch_on_commit(event: DeskEvent) -> None:
     the event commits. Beat's sweep dispatches whatever a lost task leaves."""
     if webhook_event_type(event) is None or event.run_id is None:
         return
-    if _submitter_has_live_endpoint(event.run_id, event.id):
+    if submitter_has_live_endpoint(event.run_id, event.id):
         transaction.on_commit(lambda: celery_app.send_task(DISPATCH_TASK), robust=True)
-
-
-def _submitter_has_live_endpoint(run_id: Any, seq: int) -> bool:
-    """Whether the run's submitter, active, has an enabled endpoint registered before event
-    `seq`. One hand-written statement: it is asked under the writers' lock for every event a
-    webhook may be told of, where compiling the ORM's query cost more than running it."""
-    user_model = get_user_model()
-    submitter = f"(SELECT {column(Run, 'submitted_by')} FROM {table(Run)} WHERE {column(Run, 'id')} = %s)"
-    sql = (
-        f"SELECT 1 FROM {table(WebhookEndpoint)} e JOIN {table(user_model)} u "
-        f"ON u.{column(user_model, 'id')} = e.{column(WebhookEndpoint, 'owner')} "
-        f"WHERE e.{column(WebhookEndpoint, 'owner')} = {submitter} AND u.{column(user_model, 'is_active')} = %s "
-        f"AND e.{column(WebhookEndpoint, 'disabled_at')} IS NULL AND e.{column(WebhookEndpoint, 'since_seq')} < %s "
-        "LIMIT 1"
-    )
-    return bool(fetchall(sql, [prep(Run, "id", run_id), True, seq]))
 
 
 def _deliveries_for(event: DeskEvent) -> list[WebhookDelivery]:
@@ -274,7 +256,7 @@ def _deliveries_for(event: DeskEvent) -> list[WebhookDelivery]:
     webhook_type = webhook_event_type(event)
     if webhook_type is None or event.run_id is None:
         return []
-    endpoints, owner = _live_endpoints_of_submitter(event.run_id)
+    endpoints, owner = endpoints_of_submitter(event.run_id)
     endpoints = [e for e in endpoints if webhook_type in e.events and e.since_seq < event.id]
     if not endpoints:
         return []
@@ -305,30 +287,6 @@ def _deliveries_for(event: DeskEvent) -> list[WebhookDelivery]:
     for delivery in deliveries:
         _enqueue_on_commit(delivery.id)
     return deliveries
-
-
-def _live_endpoints_of_submitter(run_id: Any) -> tuple[list[WebhookEndpoint], tuple[str, bool]]:
-    """The run's submitter's endpoints that are not disabled, none when the submitter was
-    deactivated (offboarding ends their feed as it ends their logins, tokens, streams and
-    sockets), and (their username, whether they are an admin). One hand-written statement,
-    its endpoint rows locked: a deletion waits for the dispatch, so that no delivery names a
-    deleted endpoint."""
-    user_model = get_user_model()
-    endpoint = Columns.of(WebhookEndpoint, "e")
-    user_id, username = column(user_model, "id"), column(user_model, user_model.USERNAME_FIELD)
-    submitter = f"(SELECT {column(Run, 'submitted_by')} FROM {table(Run)} WHERE {column(Run, 'id')} = %s)"
-    sql = (
-        f"SELECT {endpoint.sql}, u.{username}, u.{column(user_model, 'is_staff')} "
-        f"FROM {table(WebhookEndpoint)} e JOIN {table(user_model)} u ON u.{user_id} = e.{column(WebhookEndpoint, 'owner')} "
-        f"WHERE e.{column(WebhookEndpoint, 'owner')} = {submitter} "
-        f"AND u.{column(user_model, 'is_active')} = %s "
-        f"AND e.{column(WebhookEndpoint, 'disabled_at')} IS NULL{for_update_of('e')}"
-    )
-    rows = fetchall(sql, [prep(Run, "id", run_id), True])
-    if not rows:
-        return [], ("", False)
-    owner = (rows[0][-2], bool(rows[0][-1]))  # an owner read here is active: admin is staff
-    return [endpoint.build(row) for row in rows], owner
 
 
 def _enqueue_on_commit(delivery_id, countdown: float = 0) -> None:

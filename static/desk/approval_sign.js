@@ -27,7 +27,7 @@
   }
 
   // "Always allow…" as the API's `grant` object, as the desk's form post builds it
-  // (desk/grant_views.posted_grant): the decision is device-signed, the grant server-signed.
+  // (desk/views/grants.posted_grant): the decision is device-signed, the grant server-signed.
   function grantOf(data) {
     const grant = { scope: data.get("grant_scope") || "" };
     if (data.get("grant_match") === "constraints") grant.match = JSON.parse(data.get("grant_constraints") || "");

@@ -15,7 +15,7 @@ from django.utils import timezone
 from agents.state import CallState, CallStatus
 from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, Decision
-from reviewdesk.approvals.reads.decisions import _latest_request_with_decisions
+from reviewdesk.approvals.rows import request_latest_with_decisions
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.lib.db_rows import Columns, insert, table
 from reviewdesk.runs.models import Attempt, Checkpoint, Run, SideEffect
@@ -130,14 +130,14 @@ def test_a_calls_decisions_come_with_each_reviewers_groups_once(waiting_run, per
         checkpoint_id=str(approval.checkpoint_id),
     )
     call = CallState(id=approval.tool_call_id, name="send_email", arguments=EMAIL, status=CallStatus.AWAITING)
-    read, group_names = _latest_request_with_decisions(waiting_run, call, (ApprovalKind.TOOL_CALL,))
+    read, group_names = request_latest_with_decisions(waiting_run, call, (ApprovalKind.TOOL_CALL,))
     assert read == approval and [d.reviewer for d in read.decisions.all()] == [personas.alice]
     assert group_names == {personas.alice.pk: {"reviewers", "finance", "legal"}}
     alice_groups = set(personas.alice.groups.values_list("name", flat=True))
     assert group_names[personas.alice.pk] == alice_groups
     # No decision yet on another call: the request alone, no groups.
     other = CallState(id="call_none", name="send_email", arguments=EMAIL, status=CallStatus.AWAITING)
-    assert _latest_request_with_decisions(waiting_run, other, (ApprovalKind.TOOL_CALL,)) == (None, {})
+    assert request_latest_with_decisions(waiting_run, other, (ApprovalKind.TOOL_CALL,)) == (None, {})
 
 
 def test_insert_many_writes_the_rows_bulk_create_would(waiting_run, settings, monkeypatch):
@@ -203,7 +203,7 @@ def test_a_locked_read_outside_a_transaction_is_refused_as_the_orms_select_for_u
     from django.db.transaction import TransactionManagementError
 
     from reviewdesk.approvals.deciding.checks import _locked_approval
-    from reviewdesk.runs.selectors import run_locked
+    from reviewdesk.runs.rows import run_locked
 
     run = waiting_run
     approval = run.approvals.get()

@@ -22,10 +22,10 @@ from reviewdesk.approvals.access import approval_visible_to, may_decide, named_b
 from reviewdesk.approvals.deciding.input import DecisionInput, decision_input_check
 from reviewdesk.approvals.lifecycle.routing import targets_for_call
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus, Verdict
-from reviewdesk.lib.db_rows import Columns, column, fetchone, for_update_of, prep, table
+from reviewdesk.approvals.rows import approval_locked_with_attempt
 from reviewdesk.lib.errors import Conflict, Forbidden, Gone, Invalid, NotFound
-from reviewdesk.runs.models import ENDED, Attempt, Run, SideEffect
-from reviewdesk.runs.selectors import run_locked
+from reviewdesk.runs.models import ENDED, Run, SideEffect
+from reviewdesk.runs.rows import run_locked
 from reviewdesk.runs.stores import latest_checkpoint, snapshot_of
 
 if TYPE_CHECKING:
@@ -49,9 +49,8 @@ def approval_check_decide(
     # its attempt, which the payload names): each row locked, the run's first. Visible to the
     # reviewer, or NotFound, as a missing one is: the rule is applied to the locked row.
     try:
-        prep(ApprovalRequest, "id", approval_id)  # a malformed id is no approval, as a missing one
         run = run_locked(approval_id, with_submitter=True, of_approval=True)
-        approval = _locked_approval(approval_id)
+        approval = approval_locked_with_attempt(approval_id)
     except (ValidationError, Run.DoesNotExist, ApprovalRequest.DoesNotExist):
         raise NotFound("no such approval") from None
     if not approval_visible_to(reviewer, approval, group_names=group_names):
@@ -87,23 +86,6 @@ def approval_check_decide(
     if verdict == Verdict.ANSWER:
         _check_answer(approval, decision.answer)
     return approval, run
-
-
-def _locked_approval(approval_pk: Any) -> ApprovalRequest:
-    """The approval, its row locked (not its attempt's), with its attempt, which the decision's
-    payload names (none for a request raised without one): one hand-written statement."""
-    approval, attempt = Columns.of(ApprovalRequest, "a"), Columns.of(Attempt, "t")
-    sql = (
-        f"SELECT {approval.sql}, {attempt.sql} FROM {table(ApprovalRequest)} a "
-        f"LEFT JOIN {table(Attempt)} t ON t.{column(Attempt, 'id')} = a.{column(ApprovalRequest, 'attempt')} "
-        f"WHERE a.{column(ApprovalRequest, 'id')} = %s{for_update_of('a')}"
-    )
-    row = fetchone(sql, [prep(ApprovalRequest, "id", approval_pk)])
-    if row is None:
-        raise ApprovalRequest.DoesNotExist(f"approval {approval_pk} does not exist")
-    locked = approval.build(row)
-    locked.attempt = None if locked.attempt_id is None else attempt.build(row, approval.width)
-    return locked
 
 
 def _check_edit_stays_with(

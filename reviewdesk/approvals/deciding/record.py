@@ -32,11 +32,11 @@ from reviewdesk.approvals.models import (
     Verdict,
 )
 from reviewdesk.approvals.reads.representation import approval_data
+from reviewdesk.approvals.rows import approval_update, decision_insert, decision_mark_consumed
 from reviewdesk.approvals.signing import device_decision_required
 from reviewdesk.audit.services import audit_record
 from reviewdesk.events.services import event_emit
 from reviewdesk.lib.db import atomic_appends_last, prefetched_as
-from reviewdesk.lib.db_rows import column, insert, prep, table, update, write
 from reviewdesk.lib.errors import Invalid
 from reviewdesk.runs.models import EffectStatus, Run, RunStatus, SideEffect
 from reviewdesk.runs.transitions import RESUME_TASK, enqueue_on_commit, run_requeue
@@ -115,7 +115,7 @@ def approval_do_decide(
         key_id=key_id,
         answer=decision.answer,
     )
-    insert(stored)  # hand-written: not compiled for every decision (issue 11)
+    decision_insert(stored)
     # Every vote with its reviewer in one read (this one included): the count below and the
     # event's decision and quorum use them; the event reads the run locked above.
     approval.run = run
@@ -132,7 +132,7 @@ def approval_do_decide(
     settled = verdict not in QUORUM_VERDICTS[approval.kind] or votes >= approval.required_approvals
     if settled:
         approval.status = ApprovalStatus.REJECTED if verdict == Verdict.REJECT else ApprovalStatus.APPROVED
-    update(approval, ["status", "updated_at"])
+    approval_update(approval, ["status", "updated_at"])
     if verdict == Verdict.CONFIRM:
         _record_reconciled_effect(run, approval, stored)
     audit_record(
@@ -236,11 +236,4 @@ def approval_decide(
 def decision_consume(*, decision_id: str) -> bool:
     """Mark the decision used, once: False when it already was (a replay). The gate calls
     this in the same transaction as the ledger row it authorises."""
-    # Hand-written: on the worker's way to the tool, the ORM's UPDATE compiled for longer than
-    # it ran (issue 11, #2). The id is checked as a UUID as the ORM checks it (ValidationError).
-    sql = (
-        f"UPDATE {table(Decision)} SET {column(Decision, 'consumed_at')} = %s "
-        f"WHERE {column(Decision, 'id')} = %s AND {column(Decision, 'consumed_at')} IS NULL"
-    )
-    now = prep(Decision, "consumed_at", timezone.now())
-    return write(sql, [now, prep(Decision, "id", decision_id)]) == 1
+    return decision_mark_consumed(decision_id)

@@ -22,52 +22,15 @@ from reviewdesk.approvals.models import (
     GrantScope,
     GrantUse,
 )
+from reviewdesk.approvals.rows import grants_live_for
 from reviewdesk.audit.services import audit_record
-from reviewdesk.lib.db_rows import Columns, column, fetchall, prep, table
 from reviewdesk.runs.models import Attempt, Run
-
-
-def live_grants_for(*, run: Run, tool: str) -> list[Grant]:
-    """The grants that may still allow a call of `tool` in `run` (not revoked, not expired, not
-    used up; scoped to the run, its agent, or everywhere), newest first, each with its maker:
-    one hand-written statement, asked before every call that would need a human (issue 11). A
-    pre-filter only: the gate verifies the grant's signature, and counting its use re-reads the
-    row (`grant_use`), so a grant revoked or used up meanwhile is refused there."""
-    user_model = get_user_model()
-    g, u = Columns.of(Grant, "g"), Columns.of(user_model, "u")
-    sql = (
-        f"SELECT {g.sql}, {u.sql} FROM {table(Grant)} g "
-        f"JOIN {table(user_model)} u ON u.{column(user_model, 'id')} = g.{column(Grant, 'granted_by')} "
-        f"WHERE g.{column(Grant, 'revoked_at')} IS NULL AND g.{column(Grant, 'expires_at')} > %s "
-        f"AND g.{column(Grant, 'uses')} < g.{column(Grant, 'max_uses')} AND g.{column(Grant, 'tool')} = %s "
-        f"AND ((g.{column(Grant, 'scope')} = %s AND g.{column(Grant, 'run')} = %s) "
-        f"OR (g.{column(Grant, 'scope')} = %s AND g.{column(Grant, 'agent')} = %s) OR g.{column(Grant, 'scope')} = %s) "
-        # Newest first, as the ORM's query came (Grant.Meta.ordering): the caller's sort is
-        # stable, so two grants alike in scope and expiry are tried newest first.
-        f"ORDER BY g.{column(Grant, 'created_at')} DESC"
-    )
-    params = [
-        prep(Grant, "expires_at", timezone.now()),
-        tool,
-        GrantScope.RUN.value,
-        prep(Grant, "run", run.pk),
-        GrantScope.AGENT.value,
-        run.agent,
-        GrantScope.GLOBAL.value,
-    ]
-    rows = fetchall(sql, params)
-    grants = []
-    for row in rows:
-        grant = g.build(row)
-        grant.granted_by = u.build(row, g.width)
-        grants.append(grant)
-    return grants
 
 
 def grant_matching_call(*, run: Run, call: CallState) -> str | None:
     """The id of the narrowest live grant covering this call of `run` (run, then agent, then
     global; soonest expiry first), or None. The gate verifies the signed payload later."""
-    candidates = live_grants_for(run=run, tool=call.name)
+    candidates = grants_live_for(run=run, tool=call.name)
     order = {GrantScope.RUN: 0, GrantScope.AGENT: 1, GrantScope.GLOBAL: 2}
     for grant in sorted(candidates, key=lambda g: (order[GrantScope(g.scope)], g.expires_at)):
         covers = grant_mismatch(

@@ -29,10 +29,10 @@ from reviewdesk.approvals.models import (
     Verdict,
 )
 from reviewdesk.approvals.reads.representation import approval_data
+from reviewdesk.approvals.rows import approval_insert, approval_update, approvals_pending_of
 from reviewdesk.audit.services import audit_record
 from reviewdesk.events.services import event_emit
 from reviewdesk.lib.db import prefetched_as
-from reviewdesk.lib.db_rows import Columns, column, fetchall, insert, prep, table, update
 from reviewdesk.runs.models import Attempt, Checkpoint, Run
 from reviewdesk.runs.stores import checkpoint_state, snapshot_column
 
@@ -78,7 +78,7 @@ def approval_raise(
         expires_at=now + timedelta(seconds=run.approval_ttl_seconds),
         respond_by=None if reconcile else respond_by_for(run, call.name, since=now),
     )
-    insert(approval)  # hand-written: not compiled for every request raised (issue 11)
+    approval_insert(approval)
     # A request just created has no votes yet: its event's quorum reads none, as if prefetched
     # (issue 11: no query, and no SQL compiled for an empty one).
     prefetched_as(approval, "decisions", [])
@@ -126,9 +126,9 @@ def _arguments_that_ran(run: Run, call: CallState) -> dict[str, Any]:
 def approvals_cancel_open(*, run: Run, why: str) -> int:
     """Cancel the run's pending requests; their desk items vanish live."""
     cancelled = 0
-    for approval in _pending_of(run):
+    for approval in approvals_pending_of(run):
         approval.status = ApprovalStatus.CANCELLED
-        update(approval, ["status", "updated_at"])
+        approval_update(approval, ["status", "updated_at"])
         audit_record(
             actor=None,
             action="approval.cancelled",
@@ -144,20 +144,6 @@ def approvals_cancel_open(*, run: Run, why: str) -> int:
         )
         cancelled += 1
     return cancelled
-
-
-def _pending_of(run: Run) -> list[ApprovalRequest]:
-    """The run's pending requests, in one hand-written read: every run's end asks, and most
-    have none left (issue 11)."""
-    columns = Columns.of(ApprovalRequest, "a")
-    sql = (
-        f"SELECT {columns.sql} FROM {table(ApprovalRequest)} a WHERE a.{column(ApprovalRequest, 'run')} = %s "
-        f"AND a.{column(ApprovalRequest, 'status')} = %s ORDER BY a.{column(ApprovalRequest, 'created_at')}"
-    )
-    return [
-        columns.build(row)
-        for row in fetchall(sql, [prep(ApprovalRequest, "run", run.pk), ApprovalStatus.PENDING.value])
-    ]
 
 
 def approvals_reraise_waiting(*, run: Run, refused: bool) -> None:

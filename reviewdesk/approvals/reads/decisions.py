@@ -6,12 +6,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from functools import cache
 from typing import Any
-
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
-from django.db import connection
 
 from agents.gate import ApprovalGate, CallBinding, SignedDecision
 from agents.loop import DecisionState, Reconciled, Rejected
@@ -25,8 +20,10 @@ from reviewdesk.approvals.models import (
     Decision,
     Verdict,
 )
-from reviewdesk.lib.db import prefetched_as
-from reviewdesk.lib.db_rows import Columns, column, fetchall, fetchone, prep, table
+from reviewdesk.approvals.rows import (
+    decisions_with_notes,
+    request_latest_with_decisions,
+)
 from reviewdesk.runs.models import Run
 
 logger = logging.getLogger(__name__)
@@ -61,88 +58,11 @@ def call_decision_read(*, run: Run, call: CallState) -> tuple[DecisionState, Req
     with it, so the gate's check just after reads nothing again (issue 11, #2)."""
     kind = ApprovalKind.RECONCILE if call.status == CallStatus.UNKNOWN else ApprovalKind.TOOL_CALL
     kinds = (kind,) if kind == ApprovalKind.RECONCILE else AWAITING_KINDS
-    approval, group_names = _latest_request_with_decisions(run, call, kinds)
+    approval, group_names = request_latest_with_decisions(run, call, kinds)
     state = _decision_state(approval, kind)
     if approval is None or not isinstance(state, SignedDecision):
         return state, None  # nothing the gate runs on: no reviewer to check
     return state, _deciders(approval, run, group_names)
-
-
-def _latest_request_with_decisions(
-    run: Run, call: CallState, kinds: tuple[str, ...]
-) -> tuple[ApprovalRequest | None, dict[Any, set[str]]]:
-    """The call's latest request of `kinds` (a retry may have raised a new one after a
-    cancelled one) with its decisions, their reviewers, and each reviewer's group names.
-
-    One hand-written statement when it has decisions (read from their side, the request, the
-    reviewer and their groups joined), two when it has none: on the worker's way to the tool,
-    the ORM's two statements spent about 2 ms building and compiling themselves against
-    0.2 ms on the wire (issue 11, #2). The models are those the ORM builds (reviewdesk/lib/db_rows.py)."""
-    sql, columns = _decisions_sql(len(kinds), connection.vendor)
-    params = [prep(ApprovalRequest, "run", run.pk), call.id, *kinds]
-    rows = fetchall(sql, params)
-    if not rows:
-        return _latest_request(params, len(kinds)), {}
-    decision_columns, request_columns, user_columns = columns
-    approval = request_columns.build(rows[0], decision_columns.width)
-    decisions: dict[Any, Decision] = {}
-    group_names: dict[Any, set[str]] = {}
-    for row in rows:  # a row per decision and group of its reviewer (one with no group: NULL)
-        decision_id = row[0]
-        if decision_id not in decisions:
-            decision = decision_columns.build(row)
-            decision.request = approval
-            decision.reviewer = user_columns.build(row, decision_columns.width + request_columns.width)
-            decisions[decision_id] = decision
-            group_names[decision.reviewer_id] = set()
-        if row[-1] is not None:
-            group_names[decisions[decision_id].reviewer_id].add(row[-1])
-    prefetched_as(approval, "decisions", list(decisions.values()))
-    return approval, group_names
-
-
-@cache
-def _latest_request_subquery(kinds: int, vendor: str) -> str:
-    """The id of a call's latest request of `kinds` kinds (run, call id, then the kinds as
-    parameters), newest first as the ORM ordered it."""
-    r = ApprovalRequest
-    marks = ", ".join(["%s"] * kinds)
-    return (
-        f"SELECT {column(r, 'id')} FROM {table(r)} WHERE {column(r, 'run')} = %s "
-        f"AND {column(r, 'tool_call_id')} = %s AND {column(r, 'kind')} IN ({marks}) "
-        f"ORDER BY {column(r, 'created_at')} DESC LIMIT 1"
-    )
-
-
-@cache
-def _decisions_sql(kinds: int, vendor: str) -> tuple[str, tuple[Columns, Columns, Columns]]:
-    """`_latest_request_with_decisions`'s statement and the columns it reads, per number of kinds."""
-    user_model = get_user_model()
-    through = user_model.groups.through
-    group_model = Group
-    d, r, u = Columns.of(Decision, "d"), Columns.of(ApprovalRequest, "r"), Columns.of(user_model, "u")
-    member_user = column(through, "user")
-    member_group = column(through, "group")
-    sql = (
-        f"SELECT {d.sql}, {r.sql}, {u.sql}, g.{column(group_model, 'name')} "
-        f"FROM {table(Decision)} d "
-        f"JOIN {table(ApprovalRequest)} r ON r.{column(ApprovalRequest, 'id')} = d.{column(Decision, 'request')} "
-        f"JOIN {table(user_model)} u ON u.{column(user_model, 'id')} = d.{column(Decision, 'reviewer')} "
-        f"LEFT JOIN {table(through)} m ON m.{member_user} = u.{column(user_model, 'id')} "
-        f"LEFT JOIN {table(group_model)} g ON g.{column(group_model, 'id')} = m.{member_group} "
-        f"WHERE d.{column(Decision, 'request')} = ({_latest_request_subquery(kinds, connection.vendor)}) "
-        f"ORDER BY d.{column(Decision, 'decided_at')}, d.{column(Decision, 'id')}"
-    )
-    return sql, (d, r, u)
-
-
-def _latest_request(params: list[Any], kinds: int) -> ApprovalRequest | None:
-    """The call's latest request of its kinds, when no decision names it (`params` as for
-    `_latest_request_subquery`)."""
-    r = Columns.of(ApprovalRequest, "r")
-    sql = f"SELECT {r.sql} FROM {table(ApprovalRequest)} r WHERE r.{column(ApprovalRequest, 'id')} = ({_latest_request_subquery(kinds, connection.vendor)})"
-    row = fetchone(sql, params)
-    return None if row is None else r.build(row)
 
 
 def _decision_state(approval: ApprovalRequest | None, kind: str) -> DecisionState:
@@ -205,7 +125,7 @@ def reviewer_notes_for(*, run_id: Any, call_ids: list[str], gate: ApprovalGate) 
     Each note is checked against its signed decision first: a note edited in the database
     raises DecisionRefused and never reaches the model."""
     notes = []
-    for d in _decisions_with_notes(run_id, call_ids):
+    for d in decisions_with_notes(run_id, call_ids):
         binding = CallBinding(
             str(run_id), str(d.request.checkpoint_id), d.request.tool_call_id, d.request.tool
         )
@@ -215,31 +135,6 @@ def reviewer_notes_for(*, run_id: Any, call_ids: list[str], gate: ApprovalGate) 
             f"({d.request.tool_call_id}): {d.note}"
         )
     return notes
-
-
-def _decisions_with_notes(run_id: Any, call_ids: list[str]) -> list[Decision]:
-    """The decisions with a note on any request of these calls, oldest first, each with its
-    request and reviewer: one hand-written statement (every resume asks; issue 11)."""
-    if not call_ids:
-        return []
-    user_model = get_user_model()
-    d, r, u = Columns.of(Decision, "d"), Columns.of(ApprovalRequest, "r"), Columns.of(user_model, "u")
-    marks = ", ".join(["%s"] * len(call_ids))
-    sql = (
-        f"SELECT {d.sql}, {r.sql}, {u.sql} FROM {table(Decision)} d "
-        f"JOIN {table(ApprovalRequest)} r ON r.{column(ApprovalRequest, 'id')} = d.{column(Decision, 'request')} "
-        f"JOIN {table(user_model)} u ON u.{column(user_model, 'id')} = d.{column(Decision, 'reviewer')} "
-        f"WHERE r.{column(ApprovalRequest, 'run')} = %s AND r.{column(ApprovalRequest, 'tool_call_id')} IN ({marks}) "
-        f"AND d.{column(Decision, 'note')} <> '' ORDER BY d.{column(Decision, 'decided_at')}"
-    )
-    rows = fetchall(sql, [prep(ApprovalRequest, "run", run_id), *call_ids])
-    decisions = []
-    for row in rows:
-        decision = d.build(row)
-        decision.request = r.build(row, d.width)
-        decision.reviewer = u.build(row, d.width + r.width)
-        decisions.append(decision)
-    return decisions
 
 
 def calls_decided_meanwhile(*, run: Run, call_ids: tuple[str, ...]) -> bool:

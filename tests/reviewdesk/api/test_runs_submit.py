@@ -324,10 +324,10 @@ def test_the_token_lookup_reads_the_users_groups_for_the_request_only(personas):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from reviewdesk.accounts.authentication import token_for_digest
     from reviewdesk.accounts.roles import forget_group_names, group_names_of, is_reviewer, is_submitter
+    from reviewdesk.accounts.rows import token_for_digest
     from reviewdesk.accounts.services import token_create, token_digest
-    from reviewdesk.api.streams import _authenticate
+    from reviewdesk.api.views.streams import _authenticate
 
     personas.alice.groups.add(Group.objects.create(name="finance"))
     _, raw = token_create(user=personas.alice, scopes=["review"], name="t")

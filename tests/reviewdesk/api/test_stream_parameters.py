@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from reviewdesk.api.streams import event_stream_app
+from reviewdesk.api.views.streams import event_stream_app
 
 # A refusal reads nothing, but the app's database_sync_to_async closes stale connections first.
 pytestmark = pytest.mark.django_db
@@ -76,7 +76,7 @@ def test_a_good_resume_point_reaches_the_check_of_who_asks():
     "run_id", [None, "5b0c6f1e-0000-4000-8000-000000000000"], ids=["all runs", "one run"]
 )
 def test_an_unknown_query_parameter_is_400_naming_it_not_a_stream_from_the_start(query, named, run_id):
-    """Like every list (`paging.check_parameters`): a typo such as `?since=` must not stream
+    """Like every list (`filters.read_filters`): a typo such as `?since=` must not stream
     every event from the start as if nothing were asked."""
     status, problem = refusal([(b"last-event-id", b"42")], query, run_id=run_id)
     assert status == 400 and problem["code"] == "bad_parameter", problem

@@ -166,7 +166,7 @@ def test_a_token_stream_between_keep_alives_reads_its_token_once_a_poll(personas
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from reviewdesk.api.streams import _poll
+    from reviewdesk.api.views.streams import _poll
 
     token, _ = token_create(user=personas.carol, scopes=["submit"])
     with CaptureQueriesContext(connection) as without_token:

@@ -338,7 +338,7 @@ def test_the_approval_asked_after_a_revoke_is_consumed_by_the_retry_it_authorise
 
 @pytest.mark.django_db
 def test_of_two_grants_alike_in_scope_and_expiry_the_newest_is_used_as_the_orm_ordered_them(personas):
-    """The worker's look for a grant is one hand-written statement (live_grants_for); the ORM's
+    """The worker's look for a grant is one hand-written statement (rows.grants_live_for); the ORM's
     query it replaced came newest first (Grant.Meta.ordering), and the narrowest-then-soonest
     sort is stable, so two grants alike in both (an `expires_at` the reviewers both sent) were
     used newest first. Without the ORDER BY the tie went to whichever row the database returned

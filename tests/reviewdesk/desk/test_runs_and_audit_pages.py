@@ -454,7 +454,7 @@ def test_a_run_that_ends_while_its_page_renders_is_not_shown_running_beside_its_
 ):
     """The worker's finish commits between the page's read of the run and of its timeline (the
     live page refetches itself while runs end): the status shown must agree with the timeline."""
-    from reviewdesk.desk import run_views
+    from reviewdesk.desk.views import runs as run_views
     from reviewdesk.runs.execution import run_execute
 
     run, approval = interrupted_run()

@@ -137,7 +137,7 @@ def test_create_token_takes_an_expiry_in_days(personas):
 def test_an_open_streams_recheck_refuses_a_token_that_expired_since_it_opened(personas):
     """The SSE stream re-checks its caller at each keep-alive (`_still_allowed`, the user now or None); this asserts
     that check's answer, not a stream on the wire (tests/e2e/test_api_stream.py has those)."""
-    from reviewdesk.api.streams import _still_allowed
+    from reviewdesk.api.views.streams import _still_allowed
 
     token, _ = token_create(
         user=personas.carol, scopes=["submit"], expires_at=timezone.now() + timedelta(hours=1)

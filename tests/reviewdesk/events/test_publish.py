@@ -121,3 +121,36 @@ def test_a_sentinel_managed_layer_keeps_its_own_group_send(settings):
     layer = get_channel_layer()
     assert isinstance(layer, RedisPubSubChannelLayer)
     assert publisher_for(layer) is None
+
+
+def test_another_channels_redis_release_is_refused_loudly_not_published_to(monkeypatch):
+    """The publisher reuses channels_redis's private channel naming: a release it was not checked
+    against is a system-check error and a refused push, never a push no consumer hears."""
+    import channels_redis
+    from django.core.exceptions import ImproperlyConfigured
+
+    from reviewdesk.events.apps import channels_redis_checked
+    from reviewdesk.events.publish import _publishers
+
+    assert channels_redis_checked() == []
+    monkeypatch.setattr(channels_redis, "__version__", "5.0.0")
+    (error,) = channels_redis_checked()
+    assert error.id == "reviewdesk.E001" and "channels_redis 5.0.0" in error.msg
+    layer = get_channel_layer()
+    _publishers.pop(layer, None)
+    with pytest.raises(ImproperlyConfigured, match=r"5\.0\.0"):
+        publisher_for(layer)
+
+
+def test_the_group_channel_is_the_one_the_layer_itself_names():
+    """What `group_channel` copies from the installed layer, asked of the layer itself."""
+    from reviewdesk.events.publish import group_channel
+
+    layer = get_channel_layer()
+    assert isinstance(layer, RedisPubSubChannelLayer)
+    prefix = django_settings.CHANNEL_LAYERS["default"]["CONFIG"].get("prefix", "asgi")
+
+    async def named_by_the_layer() -> str:
+        return layer._get_group_channel_name("desk.reviewers")  # the layer of this event loop
+
+    assert group_channel(prefix, "desk.reviewers") == async_to_sync(named_by_the_layer)()

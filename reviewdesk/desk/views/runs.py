@@ -21,8 +21,8 @@ from reviewdesk.audit.models import AuditEvent
 
 # What the decision templates compare with and limit to, so that they spell no enum value or limit.
 from reviewdesk.desk.paging import filter_text, paged
-from reviewdesk.desk.thread_views import may_follow_up, run_thread
-from reviewdesk.desk.views import DESK_SOCKET_PATH, DONE
+from reviewdesk.desk.views.base import DESK_SOCKET_PATH, DONE
+from reviewdesk.desk.views.threads import may_follow_up, run_thread
 from reviewdesk.lib.errors import CheckpointNotFound, DeskError, Forbidden, NotFound
 from reviewdesk.runs.models import ENDED, EffectStatus, Run, RunStatus
 from reviewdesk.runs.retention import kept_after_end

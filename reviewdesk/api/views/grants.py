@@ -8,19 +8,16 @@ from rest_framework.response import Response
 
 from reviewdesk.api import paging
 from reviewdesk.api import schema as doc
+from reviewdesk.api.filters import GrantFilters, read_filters
 from reviewdesk.api.idempotency import idempotent
 from reviewdesk.api.permissions import CanRead, CanReview
 from reviewdesk.api.representations import grant_data
-from reviewdesk.api.views import DeskAPIView
+from reviewdesk.api.views.base import DeskAPIView
 from reviewdesk.approvals.grants.access import (
-    GRANT_STATUSES,
     grant_filter_status,
     grant_revoke,
     grants_visible_to,
 )
-from reviewdesk.approvals.models import GrantScope
-
-GRANT_FILTERS = ("status", "tool", "scope", "run", "created_after", "created_before", "limit", "cursor")
 
 
 class GrantListView(DeskAPIView):
@@ -33,29 +30,20 @@ class GrantListView(DeskAPIView):
             "Scope: any. Admins see every grant; a reviewer the grants they made and those made on "
             "runs they may see (a grant carries its call's arguments); anyone else none. Paged."
         ),
-        parameters=[
-            doc.query("status", str, "only grants in this state", enum=list(GRANT_STATUSES)),
-            doc.query("tool", str, "only grants for this tool"),
-            doc.query("scope", str, "only grants of this scope", enum=GrantScope.values),
-            doc.query("run", str, "only grants scoped to this run (its id)"),
-            doc.CREATED_AFTER,
-            doc.CREATED_BEFORE,
-            doc.LIMIT,
-            doc.CURSOR,
-        ],
+        parameters=[GrantFilters],
         responses={200: doc.GrantPage, **doc.READ_PROBLEMS},
         extensions=doc.scopes(),
     )
     def get(self, request):
-        paging.check_parameters(request, GRANT_FILTERS)
-        grants = paging.time_filters(request, grants_visible_to(request.user))
-        if status := paging.choice_parameter(request, "status", GRANT_STATUSES):
+        query = read_filters(request, GrantFilters)
+        grants = paging.time_filters(query, grants_visible_to(request.user))
+        if status := query.get("status"):
             grants = grant_filter_status(grants, status)
-        if tool := paging.text_parameter(request, "tool"):
+        if tool := query.get("tool"):
             grants = grants.filter(tool=tool)
-        if scope := paging.choice_parameter(request, "scope", GrantScope.values):
+        if scope := query.get("scope"):
             grants = grants.filter(scope=scope)
-        if run_id := paging.uuid_parameter(request, "run"):
+        if run_id := query.get("run"):
             grants = grants.filter(run_id=run_id)
         return paging.keyset_page(request, grants, paging.each(grant_data))
 

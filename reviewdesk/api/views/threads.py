@@ -10,7 +10,8 @@ from reviewdesk.api.idempotency import idempotent
 from reviewdesk.api.permissions import CanSubmit
 from reviewdesk.api.representations import run_detail
 from reviewdesk.api.serializers import StrictCharField, StrictSerializer
-from reviewdesk.api.views import DeskAPIView, _with_details
+from reviewdesk.api.views.base import DeskAPIView
+from reviewdesk.api.views.runs import runs_with_details
 from reviewdesk.runs.models import Run
 from reviewdesk.runs.threads import run_follow_up
 
@@ -44,7 +45,7 @@ class RunMessagesView(DeskAPIView):
             serializer = FollowUpSerializer(data=request.data)
             serializer.is_valid(raise_exception=True)
             posted = run_follow_up(run_id=run_id, user=request.user, input=serializer.validated_data["input"])
-            run = _with_details(Run.objects.filter(pk=posted.run_id)).get()
+            run = runs_with_details(Run.objects.filter(pk=posted.run_id)).get()
             return Response(
                 run_detail(run, viewer=request.user),
                 status=201,

@@ -12,21 +12,11 @@ from rest_framework import serializers
 from reviewdesk.accounts.roles import is_admin
 from reviewdesk.api import paging
 from reviewdesk.api import schema as doc
+from reviewdesk.api.filters import AuditFilters, read_filters
 from reviewdesk.api.permissions import token_scope_permission
-from reviewdesk.api.views import DeskAPIView
+from reviewdesk.api.views.base import DeskAPIView
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.lib.errors import Forbidden
-
-AUDIT_FILTERS = (
-    "actor",
-    "action",
-    "subject_type",
-    "subject_id",
-    "created_after",
-    "created_before",
-    "after",
-    "limit",
-)
 
 
 class AuditRowSerializer(serializers.Serializer):
@@ -65,30 +55,21 @@ class AuditListView(DeskAPIView):
             "Scope: audit, and the user must be an admin (403 `forbidden` otherwise). "
             "Paged: `next` carries `after=` the page's last `seq`."
         ),
-        parameters=[
-            doc.query("actor", str, "only rows by this username (or system)"),
-            doc.query("action", str, "only rows of this action"),
-            doc.query("subject_type", str, "only rows about this kind of subject (run, approval, …)"),
-            doc.query("subject_id", str, "only rows about this subject (its id)"),
-            doc.CREATED_AFTER,
-            doc.CREATED_BEFORE,
-            doc.AFTER,
-            doc.LIMIT,
-        ],
+        parameters=[AuditFilters],
         responses={200: doc.page_of("AuditPage", AuditRowSerializer), **doc.problems(*doc.COMMON, 403)},
         extensions=doc.scopes("audit"),
     )
     def get(self, request):
-        paging.check_parameters(request, AUDIT_FILTERS)
+        query = read_filters(request, AuditFilters)
         if not is_admin(request.user):
             raise Forbidden("the audit trail is for admins")
-        rows = paging.time_filters(request, AuditEvent.objects.all(), field="at")
+        rows = paging.time_filters(query, AuditEvent.objects.all(), field="at")
         for name, field in (
             ("actor", "actor_name"),
             ("action", "action"),
             ("subject_type", "subject_type"),
             ("subject_id", "subject_id"),
         ):
-            if value := paging.text_parameter(request, name):
+            if value := query.get(name):
                 rows = rows.filter(**{field: value})
         return paging.sequence_page(request, rows, audit_row)

@@ -8,10 +8,11 @@ from rest_framework.response import Response
 
 from reviewdesk.api import paging
 from reviewdesk.api import schema as doc
+from reviewdesk.api.filters import PageOnly, read_filters
 from reviewdesk.api.idempotency import idempotent
 from reviewdesk.api.permissions import CanSubmit
 from reviewdesk.api.serializers import StrictSerializer
-from reviewdesk.api.views import DeskAPIView
+from reviewdesk.api.views.base import DeskAPIView
 from reviewdesk.webhooks.models import DeliveryStatus, WebhookEndpoint, WebhookEvent
 from reviewdesk.webhooks.selectors import delivery_data, webhook_data
 from reviewdesk.webhooks.services import webhook_get_for_owner, webhook_register, webhook_resend
@@ -66,7 +67,6 @@ SIGNATURE_NOTE = (
     "deliveries are retried with exponential backoff; an endpoint whose deliveries fail "
     "DESK_WEBHOOK_DISABLE_AFTER times in a row is disabled (`disabled_at`, `disabled_reason`)."
 )
-PAGE_FILTERS = ("limit", "cursor")
 
 
 class WebhookListCreateView(DeskAPIView):
@@ -76,12 +76,12 @@ class WebhookListCreateView(DeskAPIView):
         operation_id="webhooks_list",
         summary="List this user's webhooks, newest first",
         description="Scope: submit. Paged: follow `next` until it is null. The secret is never listed.",
-        parameters=[doc.LIMIT, doc.CURSOR],
+        parameters=[PageOnly],
         responses={200: WebhookPage, **doc.READ_PROBLEMS, 403: doc.problem_response(403)},
         extensions=doc.scopes("submit"),
     )
     def get(self, request):
-        paging.check_parameters(request, PAGE_FILTERS)
+        read_filters(request, PageOnly)
         return paging.keyset_page(
             request, WebhookEndpoint.objects.filter(owner=request.user), paging.each(webhook_data)
         )
@@ -129,12 +129,12 @@ class WebhookDeliveriesView(DeskAPIView):
         operation_id="webhooks_deliveries",
         summary="The webhook's deliveries, newest first, each with its attempts",
         description="Scope: submit (the webhook's owner). 404 when missing or someone else's.",
-        parameters=[doc.LIMIT, doc.CURSOR],
+        parameters=[PageOnly],
         responses={200: DeliveryPage, **doc.ONE_PROBLEMS, 403: doc.problem_response(403)},
         extensions=doc.scopes("submit"),
     )
     def get(self, request, webhook_id):
-        paging.check_parameters(request, PAGE_FILTERS)
+        read_filters(request, PageOnly)
         endpoint = webhook_get_for_owner(webhook_id=webhook_id, owner=request.user)
         deliveries = endpoint.deliveries.prefetch_related("attempt_rows")
         return paging.keyset_page(request, deliveries, paging.each(delivery_data))

@@ -1,151 +1,35 @@
-"""Server-rendered pages. Each view: check who asks, fetch, call one service, render."""
+"""One approval's page: what the call would do, why the agent asks, the decision forms; the
+preview as the reviewer edits; and the decision posted from the page or from the desk."""
 
 from __future__ import annotations
 
 import json
-import uuid
-from dataclasses import replace
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.shortcuts import redirect, render
-from django.urls import reverse
-from django.utils.http import url_has_allowed_host_and_scheme, urlencode
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods
 
 from agents.canonical import canonical_json
-from agents.registry import agent_names, get_agent
 from reviewdesk.accounts.devicekeys import endorsed_key_ids
-from reviewdesk.accounts.roles import is_admin, is_reviewer, is_submitter
 from reviewdesk.approvals.access import approval_get_visible, may_decide
 from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus, Verdict
 from reviewdesk.approvals.reads.context import approval_context, approval_preview, approval_tool
-from reviewdesk.approvals.reads.queue import (
-    QUEUE_FILTER_NAMES,
-    QUEUE_PAGE_SIZE,
-    approvals_queue_for,
-    queue_view_from,
-)
-from reviewdesk.approvals.reads.representation import approval_data, approvals_data
-
-# What the decision templates compare with and limit to, so that they spell no enum value or limit.
-from reviewdesk.desk.grant_views import grant_form_context, posted_grant
+from reviewdesk.approvals.reads.representation import approval_data
 from reviewdesk.desk.questions import posted_answer, question_form
-from reviewdesk.desk.routing import websocket_urlpatterns
-from reviewdesk.desk.templatetags.desk_urls import PLACEHOLDER
-from reviewdesk.events.services import latest_seq
+from reviewdesk.desk.views.base import DECISION_CONTEXT, DESK_SOCKET_PATH, DONE, require_reviewer
+from reviewdesk.desk.views.grants import grant_form_context, posted_grant
 from reviewdesk.lib.errors import DeskError, Invalid, NotFound, explain
-from reviewdesk.lib.limits import EXTERNAL_REF_MAX, TEXT_MAX, json_depth_exceeds
-
-DECISION_CONTEXT = {
-    "ApprovalKind": ApprovalKind,
-    "ApprovalStatus": ApprovalStatus,
-    "Verdict": Verdict,
-    "TEXT_MAX": TEXT_MAX,
-    "EXTERNAL_REF_MAX": EXTERNAL_REF_MAX,
-}
-
-# The desk socket's path, read from its route (events/routing.py) so that it is written once.
-(_DESK_SOCKET_ROUTE,) = websocket_urlpatterns
-DESK_SOCKET_PATH = "/" + str(_DESK_SOCKET_ROUTE.pattern)
-
-DONE = {
-    Verdict.APPROVE: "Approved",
-    Verdict.REJECT: "Rejected",
-    Verdict.EDIT: "Edited and approved",
-    Verdict.CONFIRM: "Marked done",
-    Verdict.RERUN: "Authorised a re-run of",
-    Verdict.ANSWER: "Answered",
-}
-
-
-def _require_reviewer(request: HttpRequest) -> None:
-    if not (is_reviewer(request.user) or is_admin(request.user)):
-        raise PermissionDenied("the desk is for reviewers")
-
-
-@login_required
-def desk(request: HttpRequest) -> HttpResponse:
-    """The queue: the user's pending approvals, mine first then by expiry, filtered by the
-    URL's agent, tool, run and assignee, one page of QUEUE_PAGE_SIZE at a time. A submitter
-    who is no reviewer goes to their runs: logging in lands everyone here."""
-    if is_submitter(request.user) and not (is_reviewer(request.user) or is_admin(request.user)):
-        return redirect("runs")
-    _require_reviewer(request)
-    filters, offset = queue_view_from(request.GET)
-    filters = replace(filters, run=run_filter_text(filters.run))
-    page = approvals_queue_for(request.user, filters, offset=offset)
-    if page.deeper:
-        last_call = page.offset + len(page.approvals)
-        messages.info(
-            request, f"The desk pages no further than call {last_call:,}: filter the queue to reach the rest."
-        )
-    elif page.offset < offset:
-        messages.info(request, f"Call {offset + 1:,} is past the end of this queue: here is its last page.")
-    kept = {name: getattr(filters, name) for name in FILTERS if getattr(filters, name)}
-    tools = sorted({tool.name for name in agent_names() for tool in get_agent(name).tools})
-    return render(
-        request,
-        "desk/desk.html",
-        {
-            "approvals": approvals_data(page.approvals),
-            "page": page,
-            "page_last": page.offset + len(page.approvals),
-            "page_size": QUEUE_PAGE_SIZE,
-            "filters": filters,
-            "filtered": bool(kept),
-            "prev_query": urlencode({**kept, "offset": page.prev_offset})
-            if page.prev_offset is not None
-            else None,
-            "next_query": urlencode({**kept, "offset": page.next_offset})
-            if page.next_offset is not None
-            else None,
-            "agents": agent_names(),
-            "tools": tools,
-            "seq": latest_seq(),
-            "socket_path": DESK_SOCKET_PATH,
-            **card_context(request),
-            **DECISION_CONTEXT,
-        },
-    )
-
-
-def card_context(request: HttpRequest) -> dict[str, str]:
-    """What desk/_card.html reads besides its approval, worked out once a page rather than once
-    a card (issue 11: a page at 10,000 pending holds twice the cards of one at 10): the viewer's
-    name (their own runs' calls are not theirs to decide) and the links, as patterns that the
-    url_for filter and desk.js's urlFor fill with an id."""
-    return {
-        "username": request.user.get_username(),
-        "desk_url": reverse("desk"),
-        "placeholder": PLACEHOLDER,
-        "run_url": reverse("run", args=[PLACEHOLDER]),
-        "approval_url": reverse("approval", args=[PLACEHOLDER]),
-    }
-
-
-FILTERS = QUEUE_FILTER_NAMES
-
-
-def run_filter_text(run: str) -> str:
-    """The `?run=` filter written as the queue reads it: a run id the UUID parser takes (without
-    hyphens, in braces, as `urn:uuid:`, in capitals) as the canonical text of that UUID, which
-    is how every approval names its run; anything else as it was (it matches no run). The page's
-    rows, its links and desk.js's live filter (data-filter-run, compared as text) all use this
-    one form: desk.js compared the id as typed, and a live call of the run never joined the page."""
-    try:
-        return str(uuid.UUID(run)) if run else run
-    except ValueError:
-        return run
+from reviewdesk.lib.limits import json_depth_exceeds
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def approval_page(request: HttpRequest, approval_id) -> HttpResponse:
-    _require_reviewer(request)
+    require_reviewer(request)
     try:
         approval = approval_get_visible(approval_id=approval_id, user=request.user)
     except NotFound:
@@ -193,7 +77,7 @@ def approval_preview_json(request: HttpRequest, approval_id) -> JsonResponse:
     The approval page calls it as the reviewer edits (session + CSRF). Reviewers only,
     and only for an approval they may see; it reads and never acts.
     """
-    _require_reviewer(request)
+    require_reviewer(request)
     try:
         approval = approval_get_visible(approval_id=approval_id, user=request.user)
     except NotFound:
@@ -292,10 +176,3 @@ def _posted_arguments(request: HttpRequest) -> object:
         raise Invalid(f"the edited arguments are not valid JSON ({exc.msg}, line {exc.lineno})") from None
     except RecursionError:  # the decoder gave up: far past the documented depth limit
         raise Invalid("the edited arguments nest too deeply") from None
-
-
-# The runs list and the audit page: one page of this many rows at a time.
-
-
-def api_docs(request: HttpRequest) -> HttpResponse:
-    return render(request, "desk/api_docs.html")

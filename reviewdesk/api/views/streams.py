@@ -127,7 +127,7 @@ def _events_after(user, run_id, after: int) -> tuple[list[DeskEvent], int]:
 def _query(scope) -> dict[str, str]:
     """The query, read as the REST lists read theirs (percent-decoded; the last of a repeated
     name wins); a name the streams do not take is 400 `bad_parameter` naming it, as there
-    (`paging.check_parameters`), so `?since=5` is not a stream from the start."""
+    (`filters.read_filters`), so `?since=5` is not a stream from the start."""
     pairs = parse_qsl(scope.get("query_string", b"").decode(errors="replace"), keep_blank_values=True)
     unknown = sorted({name for name, _ in pairs} - set(STREAM_PARAMETERS))
     if unknown:

@@ -12,7 +12,7 @@ from agents.decisions import payload_bytes
 from reviewdesk.api import schema as doc
 from reviewdesk.api.permissions import CanReview
 from reviewdesk.api.serializers import DecisionPayloadQuerySerializer
-from reviewdesk.api.views import DeskAPIView
+from reviewdesk.api.views.base import DeskAPIView
 from reviewdesk.approvals.deciding.device import approval_device_payload
 from reviewdesk.approvals.deciding.input import DecisionInput
 

@@ -1,0 +1,101 @@
+"""The desk: the queue of pending approvals a reviewer may decide, one page at a time."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
+
+from agents.registry import agent_names, get_agent
+from reviewdesk.accounts.roles import is_admin, is_reviewer, is_submitter
+from reviewdesk.approvals.reads.queue import (
+    QUEUE_FILTER_NAMES,
+    QUEUE_PAGE_SIZE,
+    approvals_queue_for,
+    queue_view_from,
+)
+from reviewdesk.approvals.reads.representation import approvals_data
+from reviewdesk.desk.templatetags.desk_urls import PLACEHOLDER
+from reviewdesk.desk.views.base import DECISION_CONTEXT, DESK_SOCKET_PATH, require_reviewer
+from reviewdesk.events.services import latest_seq
+
+
+@login_required
+def desk(request: HttpRequest) -> HttpResponse:
+    """The queue: the user's pending approvals, mine first then by expiry, filtered by the
+    URL's agent, tool, run and assignee, one page of QUEUE_PAGE_SIZE at a time. A submitter
+    who is no reviewer goes to their runs: logging in lands everyone here."""
+    if is_submitter(request.user) and not (is_reviewer(request.user) or is_admin(request.user)):
+        return redirect("runs")
+    require_reviewer(request)
+    filters, offset = queue_view_from(request.GET)
+    filters = replace(filters, run=run_filter_text(filters.run))
+    page = approvals_queue_for(request.user, filters, offset=offset)
+    if page.deeper:
+        last_call = page.offset + len(page.approvals)
+        messages.info(
+            request, f"The desk pages no further than call {last_call:,}: filter the queue to reach the rest."
+        )
+    elif page.offset < offset:
+        messages.info(request, f"Call {offset + 1:,} is past the end of this queue: here is its last page.")
+    kept = {name: getattr(filters, name) for name in FILTERS if getattr(filters, name)}
+    tools = sorted({tool.name for name in agent_names() for tool in get_agent(name).tools})
+    return render(
+        request,
+        "desk/desk.html",
+        {
+            "approvals": approvals_data(page.approvals),
+            "page": page,
+            "page_last": page.offset + len(page.approvals),
+            "page_size": QUEUE_PAGE_SIZE,
+            "filters": filters,
+            "filtered": bool(kept),
+            "prev_query": urlencode({**kept, "offset": page.prev_offset})
+            if page.prev_offset is not None
+            else None,
+            "next_query": urlencode({**kept, "offset": page.next_offset})
+            if page.next_offset is not None
+            else None,
+            "agents": agent_names(),
+            "tools": tools,
+            "seq": latest_seq(),
+            "socket_path": DESK_SOCKET_PATH,
+            **card_context(request),
+            **DECISION_CONTEXT,
+        },
+    )
+
+
+def card_context(request: HttpRequest) -> dict[str, str]:
+    """What desk/_card.html reads besides its approval, worked out once a page rather than once
+    a card (issue 11: a page at 10,000 pending holds twice the cards of one at 10): the viewer's
+    name (their own runs' calls are not theirs to decide) and the links, as patterns that the
+    url_for filter and desk.js's urlFor fill with an id."""
+    return {
+        "username": request.user.get_username(),
+        "desk_url": reverse("desk"),
+        "placeholder": PLACEHOLDER,
+        "run_url": reverse("run", args=[PLACEHOLDER]),
+        "approval_url": reverse("approval", args=[PLACEHOLDER]),
+    }
+
+
+FILTERS = QUEUE_FILTER_NAMES
+
+
+def run_filter_text(run: str) -> str:
+    """The `?run=` filter written as the queue reads it: a run id the UUID parser takes (without
+    hyphens, in braces, as `urn:uuid:`, in capitals) as the canonical text of that UUID, which
+    is how every approval names its run; anything else as it was (it matches no run). The page's
+    rows, its links and desk.js's live filter (data-filter-run, compared as text) all use this
+    one form: desk.js compared the id as typed, and a live call of the run never joined the page."""
+    try:
+        return str(uuid.UUID(run)) if run else run
+    except ValueError:
+        return run

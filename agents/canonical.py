@@ -15,7 +15,7 @@ def canonical_json(value: Any) -> bytes:
     except rfc8785.IntegerDomainError:
         # Beyond 2**53 an integer is refused, but PostgreSQL's jsonb hands a large double back
         # as one (1e16 as 10000000000000000): hashing what was stored must still give the hash
-        # of what was signed. Values without such integers never come here (issue 11: no walk).
+        # of what was signed. Values without such integers never come here (no walk).
         return rfc8785.dumps(_large_integers_as_doubles(value))
 
 

@@ -72,8 +72,10 @@ class SignedDecision:
     co_decisions: tuple[SignedDecision, ...] = ()
 
 
-def rfc3339(value: datetime) -> str:
-    """RFC 3339 in UTC with a "Z", the form decision times are signed in.
+def rfc3339_signed(value: datetime) -> str:
+    """RFC 3339 in UTC with a "Z", the form decision times are signed in (a zero fraction of a
+    second dropped, as Python's isoformat writes it). Fixed by the signatures already made with
+    it; what the desk shows and serves is `reviewdesk.lib.times.rfc3339_sortable`.
 
     A naive time is refused: its instant is unknown, and a guess would move a
     decision's expiry by hours.
@@ -158,8 +160,8 @@ def decision_payload(
         "arguments_sha256": sha256_hex(arguments),
         "verdict": str(verdict),
         "reviewer": reviewer,
-        "issued_at": rfc3339(issued_at),
-        "not_after": rfc3339(not_after),
+        "issued_at": rfc3339_signed(issued_at),
+        "not_after": rfc3339_signed(not_after),
         "nonce": nonce if nonce is not None else secrets.token_hex(16),
         "key_id": key_id,
         "version": PAYLOAD_VERSION,

@@ -95,15 +95,9 @@ class ApprovalGate(DecisionVerifier):
         if decision is not None and decision.verdict in RERUN_VERDICTS:
             raise DecisionRefused("a re-run decision only applies to an effect whose outcome is unknown")
 
-        if decision is not None:
-            grant = None  # a signed decision answers for this call: no grant is used
-            self.verify(decision, binding)
-            self.verify_quorum(decision, binding, required=tool.quorum.approvals)
-            arguments = decision.arguments
-        elif grant is not None:
-            self.verify_grant(grant, tool, binding, arguments)
-        elif tool.needs_approval(arguments):
-            raise DecisionRefused("this call needs an approved decision and has none")
+        arguments, grant = self._authority(
+            tool=tool, binding=binding, arguments=arguments, decision=decision, grant=grant
+        )
 
         if tool.effect == Effect.READ and decision is None and grant is None:
             # No ledger write fences this call, and none may have since the attempt began (one
@@ -138,6 +132,31 @@ class ApprovalGate(DecisionVerifier):
             # then): tried again under the same key, so this attempt's confirm must find it.
             self.ledger.adopt(key)
         return self._external(tool=tool, binding=binding, arguments=arguments, decision=decision, ctx=ctx)
+
+    def _authority(
+        self,
+        *,
+        tool: Tool,
+        binding: CallBinding,
+        arguments: dict[str, Any],
+        decision: SignedDecision | None,
+        grant: SignedGrant | None,
+        verdicts: tuple[str, ...] = APPROVING_VERDICTS,
+    ) -> tuple[dict[str, Any], SignedGrant | None]:
+        """What lets this call run, verified, for a first try and a retry alike: its signed
+        decision (with its quorum's votes), else a standing grant, else nothing at all when the
+        tool's policy asks no human for these arguments. Returns the arguments to run (the
+        decision's: an edit's own) and the grant in use (None when a decision answers)."""
+        if decision is not None:
+            self.verify(decision, binding, verdicts=verdicts)
+            self.verify_quorum(decision, binding, required=tool.quorum.approvals, verdicts=verdicts)
+            return decision.arguments, None
+        if grant is not None:
+            self.verify_grant(grant, tool, binding, arguments)
+            return arguments, grant
+        if tool.needs_approval(arguments):
+            raise DecisionRefused("this call needs an approved decision and has none")
+        return arguments, None
 
     def _in_transaction(
         self,
@@ -220,16 +239,16 @@ class ApprovalGate(DecisionVerifier):
         grant: SignedGrant | None = None,
     ) -> Any:
         """Try again a call whose last try certainly did not take effect (`retrying`)."""
-        if grant is not None and decision is None:
-            self.verify_grant(grant, tool, binding, arguments)
-        elif decision is None and tool.needs_approval(arguments):
-            raise DecisionRefused("this call needs an approved decision and has none")
-        if decision is not None:
-            # Still bound to this call and in date; it was consumed by the first try.
-            verdicts = RERUN_VERDICTS if decision.verdict in RERUN_VERDICTS else APPROVING_VERDICTS
-            self.verify(decision, binding, verdicts=verdicts)
-            self.verify_quorum(decision, binding, required=tool.quorum.approvals, verdicts=verdicts)
-            arguments = decision.arguments
+        # The decision is still bound to this call and in date (the first try consumed it): a
+        # re-run's decision keeps its verdict.
+        verdicts = (
+            RERUN_VERDICTS
+            if decision is not None and decision.verdict in RERUN_VERDICTS
+            else APPROVING_VERDICTS
+        )
+        arguments, grant = self._authority(
+            tool=tool, binding=binding, arguments=arguments, decision=decision, grant=grant, verdicts=verdicts
+        )
         if tool.effect in (Effect.READ, Effect.DATABASE):
             # Its first try rolled back with its consumption (or grant use): consumed now, with the effect.
             return self._in_transaction(
@@ -239,11 +258,11 @@ class ApprovalGate(DecisionVerifier):
                 decision=decision,
                 ctx=ctx,
                 mode="retry",
-                grant=grant if decision is None else None,
+                grant=grant,
             )
         # The decision was consumed with the first `pending`, or the grant's use counted with
         # it: a grant revoked or expired since allows no second try ("revocable at once").
-        if grant is not None and decision is None and not self.ledger.grant_live(grant.grant_id):
+        if grant is not None and not self.ledger.grant_live(grant.grant_id):
             raise GrantRefused("the grant was revoked or has expired since this call's first try")
         # The row goes back to pending before the effect is tried, so a crash from here on
         # leaves it for a human.

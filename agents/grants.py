@@ -34,7 +34,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from agents.canonical import canonical_json, sha256_hex
-from agents.decisions import rfc3339, signature_valid
+from agents.decisions import rfc3339_signed, signature_valid
 from agents.failures import DecisionRefused
 from agents.ledger import CallBinding, Keyring
 from agents.registry import Agent
@@ -197,8 +197,8 @@ def grant_payload(
         "arguments_sha256": arguments_sha256,
         "constraints": constraints,
         "max_uses": max_uses,
-        "issued_at": rfc3339(issued_at),
-        "expires_at": rfc3339(expires_at),
+        "issued_at": rfc3339_signed(issued_at),
+        "expires_at": rfc3339_signed(expires_at),
         "granted_by": granted_by,
         "approval_id": str(approval_id),
         "nonce": nonce if nonce is not None else secrets.token_hex(16),

@@ -190,7 +190,7 @@ class AgentState:
 
     def to_snapshot(self) -> dict[str, Any]:
         # v5: fields at their defaults are left out (a run writes two checkpoints per model
-        # turn, and most of each is defaults: issue 11's storage target). `message_count`
+        # turn, and most of each is defaults: the storage target of `make bench` #5). `message_count`
         # always stays: the stores index on it.
         if self.needs_log:
             raise SnapshotError(

@@ -1,6 +1,6 @@
 """The checkpoint store interface and its in-memory implementation.
 
-`reviewdesk.runs.stores.DatabaseCheckpointStore` is the default implementation.
+`reviewdesk.runs.checkpoints.DatabaseCheckpointStore` is the default implementation.
 """
 
 from __future__ import annotations

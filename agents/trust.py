@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from agents.canonical import canonical_json
-from agents.decisions import SignedDecision, is_device_signed, key_id_for, rfc3339, signature_valid
+from agents.decisions import SignedDecision, is_device_signed, key_id_for, rfc3339_signed, signature_valid
 
 ENDORSEMENT = "device-endorsement"
 REVOCATION = "device-revocation"
@@ -174,8 +174,8 @@ def endorsement_record(
         "key_id": key_id_for(public_key_from_b64(public_key)),
         "public_key": public_key,
         "roles": sorted(set(roles)),
-        "issued_at": rfc3339(issued_at),
-        "not_after": rfc3339(not_after),
+        "issued_at": rfc3339_signed(issued_at),
+        "not_after": rfc3339_signed(not_after),
         "signer_key_id": signer_key_id,
     }
 
@@ -186,7 +186,7 @@ def revocation_record(*, key_id: str, revoked_at: datetime, signer_key_id: str) 
         "type": REVOCATION,
         "version": 1,
         "key_id": key_id,
-        "revoked_at": rfc3339(revoked_at),
+        "revoked_at": rfc3339_signed(revoked_at),
         "signer_key_id": signer_key_id,
     }
 

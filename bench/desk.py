@@ -13,8 +13,8 @@ at a few and at many alike.
 
 The two sizes are timed in the order many, few, many (half of the samples at many before the
 few, half after): a shift in the machine or the database that lasts minutes falls on both
-sizes alike, where timing all of the few and then all of the many put it between them (the
-fifteenth pass saw whole halves move by a third on PostgreSQL with the same code). Between
+sizes alike, where timing all of the few and then all of the many put it between them (whole
+halves have been seen to move by a third on PostgreSQL with the same code). Between
 them the extra rows are deleted (with VACUUM ANALYZE on PostgreSQL) and written again.
 """
 

@@ -46,7 +46,7 @@ def _bench_database(url: str) -> str:
     return urlunsplit(parts._replace(path=f"/{bench_name}"))
 
 
-# With DATABASE_URL or REDIS_URL set, the desk counts as a production configuration (issue 8): its worker
+# With DATABASE_URL or REDIS_URL set, the desk counts as a production configuration: its worker
 # refuses to start when it can read the signing key, as it can here (one user, the harness's
 # var/), and the scripted model the cycles are driven by is off. The harness's own stack is a
 # test stack, marked as the test suite marks every process it starts (tests/pytest_env.py):
@@ -229,7 +229,7 @@ def start_processes(stack: Stack, env: dict[str, str]) -> None:
     env = {**os.environ, **env}
     desk_port = free_port()
     stack.desk_url = f"http://127.0.0.1:{desk_port}"
-    # The desk's sockets take only an exact Origin (issue 8): the one its pages are served from.
+    # The desk's sockets take only an exact Origin: the one its pages are served from.
     env["DESK_WS_ALLOWED_ORIGINS"] = stack.desk_url
     stack.web_env = env
     celery = [python, "-m", "celery", "-A"]

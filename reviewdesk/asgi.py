@@ -41,7 +41,7 @@ _name_missing_reason_phrases()
 
 application = ProtocolTypeRouter(
     {
-        # The API's Server-Sent Events streams (issue 12) are Channels consumers; all else is Django.
+        # The API's Server-Sent Events streams are Channels consumers; all else is Django.
         "http": URLRouter(
             [
                 path("api/v1/stream", AuthMiddlewareStack(event_stream_app)),

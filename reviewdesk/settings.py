@@ -162,7 +162,7 @@ DESK_IDEMPOTENCY_INFLIGHT_SECONDS = env_int("DESK_IDEMPOTENCY_INFLIGHT_SECONDS",
 # stalled, and the others run on threads of their own meanwhile; 0: a thread each
 # (reviewdesk/serve/asgi_handler.py).
 DESK_API_LANE_STALL_MS = env_int("DESK_API_LANE_STALL_MS", 200)
-# --- Client API limits (issue 12): each answered with a precise problem+json -----------
+# --- Client API limits: each answered with a precise problem+json -----------
 # A body over this is 413 (API and pages), before Django's own, larger limit answers 400.
 DESK_MAX_BODY_BYTES = env_int("DESK_MAX_BODY_BYTES", 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(DESK_MAX_BODY_BYTES, 2_621_440)
@@ -207,7 +207,7 @@ DESK_TOOL_WORLD = env_str("DESK_TOOL_WORLD", "reviewdesk.demo.world.DjangoDemoWo
 # public keyring. Both default to files created under var/ on first use.
 DESK_SIGNING_KEY_FILE = Path(env_str("DESK_SIGNING_KEY_FILE", str(VAR_DIR / "signing_key.pem")))
 DESK_VERIFY_KEYS_FILE = Path(env_str("DESK_VERIFY_KEYS_FILE", str(VAR_DIR / "verify_keys.json")))
-# Device keys (issue 13): the admin public keys workers pin, written by `manage.py trust pin`
+# Device keys: the admin public keys workers pin, written by `manage.py trust pin`
 # and read-only for workers; endorsements of reviewers' own keys must chain to one of them.
 DESK_TRUST_FILE = Path(env_str("DESK_TRUST_FILE", str(VAR_DIR / "trust.json")))
 # On: every approval must be signed by the reviewer's device key, whatever the tool says.
@@ -216,7 +216,7 @@ DESK_REQUIRE_DEVICE_KEYS = env_bool("DESK_REQUIRE_DEVICE_KEYS", False)
 DESK_ENDORSEMENT_DAYS = env_int("DESK_ENDORSEMENT_DAYS", 365)
 DESK_DEVICE_PAYLOAD_MAX_AGE_SECONDS = env_int("DESK_DEVICE_PAYLOAD_MAX_AGE_SECONDS", 900)
 
-# --- Trust: what a production configuration turns off (issue 8) ------------
+# --- Trust: what a production configuration turns off ------------
 # One rule, used wherever a setting differs in production: a production configuration is one
 # with an external database (DATABASE_URL set) and DEBUG off. The embedded default is not.
 DESK_PRODUCTION = bool(DATABASE_URL) and not DEBUG
@@ -224,7 +224,7 @@ DESK_PRODUCTION = bool(DATABASE_URL) and not DEBUG
 # default and in tests (tests/pytest_env.py), off in production unless enabled explicitly.
 DESK_ALLOW_SCRIPTED_MODEL = env_bool("DESK_ALLOW_SCRIPTED_MODEL", not DESK_PRODUCTION)
 
-# --- Audit trail: a keyed chain, anchored outside the database (issue 8) ---------
+# --- Audit trail: a keyed chain, anchored outside the database ---------
 # HMAC key of the audit chain, never stored in the database, so a database writer cannot
 # recompute the chain. DESK_AUDIT_KEY (the value itself) overrides the file.
 DESK_AUDIT_KEY = env_str("DESK_AUDIT_KEY")
@@ -244,7 +244,7 @@ DESK_AUDIT_ANCHOR_KEYS_FILE = Path(
 DESK_AUDIT_ANCHOR_SECONDS = env_int("DESK_AUDIT_ANCHOR_SECONDS", 60)
 CELERY_BEAT_SCHEDULE["audit-anchor"] = {"task": "audit.anchor", "schedule": float(DESK_AUDIT_ANCHOR_SECONDS)}
 # The audit page walks only the rows since the newest anchor on each load (the whole chain took
-# 16 s at 400,000 rows, issue 11); beat's full check, of every row and anchor line, covers the
+# 16 s at 400,000 rows); beat's full check, of every row and anchor line, covers the
 # rest this often and records its result in DESK_AUDIT_CHECK_FILE (outside the database, signed
 # with the anchor key) for the page to show. An edit to a row before the newest anchor shows on
 # the page only once the next full check has run: this is that window.
@@ -252,7 +252,7 @@ DESK_AUDIT_CHECK_SECONDS = env_int("DESK_AUDIT_CHECK_SECONDS", 3600)
 DESK_AUDIT_CHECK_FILE = Path(env_str("DESK_AUDIT_CHECK_FILE", str(VAR_DIR / "audit_check.json")))
 CELERY_BEAT_SCHEDULE["audit-check"] = {"task": "audit.check", "schedule": float(DESK_AUDIT_CHECK_SECONDS)}
 
-# --- Time, escalation, notifications (issue 10): approvals/lifecycle/clock.py, approvals/lifecycle/notify.py ---
+# --- Time, escalation, notifications: approvals/lifecycle/clock.py, approvals/lifecycle/notify.py ---
 # How often beat reminds, escalates and emails: the clock's resolution.
 DESK_APPROVAL_TICK_SECONDS = env_int("DESK_APPROVAL_TICK_SECONDS", 15)
 CELERY_BEAT_SCHEDULE["approvals-tick"] = {
@@ -280,7 +280,7 @@ EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.filebased.Em
 EMAIL_FILE_PATH = env_str("EMAIL_FILE_PATH", str(VAR_DIR / "outbox"))
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "agent@reviewdesk.local")
 
-# --- Outbound mail server (issue 14): EMAIL_URL, or EMAIL_HOST, EMAIL_PORT, ... one by one ---
+# --- Outbound mail server: EMAIL_URL, or EMAIL_HOST, EMAIL_PORT, ... one by one ---
 # The demo's send_email and any notification send through these same settings.
 # EMAIL_TIMEOUT defaults to 10 s, not Django's None: a mail server that stops answering must
 # fail the try (and let it be retried or reconciled), never hang a worker for good.
@@ -288,7 +288,7 @@ globals().update(mail.email_settings(os.environ, default_timeout=10))
 if os.environ.get("EMAIL_URL") and not os.environ.get("EMAIL_BACKEND"):
     EMAIL_BACKEND = mail.SMTP_BACKEND  # a mail server named, and no backend: use it
 
-# --- Tool retries (issue 14): transient tool failures (ToolUnavailable) ----------------
+# --- Tool retries: transient tool failures (ToolUnavailable) ----------------
 DESK_TOOL_RETRIES = env_int("DESK_TOOL_RETRIES", 5)  # per call: 1+2+4+8+16 s of backoff, ~31 s
 DESK_TOOL_RETRIES_PER_RUN = env_int("DESK_TOOL_RETRIES_PER_RUN", 20)  # a run of many flaky calls stops
 DESK_TOOL_RETRY_BACKOFF_SECONDS = env_int("DESK_TOOL_RETRY_BACKOFF_SECONDS", 1)  # doubled at each retry
@@ -308,7 +308,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
 
-# --- Security: HTTPS, login throttling, CSP (issue 8) -------------------------
+# --- Security: HTTPS, login throttling, CSP -------------------------
 # Behind a TLS-terminating proxy: DJANGO_SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO,https
 # tells Django which header says the original request was HTTPS. The production example in
 # .env.example sets all of these, and `manage.py check --deploy` prints nothing for it.
@@ -349,7 +349,7 @@ STATIC_ROOT.mkdir(exist_ok=True)  # whitenoise warns when it is missing
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
-# --- Webhooks (issue 12) ----------------------------------------------------------------------
+# --- Webhooks ----------------------------------------------------------------------
 INSTALLED_APPS += ["reviewdesk.webhooks"]
 # A webhook URL must resolve to public addresses only (checked at registration and before each
 # delivery); 1 allows private, loopback and link-local ones (tests, a receiver on the same host).
@@ -363,7 +363,7 @@ CELERY_BEAT_SCHEDULE["webhook-sweep"] = {"task": "webhooks.sweep", "schedule": f
 # A token's `last_used_at` is written at most this often: not one write per request.
 DESK_TOKEN_LAST_USED_SECONDS = env_int("DESK_TOKEN_LAST_USED_SECONDS", 60)
 
-# --- Rate limits on submit and decide (issue 12) --------------------------------------------
+# --- Rate limits on submit and decide --------------------------------------------
 # Per bearer token (per user for a session), counted in Redis so every web process shares the
 # count (Django's default cache is per process). See reviewdesk/api/throttling.py. Empty: off.
 DESK_RATE_SUBMIT = env_str("DESK_RATE_SUBMIT", "120/min")

@@ -46,13 +46,13 @@ urlpatterns = [
     path("grants/", grants.grant_list, name="grants"),
     path("grants/<uuid:grant_id>/revoke/", grants.grant_revoke_page, name="grant-revoke"),
     path("audit/", audit.audit_page, name="audit"),
-    # Device keys (issue 13): the page, and its JSON endpoints (session + CSRF).
+    # Device keys: the page, and its JSON endpoints (session + CSRF).
     path("keys/", keys.keys_page, name="keys"),
     path("keys/register", keys.key_register, name="key-register"),
     path("keys/<str:key_id>/endorse", keys.key_record_draft, {"action": "endorse"}, name="key-endorse"),
     path("keys/<str:key_id>/revoke", keys.key_record_draft, {"action": "revoke"}, name="key-revoke"),
     path("keys/<str:key_id>/records", keys.key_record_store, name="key-records"),
-    path("audit/export.csv", audit.audit_export, name="audit-export"),  # issue 9
+    path("audit/export.csv", audit.audit_export, name="audit-export"),
     # Only login and logout: password-reset tokens derive from SECRET_KEY, which
     # workers also load, so a reset view would let a compromised worker become a reviewer.
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),

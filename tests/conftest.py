@@ -143,6 +143,44 @@ def report_timing():
     return _TIMINGS.append
 
 
+# What CI runs on the embedded default as well as on PostgreSQL (`make test-embedded`): the tests
+# whose outcome can depend on the database or on the embedded stack. The rest (pages, the API's
+# contract, the runtime, the browser) run once, on PostgreSQL.
+BOTH_DATABASES = (
+    # Locks, fences, claims, leases, checkpoints and the hand-written SQL of runs and approvals.
+    "tests/reviewdesk/runs/",
+    "tests/reviewdesk/approvals/",
+    # The audit chain takes its ids with vendor-specific SQL; webhooks read the log after a cursor.
+    "tests/reviewdesk/audit/",
+    "tests/reviewdesk/webhooks/",
+    "tests/reviewdesk/events/",
+    "tests/reviewdesk/accounts/",
+    "tests/reviewdesk/test_db_rows.py",
+    "tests/reviewdesk/test_writers_lock.py",
+    "tests/reviewdesk/test_appends_last.py",
+    "tests/reviewdesk/test_db_pool.py",
+    "tests/reviewdesk/test_database_conf.py",
+    "tests/reviewdesk/test_no_manual_savepoints.py",
+    "tests/reviewdesk/test_api_lane.py",
+    "tests/reviewdesk/api/test_paging.py",
+    "tests/reviewdesk/api/test_filters.py",
+    # The sandbox against the embedded Redis's unix socket and the SQLite file in var/.
+    "tests/reviewdesk/test_sandbox_attacks.py",
+    # The embedded default end to end, on real processes: the flow, restarts, crashes, races.
+    "tests/e2e/test_approval_flow.py",
+    "tests/e2e/test_restart.py",
+    "tests/e2e/test_crash_recovery.py",
+    "tests/e2e/test_races_on_real_processes.py",
+    "tests/e2e/test_scale_out.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid.startswith(BOTH_DATABASES):
+            item.add_marker(pytest.mark.both_databases)
+
+
 def pytest_terminal_summary(terminalreporter):
     if _TIMINGS:
         terminalreporter.section("review desk: measured figures")

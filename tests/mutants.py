@@ -1,7 +1,7 @@
 """Check that the suite kills a listed set of guard-line mutations (`make mutants`).
 
-    python tests/mutants.py [--list tests/mutants.toml] [-k TEXT] [--every N] [--database-bound]
-                            [--skip-baseline] [--keep]
+    python tests/mutants.py [--list tests/mutants.toml] [-k TEXT] [--file PATH]... [--every N]
+                            [--slice K|auto] [--jobs J] [--database-bound] [--skip-baseline] [--keep]
 
 The list (tests/mutants.toml) names, for each mutation, a file, an exact snippet of its source,
 the snippet's mutated replacement and the tests expected to kill it. The runner:
@@ -14,7 +14,12 @@ the snippet's mutated replacement and the tests expected to kill it. The runner:
 3. runs all the named tests once on the unmutated copy: they must pass, or a "kill" would prove
    nothing;
 4. for each mutation: writes it into the copy, runs only that entry's tests (stopping at the
-   first failure), puts the original back.
+   first failure), puts the original back. With `--jobs J`, J copies work through the list side
+   by side, each on a database of its own.
+
+`--every N --slice K` runs the Kth of N interleaved slices of the list (entries K, K+N, ...);
+`--slice auto` takes K from the number of commits on HEAD, so that consecutive landings run
+different slices and every entry runs within N of them (CI's short run).
 
 It prints a table (mutation, where, killing test, killed) and exits 0 only when every mutation
 was killed. A test run that errors out (a node id that does not exist, a collection error) is an
@@ -31,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
 from dataclasses import dataclass
@@ -127,12 +133,26 @@ def copy_tree(dest: Path) -> None:
         (dest / ".venv").symlink_to(venv.resolve())
 
 
-def run_tests(copy: Path, nodes: tuple[str, ...], log: Path) -> tuple[int, str]:
+def job_environment(job: int) -> dict[str, str]:
+    """The environment of job `job`'s test runs: on PostgreSQL a database name of its own (the
+    test database is made from it), so that side-by-side jobs never share one. On the embedded
+    default each run has its own var/ already (tests/pytest_env.py)."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    url = env.get("DATABASE_URL", "")
+    if job and url.startswith("postgres"):
+        base, _, name = url.rpartition("/")
+        env["DATABASE_URL"] = f"{base}/{name or 'postgres'}_mutants{job}"
+    return env
+
+
+def run_tests(
+    copy: Path, nodes: tuple[str, ...], log: Path, env: dict[str, str] | None = None
+) -> tuple[int, str]:
     """Run `nodes` in `copy`; return pytest's exit code and the first failing node id, if any."""
     python = copy / ".venv" / "bin" / "python"
     command = [str(python if python.exists() else sys.executable), "-m", "pytest", "-q", "-x"]
     command += ["-p", "no:cacheprovider", "-rfE", *nodes]
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    env = env or job_environment(0)
     with log.open("w") as out:
         code = subprocess.run(command, cwd=copy, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
     failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", log.read_text(), flags=re.MULTILINE)
@@ -143,14 +163,14 @@ def tail(path: Path, lines: int = 25) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def mutate(copy: Path, mutant: Mutant, log: Path) -> Result:
+def mutate(copy: Path, mutant: Mutant, log: Path, env: dict[str, str] | None = None) -> Result:
     path = copy / mutant.file
     original = path.read_text()
     line = original[: original.index(mutant.original)].count("\n") + 1
     started = time.monotonic()
     path.write_text(original.replace(mutant.original, mutant.mutated, 1))
     try:
-        code, killer = run_tests(copy, mutant.tests, log)
+        code, killer = run_tests(copy, mutant.tests, log, env)
     finally:
         path.write_text(original)
     if code == 1 and killer:
@@ -187,6 +207,16 @@ def main(argv: list[str] | None = None) -> int:
         help="run every Nth listed mutation (CI's short run); each entry is still checked",
     )
     parser.add_argument(
+        "--slice",
+        default="0",
+        metavar="K",
+        help="with --every N: run slice K of N (0..N-1), or 'auto' for the commit count of HEAD mod N",
+    )
+    parser.add_argument(
+        "--file", action="append", default=[], help="run only mutations of this file (repeatable)"
+    )
+    parser.add_argument("--jobs", type=int, default=1, metavar="J", help="J copies side by side")
+    parser.add_argument(
         "--database-bound",
         action="store_true",
         help="run only the mutations bound to a database (CI runs them with DATABASE_URL set)",
@@ -195,14 +225,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temporary copy and its logs")
     args = parser.parse_args(argv)
 
-    listed = [m for m in load(args.list) if args.only.lower() in m.name.lower()]
+    everything = load(args.list)
+    listed = [m for m in everything if args.only.lower() in m.name.lower()]
+    if args.file:
+        listed = [m for m in listed if m.file in args.file]
     if args.database_bound:
         listed = [m for m in listed if m.database]
-    if args.every < 1:
-        parser.error("--every needs a positive N")
-    # A stride, not a random pick: the short run is the same on every machine, and it still
-    # crosses every part of the list (which is grouped by area).
-    mutants = listed[:: args.every]
+    if args.every < 1 or args.jobs < 1:
+        parser.error("--every and --jobs need a positive number")
+    start = slice_of(args.slice, args.every)
+    # A stride, not a random pick: a slice is the same on every machine, and it still crosses
+    # every part of the list (which is grouped by area).
+    mutants = listed[start :: args.every]
+    if args.every > 1:
+        print(f"slice {start} of {args.every}: {len(mutants)} of {len(listed)} listed mutations", flush=True)
     elsewhere = [m for m in mutants if m.database and m.database != database_here()]
     for mutant in elsewhere:
         print(f"not run here: {mutant.name} (needs DATABASE_URL on {mutant.database})", flush=True)
@@ -211,22 +247,24 @@ def main(argv: list[str] | None = None) -> int:
         print("no mutation selected", file=sys.stderr)
         return 2
     # Every listed entry is checked, even one the stride skips: a stale snippet fails fast.
-    broken = {m.name: problems(m, ROOT) for m in listed}
+    broken = {m.name: problems(m, ROOT) for m in everything}
     if any(broken.values()):
         for name, found in broken.items():
             for problem in found:
                 print(f"mutant {name!r}: {problem}", file=sys.stderr)
         return 2
 
-    copy = Path(tempfile.mkdtemp(prefix="rd-mutants-"))
+    jobs = min(args.jobs, len(mutants))
+    copies = [Path(tempfile.mkdtemp(prefix=f"rd-mutants-{job}-")) for job in range(jobs)]
     try:
-        copy_tree(copy)
-        logs = copy / "var" / "mutants"
-        logs.mkdir(parents=True)
+        for copy in copies:
+            copy_tree(copy)
+            (copy / "var" / "mutants").mkdir(parents=True)
+        logs = copies[0] / "var" / "mutants"
         if not args.skip_baseline:
             nodes = tuple(dict.fromkeys(node for m in mutants for node in m.tests))
             print(f"baseline: {len(nodes)} named test(s) on the unmutated copy", flush=True)
-            code, failed = run_tests(copy, nodes, logs / "baseline.log")
+            code, failed = run_tests(copies[0], nodes, logs / "baseline.log")
             if code != 0:
                 print(tail(logs / "baseline.log"), file=sys.stderr)
                 print(
@@ -234,23 +272,58 @@ def main(argv: list[str] | None = None) -> int:
                     file=sys.stderr,
                 )
                 return 2
-        results = []
-        for number, mutant in enumerate(mutants, start=1):
-            print(f"[{number}/{len(mutants)}] {mutant.name}", flush=True)
-            result = mutate(copy, mutant, logs / f"mutant-{number}.log")
-            if result.outcome == "error":
-                print(tail(Path(result.log)), file=sys.stderr)
-            results.append(result)
+        results = run_all(mutants, copies)
         print()
         print(table(results))
         failures = [r for r in results if r.outcome != "killed"]
         print(f"\n{len(results) - len(failures)} of {len(results)} mutations killed")
         return 1 if failures else 0
     finally:
-        if args.keep:
-            print(f"kept the copy and its logs in {copy}")
-        else:
-            shutil.rmtree(copy, ignore_errors=True)
+        for copy in copies:
+            if args.keep:
+                print(f"kept a copy and its logs in {copy}")
+            else:
+                shutil.rmtree(copy, ignore_errors=True)
+
+
+def slice_of(given: str, every: int) -> int:
+    if given == "auto":
+        count = subprocess.run(
+            ["git", "rev-list", "--count", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        return int(count or 0) % every
+    if not given.isdigit() or int(given) >= every:
+        raise SystemExit(f"--slice must be auto or a number from 0 to {every - 1}")
+    return int(given)
+
+
+def run_all(mutants: list[Mutant], copies: list[Path]) -> list[Result]:
+    """Each mutation on one of the copies, the copies side by side (a thread each: the work is
+    in the pytest processes); results in the list's order."""
+    results: dict[int, Result] = {}
+    queue = list(enumerate(mutants, start=1))
+    lock = threading.Lock()
+
+    def work(job: int, copy: Path) -> None:
+        env = job_environment(job)
+        while True:
+            with lock:
+                if not queue:
+                    return
+                number, mutant = queue.pop(0)
+            result = mutate(copy, mutant, copy / "var" / "mutants" / f"mutant-{number}.log", env)
+            with lock:
+                print(f"[{number}/{len(mutants)}] {mutant.name}: {result.outcome}", flush=True)
+                if result.outcome == "error":
+                    print(tail(Path(result.log)), file=sys.stderr)
+                results[number] = result
+
+    threads = [threading.Thread(target=work, args=(job, copy)) for job, copy in enumerate(copies)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [results[number] for number in sorted(results)]
 
 
 if __name__ == "__main__":

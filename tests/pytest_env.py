@@ -28,7 +28,7 @@ os.environ.setdefault("DESK_CHANNEL_PREFIX", f"rd{_tag}")
 os.environ.setdefault("DESK_THROTTLE_KEY_PREFIX", f"desk-throttle-{_tag}")
 os.environ.setdefault("DESK_WS_HEARTBEAT_SECONDS", "2")
 os.environ.setdefault("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
-# The suite drives runs with scripts, on SQLite and on PostgreSQL alike (issue 8: off in production).
+# The suite drives runs with scripts, on SQLite and on PostgreSQL alike (off in production).
 os.environ.setdefault("DESK_ALLOW_SCRIPTED_MODEL", "1")
 
 # The runs' scratch directories (agents/sandbox.py): the suite's own, 0711 so each run's uid can

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+if TYPE_CHECKING:
+    pass
 
 REVIEWERS = "reviewers"
 SUBMITTERS = "submitters"
@@ -22,7 +25,7 @@ def remember_group_names(user: AbstractBaseUser, names: Iterable[str]) -> None:
     setattr(user, GROUP_NAMES_READ, frozenset(names))
 
 
-def forget_group_names(user: Any) -> None:
+def forget_group_names(user: AbstractBaseUser | AnonymousUser | None) -> None:
     """Drop what `remember_group_names` kept: for a user object that outlives its request (an
     SSE stream's), whose checks must read the groups as they are at each scan."""
     if user is not None and GROUP_NAMES_READ in getattr(user, "__dict__", {}):

@@ -16,7 +16,7 @@ def token_for_digest(digest: str) -> ApiToken | None:
     """The unrevoked token with this SHA-256, its user with it and the names of the user's
     groups (`roles.group_names_of` answers from them for this request), in one hand-written
     statement: every API request asks, and the ORM's queries spent longer compiling than
-    running (issue 11, #6: a fifth of the web's CPU on the bench's bare requests)."""
+    running (`make bench` #6: a fifth of the web's CPU on the bench's bare requests)."""
     user_model = get_user_model()
     token, user = Columns.of(ApiToken, "t"), Columns.of(user_model, "u")
     through = user_model.groups.through

@@ -7,7 +7,7 @@ names, so that the approvals app and the desk events resolve them alike.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet
@@ -15,8 +15,11 @@ from django.db.models import Q, QuerySet
 from agents.routing import GROUP_PREFIX, group_of
 from reviewdesk.accounts.roles import group_names_of
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AnonymousUser, User
 
-def targets_of(user: Any, *, group_names: Iterable[str] | None = None) -> set[str]:
+
+def targets_of(user: User | AnonymousUser, *, group_names: Iterable[str] | None = None) -> set[str]:
     """The targets that name `user`: their username and each of their groups (`group_names`,
     when the caller has read them already; else as the request read them with the user, or
     now: roles.group_names_of)."""

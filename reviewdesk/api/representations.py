@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reviewdesk.accounts.roles import is_admin
 from reviewdesk.accounts.targets import UsernamesNamed, usernames_named
@@ -17,8 +17,11 @@ from reviewdesk.approvals.reads.representation import (
     approvals_page_data,
     decision_data,
 )
-from reviewdesk.lib.times import iso
+from reviewdesk.lib.times import rfc3339_sortable
 from reviewdesk.runs.models import Run
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 def run_summary(run: Run) -> dict[str, Any]:
@@ -35,12 +38,12 @@ def run_summary(run: Run) -> dict[str, Any]:
         "approval_ttl_seconds": run.approval_ttl_seconds,
         "metadata": run.metadata,
         "revision": run.revision,
-        "created_at": iso(run.created_at),
-        "updated_at": iso(run.updated_at),
+        "created_at": rfc3339_sortable(run.created_at),
+        "updated_at": rfc3339_sortable(run.updated_at),
     }
 
 
-def run_details(runs: list[Run], *, viewer: Any) -> list[dict[str, Any]]:
+def run_details(runs: list[Run], *, viewer: User) -> list[dict[str, Any]]:
     """`run_detail` for a page of runs (their relations prefetched), the groups their approvals'
     assignees name read once for the page."""
     named = UsernamesNamed(a.assignees for run in runs for a in run.approvals.all())
@@ -48,11 +51,11 @@ def run_details(runs: list[Run], *, viewer: Any) -> list[dict[str, Any]]:
 
 
 def run_detail(
-    run: Run, *, viewer: Any, new: bool = False, named: Expand = usernames_named
+    run: Run, *, viewer: User, new: bool = False, named: Expand = usernames_named
 ) -> dict[str, Any]:
     """The run with its relations, as `viewer` (the user it is answered to) may read it: each
     approval through `approval_for`, the rule the desk socket applies to a hand-over's note.
-    `new`: created by this request, so it has none of them yet and none is read (issue 11: six
+    `new`: created by this request, so it has none of them yet and none is read (six
     statements off a submit). `named` as for `approval_data`."""
     username, admin = viewer.get_username(), is_admin(viewer)
 
@@ -82,11 +85,11 @@ def run_detail(
                 "status": e.status,
                 "result": e.result,
                 "external_ref": e.external_ref or None,
-                "retries": e.retries,  # transient failures so far (issue 14)
+                "retries": e.retries,  # transient failures so far
                 "last_error": e.last_error or None,
                 "decision": str(e.decision_id) if e.decision_id else None,
-                "created_at": iso(e.created_at),
-                "updated_at": iso(e.updated_at),
+                "created_at": rfc3339_sortable(e.created_at),
+                "updated_at": rfc3339_sortable(e.updated_at),
             }
             for e in sorted(rows("side_effects"), key=lambda e: e.created_at)
         ],
@@ -97,7 +100,7 @@ def run_detail(
                 "input": f.input,
                 "position": f.position,
                 "posted_by": f.posted_by.username,
-                "created_at": iso(f.created_at),
+                "created_at": rfc3339_sortable(f.created_at),
             }
             for f in sorted(rows("follow_ups"), key=lambda f: f.number)
         ],
@@ -107,8 +110,8 @@ def run_detail(
                 "status": a.status,
                 "lease_epoch": a.lease_epoch,
                 "worker": a.worker,
-                "started_at": iso(a.started_at),
-                "ended_at": iso(a.ended_at),
+                "started_at": rfc3339_sortable(a.started_at),
+                "ended_at": rfc3339_sortable(a.ended_at),
             }
             for a in sorted(rows("attempts"), key=lambda a: a.number)
         ],
@@ -127,13 +130,13 @@ def grant_data(grant: Grant) -> dict[str, Any]:
         "arguments": grant.arguments,
         "max_uses": grant.max_uses,
         "uses": grant.uses,
-        "expires_at": iso(grant.expires_at),
+        "expires_at": rfc3339_sortable(grant.expires_at),
         "status": grant_status(grant),
         "granted_by": grant.granted_by.get_username(),
         "approval": str(grant.approval_id),
         "decision": str(grant.decision_id),
-        "created_at": iso(grant.created_at),
-        "revoked_at": iso(grant.revoked_at),
+        "created_at": rfc3339_sortable(grant.created_at),
+        "revoked_at": rfc3339_sortable(grant.revoked_at),
         "revoked_by": grant.revoked_by.get_username() if grant.revoked_by else None,
         "payload": grant.payload,
         "signature": grant.signature,

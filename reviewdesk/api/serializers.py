@@ -82,7 +82,7 @@ class DecisionSerializer(StrictSerializer):
     checkpoint_id = StrictUUIDField()
     # With an approve: a standing grant (approvals.grants.create checks it with the decision).
     grant = serializers.JSONField(required=False)
-    # A device-signed decision (issue 13): all three, or none.
+    # A device-signed decision: all three, or none.
     signature = StrictCharField(required=False, max_length=200)
     key_id = StrictCharField(required=False, max_length=64)
     payload = serializers.DictField(required=False, help_text="the payload from /payload, as signed")

@@ -31,10 +31,10 @@ urlpatterns = [
         approvals.ApprovalHandoverView.as_view(throttle_classes=[DecideThrottle]),
         name="api-handover",
     ),
-    # Standing grants (issue 10)
+    # Standing grants
     path("grants", grants.GrantListView.as_view(), name="api-grants"),
     path("grants/<uuid:grant_id>/revoke", grants.GrantRevokeView.as_view(), name="api-grant-revoke"),
-    # Webhooks (issue 12)
+    # Webhooks
     path("webhooks", webhooks.WebhookListCreateView.as_view(), name="api-webhooks"),
     path(
         "webhooks/<uuid:webhook_id>/deliveries",

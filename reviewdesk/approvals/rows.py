@@ -86,7 +86,7 @@ def approval_locked_with_attempt(approval_pk: Any) -> ApprovalRequest:
 def grants_live_for(*, run: Run, tool: str) -> list[Grant]:
     """The grants that may still allow a call of `tool` in `run` (not revoked, not expired, not
     used up; scoped to the run, its agent, or everywhere), newest first, each with its maker:
-    one hand-written statement, asked before every call that would need a human (issue 11). A
+    one hand-written statement, asked before every call that would need a human. A
     pre-filter only: the gate verifies the grant's signature, and counting its use re-reads the
     row (`grant_use`), so a grant revoked or used up meanwhile is refused there."""
     user_model = get_user_model()
@@ -122,7 +122,7 @@ def grants_live_for(*, run: Run, tool: str) -> list[Grant]:
 
 def approvals_pending_of(run: Run) -> list[ApprovalRequest]:
     """The run's pending requests, in one hand-written read: every run's end asks, and most
-    have none left (issue 11)."""
+    have none left."""
     columns = Columns.of(ApprovalRequest, "a")
     sql = (
         f"SELECT {columns.sql} FROM {table(ApprovalRequest)} a WHERE a.{column(ApprovalRequest, 'run')} = %s "
@@ -143,7 +143,7 @@ def request_latest_with_decisions(
     One hand-written statement when it has decisions (read from their side, the request, the
     reviewer and their groups joined), two when it has none: on the worker's way to the tool,
     the ORM's two statements spent about 2 ms building and compiling themselves against
-    0.2 ms on the wire (issue 11, #2). The models are those the ORM builds (reviewdesk/lib/db_rows.py)."""
+    0.2 ms on the wire (`make bench` #2). The models are those the ORM builds (reviewdesk/lib/db_rows.py)."""
     sql, columns = _decisions_sql(len(kinds), connection.vendor)
     params = [prep(ApprovalRequest, "run", run.pk), call.id, *kinds]
     rows = fetchall(sql, params)
@@ -213,7 +213,7 @@ def _latest_request(params: list[Any], kinds: int) -> ApprovalRequest | None:
 
 def decisions_with_notes(run_id: Any, call_ids: list[str]) -> list[Decision]:
     """The decisions with a note on any request of these calls, oldest first, each with its
-    request and reviewer: one hand-written statement (every resume asks; issue 11)."""
+    request and reviewer: one hand-written statement (every resume asks)."""
     if not call_ids:
         return []
     user_model = get_user_model()

@@ -21,7 +21,7 @@ from typing import Any, BinaryIO
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from django.conf import settings
 
-from agents.decisions import key_id_for, rfc3339, sign_payload, signature_valid
+from agents.decisions import key_id_for, rfc3339_signed, sign_payload, signature_valid
 from reviewdesk.audit.keys import anchor_private_key, anchor_public_keys
 from reviewdesk.audit.models import AuditEvent
 
@@ -150,7 +150,7 @@ def anchor_append(*, last_id: int, hash: str, count: int) -> Anchor:
         last_id=last_id,
         hash=hash,
         count=count,
-        at=rfc3339(datetime.now(UTC)),
+        at=rfc3339_signed(datetime.now(UTC)),
         key_id=key_id_for(key.public_key()),
     )
     line = json.dumps({**payload, "signature": sign_payload(key, payload)}, sort_keys=True) + "\n"

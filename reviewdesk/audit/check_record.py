@@ -25,7 +25,7 @@ from typing import Any
 
 from django.conf import settings
 
-from agents.decisions import key_id_for, rfc3339, sign_payload, signature_valid
+from agents.decisions import key_id_for, rfc3339_signed, sign_payload, signature_valid
 from reviewdesk.audit.anchors import Anchor
 from reviewdesk.audit.keys import anchor_private_key, anchor_public_keys
 
@@ -59,7 +59,7 @@ def _payload(record: CheckRecord, *, key_id: str) -> dict[str, Any]:
     return {
         "kind": RECORD_KIND,
         "v": RECORD_VERSION,
-        "at": rfc3339(record.at),
+        "at": rfc3339_signed(record.at),
         "intact": record.intact,
         "first_bad": record.first_bad,
         "problem": record.problem,

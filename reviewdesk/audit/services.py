@@ -37,7 +37,7 @@ def audit_record(
     if append_later(write):
         return None
     # No savepoint: a failed audit write must undo the caller's action anyway (two round trips
-    # saved per row; issue 11).
+    # saved per row).
     with transaction.atomic(savepoint=False):
         return write()
 
@@ -54,7 +54,7 @@ def _append(
     serialize_writers()
     record_plain_boundary(_last_plain_id)
     # The keyed hash covers the row id: take the id with the head's hash, under the lock,
-    # and insert the row whole (issue 11: one statement less than inserting, then hashing).
+    # and insert the row whole (one statement less than inserting, then hashing).
     prev, pk = audit_chain_tail()
     row = AuditEvent(
         id=pk,

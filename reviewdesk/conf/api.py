@@ -19,7 +19,7 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "Review Desk API",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
-    # Issue 12: request and response shapes apart (a read-only field is not a request field);
+    # request and response shapes apart (a read-only field is not a request field);
     # the hook adds the error-code list, problem+json media types and the SSE streams.
     "COMPONENT_SPLIT_REQUEST": True,
     "POSTPROCESSING_HOOKS": [

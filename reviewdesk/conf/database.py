@@ -1,5 +1,5 @@
 """The database, read by reviewdesk/settings.py: DATABASE_URL when set, else the embedded
-default's SQLite file in var/; and how connections are reused (issue 11)."""
+default's SQLite file in var/; and how connections are reused."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def database_settings(database_url: str, var_dir: Path) -> dict[str, dict[str, A
     else:
         default = {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": embedded.ensure_private_file(var_dir / "db.sqlite3"),  # 0600 (issue 8)
+            "NAME": embedded.ensure_private_file(var_dir / "db.sqlite3"),  # 0600
         }
     if default["ENGINE"] == "django.db.backends.sqlite3":
         # IMMEDIATE takes the write lock at BEGIN, so two writers queue on
@@ -69,7 +69,7 @@ _SETS_JIT = re.compile(r"(?:^|\s)(?:-c\s*|--)jit=")
 def _no_jit(default: dict[str, Any]) -> None:
     """PostgreSQL compiles a query to machine code (JIT) when its estimated cost passes
     `jit_above_cost`, and at 100,000 runs the estimates of a reviewer's lists pass it: the grants
-    page spent 505 ms compiling a query that then ran in 1 ms (issue 11). The desk sends short
+    page spent 505 ms compiling a query that then ran in 1 ms. The desk sends short
     reads of a page and short writes, never the long scans that compiling pays for, so each
     connection starts with jit off (a startup option: no round trip). `options` given in
     DATABASE_URL that set jit themselves win. DESK_DB_JIT_OFF=0 sends no option, for a pooler

@@ -41,7 +41,7 @@ MAX_SEQ = 2**63 - 1
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-# --- who may hold the socket: origin, and rights re-checked while it is open (issue 8) ------
+# --- who may hold the socket: origin, and rights re-checked while it is open ------
 
 
 def _origin_key(value: str) -> tuple[str, str, int] | None:
@@ -113,7 +113,7 @@ def snapshot_view(scope: Mapping[str, Any]) -> tuple[QueueFilters, int]:
 
 # `/ws/desk/?events=approvals`: the desk page's socket. The page applies approval events only,
 # so the socket sends no others: a `run.updated` to every reviewer at each step of every run
-# was most of what 200 open desks received (issue 11, figure #8). What it skips it vouches for.
+# was most of what 200 open desks received (`make bench` #8). What it skips it vouches for.
 APPROVALS_ONLY = "approvals"
 
 
@@ -301,7 +301,7 @@ class DeskConsumer(AsyncJsonWebsocketConsumer):
         Channels hops to the sync thread before every handler (`aclose_old_connections`), and
         under daphne that thread is one per process, shared with every sync view. A push to 100
         sockets was 100 hops in a row, queued behind whatever request held the thread, for a
-        handler that touches no database (issue 11, figure #8). Every handler here that does
+        handler that touches no database (`make bench` #8). Every handler here that does
         reads through `database_sync_to_async`, which closes old connections around itself.
         """
         if message.get("type") == "desk.event":

@@ -28,7 +28,7 @@ def page_offset(request: HttpRequest) -> int:
 
 LIST_PAGE_SIZE = 50
 # Rows counted past the page shown. The runs, audit and grants lists grow with history: a
-# full COUNT(*) at 100,000 runs cost the runs page ~300 ms on PostgreSQL (issue 11, #9).
+# full COUNT(*) at 100,000 runs cost the runs page ~300 ms on PostgreSQL (`make bench` #9).
 COUNT_CAP = 1000
 # The deepest a page may start: 200 pages of 50. Counting and skipping go as far as the page
 # asked for, so an offset of a billion walked every row the user may see (to draw nothing);

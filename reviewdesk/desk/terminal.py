@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -34,6 +34,9 @@ from reviewdesk.desk.terminal_text import approval_text, arguments_text, diff_te
 from reviewdesk.desk.views.base import DONE  # what a decision is called once made, as the pages say it
 from reviewdesk.lib.errors import DeskError, Forbidden, explain
 from reviewdesk.lib.numbers import whole_number
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 class Quit(Exception):
@@ -186,7 +189,7 @@ def choices_for(approval: ApprovalRequest) -> dict[str, tuple[str, Choice]]:
 
 
 # --- the queue -----------------------------------------------------------------------------
-def decidable(user: Any, passed: set[Any]) -> Iterator[tuple[ApprovalRequest, str]]:
+def decidable(user: User, passed: set[Any]) -> Iterator[tuple[ApprovalRequest, str]]:
     """The user's queue in the desk's order (mine, my groups', the rest; by expiry), page by page, without
     what they may see but not decide (runs they submitted) or already passed; with the count
     as the desk shows it ("1000+" past the cap)."""
@@ -206,7 +209,7 @@ class Tally:
     passed: set[Any] = field(default_factory=set)
 
 
-def review(*, user: Any, stdin: TextIO, stdout: TextIO, key: Ed25519PrivateKey | None = None) -> Tally:
+def review(*, user: User, stdin: TextIO, stdout: TextIO, key: Ed25519PrivateKey | None = None) -> Tally:
     """Offer the user's decidable approvals one by one until none is left or they quit.
     With `key` (the reviewer's device key file), each decision is signed with it here."""
     if not is_reviewer(user):
@@ -232,7 +235,7 @@ def review(*, user: Any, stdin: TextIO, stdout: TextIO, key: Ed25519PrivateKey |
 
 
 def _decide(
-    user: Any, approval: ApprovalRequest, verdict: str, fields: dict[str, Any], key: Ed25519PrivateKey | None
+    user: User, approval: ApprovalRequest, verdict: str, fields: dict[str, Any], key: Ed25519PrivateKey | None
 ):
     """Decide through the one service: server-signed, or signed here with the device key over
     the payload the desk builds for this decision (`/payload`'s, without the HTTP)."""
@@ -252,7 +255,11 @@ def _decide(
 
 
 def _offer(
-    session: Session, user: Any, approval: ApprovalRequest, tally: Tally, device_key: Ed25519PrivateKey | None
+    session: Session,
+    user: User,
+    approval: ApprovalRequest,
+    tally: Tally,
+    device_key: Ed25519PrivateKey | None,
 ) -> None:
     """Ask until the approval is decided, skipped or gone; raise Quit to stop."""
     choices = choices_for(approval)

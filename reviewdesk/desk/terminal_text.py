@@ -15,7 +15,7 @@ from django.utils import timezone
 from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.approvals.reads.context import approval_context, approval_preview
 from reviewdesk.desk.templatetags.desk_json import exact, has_invisible, pretty_json, shown_json, visible
-from reviewdesk.lib.times import iso
+from reviewdesk.lib.times import rfc3339_sortable
 
 INDENT = "    "
 INVISIBLE_FLAG = "⚠ holds invisible characters, shown as \\uXXXX"
@@ -55,7 +55,7 @@ def approval_text(approval: ApprovalRequest, *, position: str) -> list[str]:
     effect = context["effect"] + (", irreversible" if context["irreversible"] else "")
     lines = [
         "",
-        f"── {position} · {approval.tool} · expires {in_words(left)} ({iso(approval.expires_at)})",
+        f"── {position} · {approval.tool} · expires {in_words(left)} ({rfc3339_sortable(approval.expires_at)})",
         f"Agent       {context['agent']}",
         f"Submitted   {context['submitter']}",
         f"Run         {approval.run_id} ({context['run_status']})",

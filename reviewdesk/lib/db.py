@@ -22,7 +22,7 @@ def serialize_writers() -> None:
 
     Every writer of an audit row or a desk event takes them before it reads the chain's head
     or takes an id, so ids are commit order on both. Taken together, in one statement, once
-    per transaction (issue 11): a transaction appending to both, as raising an approval does,
+    per transaction: a transaction appending to both, as raising an approval does,
     pays one round trip instead of two, and always takes them in the same order. On
     PostgreSQL these are transaction-scoped advisory locks; SQLite in IMMEDIATE mode already
     serialises every writing transaction.
@@ -57,7 +57,7 @@ def atomic_appends_last() -> Iterator[None]:
     `audit_record` and `event_emit` called in the block queue their rows (`append_later`); the
     block's last statements take the writers' lock and insert them in call order, so the lock
     is held from there to the commit only, not through everything the transaction does after
-    its first append (issue 11: under load, writers queue on that one lock). Ids stay commit
+    its first append (under load, writers queue on that one lock). Ids stay commit
     order, as the lock is still taken before any is allocated. Rows queued inside a savepoint
     that rolls back are dropped with it. Nested blocks queue into the outermost one.
     """
@@ -122,7 +122,7 @@ def comparable_text(value: str) -> str:
 
 def prefetched_as(instance: Any, relation: str, rows: list[Any]) -> None:
     """Give `instance` its reverse relation `relation` as if prefetched, holding `rows`: for
-    rows the caller already has (issue 11: no query, and no SQL compiled for it)."""
+    rows the caller already has (no query, and no SQL compiled for it)."""
     queryset = getattr(instance, relation).none()
     queryset._result_cache, queryset._prefetch_done = list(rows), True
     cache = getattr(instance, "_prefetched_objects_cache", None)
@@ -134,7 +134,7 @@ def prefetched_as(instance: Any, relation: str, rows: list[Any]) -> None:
 class NamesAny(Func):
     """True where the JSON list of strings in `field` holds one of `names`, matched exactly in
     the database (jsonb `?|` on PostgreSQL, json_each on SQLite): a condition on each row, so
-    a visibility check reads no list of every assigned row's id first (issue 11)."""
+    a visibility check reads no list of every assigned row's id first."""
 
     output_field = BooleanField()
     conditional = True
@@ -158,7 +158,7 @@ class NamesAny(Func):
 
 class ExistsPerRow(Exists):
     """EXISTS that PostgreSQL tests row by row, through the subquery's index, as the rows are
-    read (issue 11, #9): for an EXISTS under an OR beside cheaper tests, on a list read in order a
+    read (`make bench` #9): for an EXISTS under an OR beside cheaper tests, on a list read in order a
     page at a time, where most rows pass before the EXISTS is reached.
 
     PostgreSQL's planner does not count on that: it prices the test as run once for every row

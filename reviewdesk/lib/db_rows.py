@@ -1,4 +1,4 @@
-"""Hand-written reads and writes on the hot paths, with the ORM's models and types (issue 11).
+"""Hand-written reads and writes on the hot paths, with the ORM's models and types.
 
 On the worker's way to a tool and on the API's per-request checks, building a QuerySet and
 compiling its SQL cost more than the round trip and the row themselves (a join with

@@ -43,7 +43,7 @@ from reviewdesk.runs.transitions import (
 logger = logging.getLogger(__name__)
 
 
-class _Guarded:
+class _LeaseCheckedProvider:
     """The model provider, not called once the lease is lost (a cancelled or fenced-out worker
     stops before paying for another model call), with the `after_model_call` fault point."""
 
@@ -81,7 +81,7 @@ def run_execute(*, run_id: Any, worker: str = "") -> Outcome | None:
             )
             outcome = advance(
                 agent=get_agent(run.agent),
-                provider=_Guarded(provider, host),
+                provider=_LeaseCheckedProvider(provider, host),
                 host=host,
                 limits=_limits(),
                 sleep=lambda seconds: _wait_before_retry(host, seconds),

@@ -9,7 +9,7 @@ A step the loop commits is kept, and written later, whole, in one fenced transac
 other step kept meanwhile (`write_unsaved`): before the next model call, before a tool runs
 (`tool_context`, so before the ledger's writes and a retry's wait too), before the log is read,
 and otherwise by `run_finish` with the outcome, in the transaction that ends the attempt
-(issue 11: a run's last step and its end were two fenced transactions, and two takes of the
+(a run's last step and its end were two fenced transactions, and two takes of the
 writers' lock when the step raised approvals).
 So whatever acts on the world or takes time finds every earlier step written, and a worker that
 dies with a step kept loses only work it can do again from the last written one: the model's
@@ -45,10 +45,10 @@ from reviewdesk.approvals.signing import FileKeyring, device_decision_required
 from reviewdesk.lib import faults
 from reviewdesk.lib.db import atomic_appends_last
 from reviewdesk.lib.tool_world import sandbox_config, tool_world
+from reviewdesk.runs.checkpoints import DatabaseCheckpointStore
 from reviewdesk.runs.ledger import DatabaseLedger
 from reviewdesk.runs.models import Attempt, Message, Run, RunStatus
 from reviewdesk.runs.rows import RunOwner, messages_insert, run_owner
-from reviewdesk.runs.stores import DatabaseCheckpointStore
 
 logger = logging.getLogger(__name__)
 
@@ -228,7 +228,7 @@ class DatabaseHost:
         for step, checkpoint in zip(steps, checkpoints, strict=True):
             # The run as the task claimed it: a request reads what was fixed at submission
             # (agent, reviewers, TTL, input, submitter), and the caller holds the row lock that
-            # approval_raise expects (issue 11: no second read of the whole row).
+            # approval_raise expects (no second read of the whole row).
             for call in step.raise_approvals:
                 approval_raise(run=self.run, attempt=self.attempt, checkpoint_id=checkpoint.id, call=call)
                 raised.add(call.id)

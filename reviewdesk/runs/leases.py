@@ -24,7 +24,7 @@ class LeaseKeeper:
     fails (the lease expired and another worker took the run, or the run was
     cancelled) `lost` is set and renewal stops; the worker's next fenced write
     is then rejected. One thread per process renews every keeper (`_Renewer`):
-    a task does not start a thread of its own (issue 11).
+    a task does not start a thread of its own.
     """
 
     def __init__(self, attempt: Attempt, *, cancel_epoch: int) -> None:

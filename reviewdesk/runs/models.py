@@ -90,7 +90,7 @@ class Run(models.Model):
         indexes = [
             models.Index(fields=["status", "updated_at"]),
             # Newest first (the runs page and the runs API's keyset pages): a page of a long
-            # history without sorting all of it (issue 11, figure #9).
+            # history without sorting all of it (`make bench` #9).
             models.Index(fields=["created_at", "id"], name="run_created_order"),
         ]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reviewdesk.lib.times import iso
+from reviewdesk.lib.times import rfc3339_sortable
 from reviewdesk.runs.models import FollowUp, Run
 
 
@@ -15,7 +15,7 @@ def run_data(run: Run) -> dict[str, Any]:
         "status": run.status,
         "revision": run.revision,
         "error": run.error,
-        "updated_at": iso(run.updated_at),
+        "updated_at": rfc3339_sortable(run.updated_at),
     }
 
 

@@ -91,8 +91,8 @@ def side_effect_insert(effect: SideEffect) -> SideEffect:
 def run_claim_due(run_id: Any, now: datetime) -> Run | None:
     """Claim the run if it is queued and due, in one statement: an UPDATE that returns the row
     it changed, locked until the claim commits. None when it is not (an expired lease, another
-    worker's run, one not due or ended: `run_claim`'s locked read then decides). Issue 11 (#2,
-    #6): the ORM's locked read and its save were two round trips and two compilations a task;
+    worker's run, one not due or ended: `run_claim`'s locked read then decides). The ORM's
+    locked read and its save were two round trips and two compilations a task (`make bench` #2, #6);
     the row comes back through a plain cursor, built as the ORM builds it (db_rows.Columns).
     The submitter is read when an approval first names it, not with every claim."""
     table, column = _run_sql_names()
@@ -129,7 +129,7 @@ def _run_sql_names() -> tuple[str, dict[str, str]]:
 def run_locked(run_pk: Any, *, with_submitter: bool = False, of_approval: bool = False) -> Run:
     """The run, its row locked until the transaction ends (not its submitter's), with its
     submitter when asked: one hand-written statement, as the ORM's select_for_update read but
-    not compiled each time (issue 11: a decision and a worker's finish each take one). With
+    not compiled each time (a decision and a worker's finish each take one). With
     `of_approval`, `run_pk` is the id of one of its approval requests. Raises Run.DoesNotExist,
     as the ORM's `get` does."""
     user_model = get_user_model()
@@ -160,7 +160,7 @@ def run_owner(run_pk: Any, *, lock: bool) -> RunOwner:
     """The run's `OWNER_FIELDS` in one hand-written statement; with `lock`, the row stays
     locked until the transaction ends (FOR UPDATE; SQLite's writing transactions already
     exclude each other). Every fenced write reads these, several times a cycle: the ORM's
-    query compilation and model building were about half of each fence's time (issue 11, #2
+    query compilation and model building were about half of each fence's time (`make bench` #2
     and #4). Raises Run.DoesNotExist, as the ORM's `get` did."""
     quote = connection.ops.quote_name
     columns = ", ".join(quote(_run_column(name)) for name in OWNER_FIELDS)

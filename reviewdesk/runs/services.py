@@ -52,7 +52,9 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
 
-def run_validate(*, submitter: User, agent: str, model: Any, reviewers: list[str]) -> dict[str, list[str]]:
+def run_submission_errors(
+    *, submitter: User, agent: str, model: Any, reviewers: list[str]
+) -> dict[str, list[str]]:
     """Field errors for a submission; empty when it can run."""
     errors: dict[str, list[str]] = {}
     try:
@@ -100,9 +102,9 @@ def run_submit(
     reviewers = list(dict.fromkeys(reviewers or []))
     defaulted = model is None
     if defaulted:
-        with contextlib.suppress(UnknownAgent):  # reported by run_validate
+        with contextlib.suppress(UnknownAgent):  # reported by run_submission_errors
             model = get_agent(agent).default_model
-    errors = run_validate(submitter=submitter, agent=agent, model=model, reviewers=reviewers)
+    errors = run_submission_errors(submitter=submitter, agent=agent, model=model, reviewers=reviewers)
     if defaulted and "model" in errors:
         # The agent's own model cannot run here (the demo's is the scripted provider, which
         # needs the script the submitter writes): say what to send, not what is wrong with a

@@ -21,6 +21,9 @@ def _worker_name(task: Any) -> str:
     return f"{task.request.hostname or socket.gethostname()}:{os.getpid()}:{task.request.id}"
 
 
+# Two names for one body: `run_execute` re-reads the run and takes it wherever it stands, so a
+# first start and a resume do the same work. The names are kept apart for the people reading the
+# queue and the worker's log: "resume" says the run goes on after a human answered.
 @shared_task(bind=True, name=RUN_TASK)
 def run(self, run_id: str) -> None:
     run_execute(run_id=run_id, worker=_worker_name(self))

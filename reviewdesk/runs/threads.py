@@ -23,10 +23,10 @@ from reviewdesk.accounts.roles import is_submitter
 from reviewdesk.audit.services import audit_record
 from reviewdesk.events.services import event_emit
 from reviewdesk.lib.errors import Conflict, Forbidden
+from reviewdesk.runs.checkpoints import checkpoint_state, snapshot_column
 from reviewdesk.runs.models import ENDED, Checkpoint, FollowUp, Message, Run, RunStatus
 from reviewdesk.runs.representation import run_follow_up_data
 from reviewdesk.runs.selectors import run_audience, run_get_for_user
-from reviewdesk.runs.stores import checkpoint_state, snapshot_column
 from reviewdesk.runs.transitions import RESUME_TASK, run_retry_budgets_renew, send_on_commit, task_id_assign
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Django's ASGI handler with its middleware chain and views run in sync mode (issue 11).
+"""Django's ASGI handler with its middleware chain and views run in sync mode.
 
 Django's own `ASGIHandler` loads the middleware chain in async mode. The stock middlewares the
 desk uses are async-capable `MiddlewareMixin`s, whose async mode calls each `process_request` and

@@ -21,7 +21,7 @@ def ensure_var_dir(var_dir: Path) -> Path:
     """Create var/ private to this user (0700), tightening one created before with a looser mode.
 
     It holds the database, the secret key, the signing key and the demo password: another
-    local user must not read a session key out of db.sqlite3 (issue 8).
+    local user must not read a session key out of db.sqlite3.
     """
     var_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     if var_dir.stat().st_mode & 0o777 != 0o700:

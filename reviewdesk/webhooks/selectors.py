@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reviewdesk.lib.times import iso
+from reviewdesk.lib.times import rfc3339_sortable
 from reviewdesk.webhooks.models import WebhookDelivery, WebhookEndpoint
 
 
@@ -13,9 +13,9 @@ def webhook_data(endpoint: WebhookEndpoint) -> dict[str, Any]:
         "id": str(endpoint.id),
         "url": endpoint.url,
         "events": endpoint.events,
-        "created_at": iso(endpoint.created_at),
+        "created_at": rfc3339_sortable(endpoint.created_at),
         "consecutive_failures": endpoint.consecutive_failures,
-        "disabled_at": iso(endpoint.disabled_at),
+        "disabled_at": rfc3339_sortable(endpoint.disabled_at),
         "disabled_reason": endpoint.disabled_reason or None,
     }
 
@@ -28,12 +28,12 @@ def delivery_data(delivery: WebhookDelivery) -> dict[str, Any]:
         "seq": delivery.event_seq,
         "status": delivery.status,
         "resend_of": str(delivery.resend_of_id) if delivery.resend_of_id else None,
-        "created_at": iso(delivery.created_at),
-        "finished_at": iso(delivery.finished_at),
+        "created_at": rfc3339_sortable(delivery.created_at),
+        "finished_at": rfc3339_sortable(delivery.finished_at),
         "attempts": [
             {
                 "number": attempt.number,
-                "at": iso(attempt.at),
+                "at": rfc3339_sortable(attempt.at),
                 "status_code": attempt.status_code,
                 "error": attempt.error or None,
                 "duration_ms": attempt.duration_ms,

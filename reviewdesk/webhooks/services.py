@@ -32,7 +32,7 @@ from reviewdesk.celery import app as celery_app
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.events.services import latest_seq
 from reviewdesk.lib.errors import Invalid, NotFound
-from reviewdesk.lib.times import iso
+from reviewdesk.lib.times import rfc3339_sortable
 from reviewdesk.webhooks.models import (
     DeliveryStatus,
     DispatchCursor,
@@ -277,7 +277,7 @@ def _deliveries_for(event: DeskEvent) -> list[WebhookDelivery]:
                 "type": webhook_type,
                 "seq": event.id,
                 "run": str(event.run_id),
-                "created_at": iso(timezone.now()),
+                "created_at": rfc3339_sortable(timezone.now()),
                 "data": data,
             },
             separators=(",", ":"),

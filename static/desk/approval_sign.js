@@ -1,4 +1,4 @@
-// Device-signed decisions on the approval page (issue 13). When this browser holds one of
+// Device-signed decisions on the approval page. When this browser holds one of
 // the reviewer's endorsed device keys, a decision is not posted as a form: the page fetches
 // the exact payload bytes (/api/v1/approvals/{id}/payload), signs them with the key here,
 // and posts the decision with signature, key_id and payload. The server checks the signature

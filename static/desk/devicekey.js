@@ -1,4 +1,4 @@
-// Device keys in this browser (issue 13): an Ed25519 key pair made by WebCrypto with
+// Device keys in this browser: an Ed25519 key pair made by WebCrypto with
 // `extractable: false`, kept in IndexedDB as CryptoKey objects. Script can ask the browser
 // to sign with the private key but can never read it, so it cannot leave this browser.
 // Only the public key (raw, base64) and a label go to the server.

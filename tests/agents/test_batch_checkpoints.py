@@ -1,4 +1,4 @@
-"""The call that settles a batch is checkpointed with the batch's tool messages (issue 11)."""
+"""The call that settles a batch is checkpointed with the batch's tool messages."""
 
 from __future__ import annotations
 

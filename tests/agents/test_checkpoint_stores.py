@@ -32,8 +32,8 @@ def store_and_runs(request):
         prefix = f"test-checkpoints-{uuid.uuid4().hex}"
         request.addfinalizer(lambda: [client.delete(k) for k in client.scan_iter(f"{prefix}:*")])
         return RedisCheckpointStore(client, prefix=prefix), lambda: str(uuid.uuid4())
+    from reviewdesk.runs.checkpoints import DatabaseCheckpointStore
     from reviewdesk.runs.models import Run
-    from reviewdesk.runs.stores import DatabaseCheckpointStore
 
     personas = request.getfixturevalue("personas")
 

@@ -19,7 +19,7 @@ from agents.decisions import (
     key_id_for,
     payload_bytes,
     payload_version,
-    rfc3339,
+    rfc3339_signed,
     sign_payload,
     signature_valid,
     signed_texts_mismatch,
@@ -73,7 +73,7 @@ GOLDEN_SIGNATURE = "upES6lW12ap6wTMnS6f+uf/50NPR725k2MnsjCMjli8DH97gmr6DgbKCG0X2
 
 
 GOLDEN_TEXTS = {"reason": "checked", "note": "Mention the order number.", "external_ref": ""}
-# The same decision under payload version 2: the reviewer's texts are signed too (issue 8).
+# The same decision under payload version 2: the reviewer's texts are signed too.
 GOLDEN_PAYLOAD_V2 = {
     **GOLDEN_PAYLOAD,
     "version": 2,
@@ -86,7 +86,7 @@ GOLDEN_SIGNATURE_V2 = (
 )
 
 
-# Version 3 (issue 10) appends the hash of a question's answer (of `null` for other verdicts).
+# Version 3 appends the hash of a question's answer (of `null` for other verdicts).
 GOLDEN_PAYLOAD_V3 = {
     **GOLDEN_PAYLOAD_V2,
     "version": 3,
@@ -274,12 +274,12 @@ def test_a_missing_checkpoint_stays_null_and_ids_are_written_as_strings():
     ids=["utc", "microseconds kept", "another offset, converted to utc"],
 )
 def test_decision_times_are_rfc3339_in_utc_with_a_z(moment, written):
-    assert rfc3339(moment) == written
+    assert rfc3339_signed(moment) == written
 
 
 def test_a_naive_time_is_refused_rather_than_guessed():
     with pytest.raises(ValueError, match="timezone-aware"):
-        rfc3339(datetime(2030, 1, 2, 3, 4, 5))
+        rfc3339_signed(datetime(2030, 1, 2, 3, 4, 5))
 
 
 @pytest.mark.parametrize(

@@ -163,7 +163,7 @@ def test_a_v5_batch_whose_step_was_left_out_keeps_it_at_model():
 
 
 def test_a_v6_snapshot_leaves_out_what_is_at_its_default_or_in_the_log():
-    """Issue 11's storage target: a checkpoint between model turns is a count and a version;
+    """The storage target (`make bench` #5): a checkpoint between model turns is a count and a version;
     one with an open batch holds each call's id and status, not what its message says."""
     assert AgentState(message_count=0).to_snapshot() == {"message_count": 0, "schema_version": SCHEMA_VERSION}
     state = AgentState(step=Step.TOOLS, message_count=5, model_calls=2)

@@ -1,5 +1,5 @@
 """API requests take turns on one sync thread per web process, waiting a bounded time for it
-(`ApiLane`, reviewdesk/serve/asgi_handler.py; issue 11).
+(`ApiLane`, reviewdesk/serve/asgi_handler.py).
 
 In-process: the desk's ASGI application called as a server calls it, on the test database,
 and the lane itself on an event loop. What is checked: which thread each request's middleware

@@ -54,7 +54,7 @@ def test_the_embedded_sqlite_gets_no_postgresql_option(tmp_path):
 )
 def test_the_desks_own_postgresql_connection_runs_with_jit_off():
     """PostgreSQL's default is on; at 100,000 runs a reviewer's grants page spent 505 ms
-    compiling (issue 11)."""
+    compiling."""
     with connection.cursor() as cursor:
         cursor.execute("SHOW jit")
         assert cursor.fetchone()[0] == "off"

@@ -202,7 +202,7 @@ def test_a_locked_read_outside_a_transaction_is_refused_as_the_orms_select_for_u
     hand-written locked read (db_rows.for_update_of), rather than return a row it does not hold."""
     from django.db.transaction import TransactionManagementError
 
-    from reviewdesk.approvals.deciding.checks import _locked_approval
+    from reviewdesk.approvals.rows import approval_locked_with_attempt
     from reviewdesk.runs.rows import run_locked
 
     run = waiting_run
@@ -212,10 +212,10 @@ def test_a_locked_read_outside_a_transaction_is_refused_as_the_orms_select_for_u
     with pytest.raises(TransactionManagementError):
         run_locked(run.pk)
     with pytest.raises(TransactionManagementError):
-        _locked_approval(approval.pk)
+        approval_locked_with_attempt(approval.pk)
     with transaction.atomic():
         assert run_locked(run.pk, with_submitter=True).submitted_by == personas.carol
-        assert _locked_approval(approval.pk).pk == approval.pk
+        assert approval_locked_with_attempt(approval.pk).pk == approval.pk
 
 
 def test_a_related_object_is_taken_as_save_takes_it_an_unsaved_one_refused(waiting_run):

@@ -1,4 +1,4 @@
-"""Under ASGI the middleware chain runs in sync mode, on the request's one thread (issue 11).
+"""Under ASGI the middleware chain runs in sync mode, on the request's one thread.
 
 In-process: the desk's ASGI application (reviewdesk/asgi.py) called as a server calls it, on
 the test database. Django's own handler runs the desk's async-capable `MiddlewareMixin`s in

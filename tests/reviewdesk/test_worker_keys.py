@@ -118,7 +118,7 @@ def test_a_production_worker_with_public_keys_only_read_only_starts(tmp_path, ke
 
 def test_a_production_worker_that_requires_device_keys_without_a_trust_file_refuses_to_start(tmp_path, keys):
     """Device keys required, public keys held properly, but no pinned roots: it would refuse
-    every decision, so it says so at start (issue 13)."""
+    every decision, so it says so at start."""
     _, keyring = keys
     keyring.chmod(0o444)
     keyring.parent.chmod(0o555)

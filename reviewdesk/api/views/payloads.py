@@ -1,4 +1,4 @@
-"""The bytes a reviewer's device key signs (issue 13): GET /api/v1/approvals/{id}/payload.
+"""The bytes a reviewer's device key signs: GET /api/v1/approvals/{id}/payload.
 The signed decision itself is posted to .../decision (views.ApprovalDecisionView)."""
 
 from __future__ import annotations

@@ -24,9 +24,9 @@ from reviewdesk.approvals.lifecycle.routing import targets_for_call
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus, Verdict
 from reviewdesk.approvals.rows import approval_locked_with_attempt
 from reviewdesk.lib.errors import Conflict, Forbidden, Gone, Invalid, NotFound
+from reviewdesk.runs.checkpoints import latest_checkpoint, snapshot_of
 from reviewdesk.runs.models import ENDED, Run, SideEffect
 from reviewdesk.runs.rows import run_locked
-from reviewdesk.runs.stores import latest_checkpoint, snapshot_of
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -89,7 +89,7 @@ def approval_check_decide(
 
 
 def _check_edit_stays_with(
-    reviewer: Any, run: Run, approval: ApprovalRequest, arguments: Any, group_names: set[str]
+    reviewer: User, run: Run, approval: ApprovalRequest, arguments: Any, group_names: set[str]
 ) -> None:
     """An edit may not move a call to where others must decide it: a refund of 150, anyone's,
     edited to 5,000, which the demo routes to finance. Routing was applied to the arguments the
@@ -117,7 +117,7 @@ def _check_answer(approval: ApprovalRequest, answer: Any) -> None:
         ) from None
 
 
-def _check_quorum_vote(approval: ApprovalRequest, reviewer: Any, verdict: str) -> None:
+def _check_quorum_vote(approval: ApprovalRequest, reviewer: User, verdict: str) -> None:
     """Under a quorum, each reviewer votes once, and only for the arguments as raised: an edit
     would leave the votes already cast approving other arguments, so it is refused (reject
     with a reason instead, and let the agent call again)."""

@@ -121,7 +121,7 @@ def approval_do_decide(
     approval.run = run
     if approval.required_approvals == 1:
         # One reviewer's word settles the request, so a pending one has no earlier decision:
-        # its votes are this one (issue 11: no read).
+        # its votes are this one (no read).
         prefetched_as(approval, "decisions", [stored])
     else:
         prefetch_related_objects(

@@ -3,7 +3,7 @@ was made on; its status for the lists; revoking, by its grantor or an admin."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.db.models import F, OuterRef, Q, QuerySet
@@ -17,6 +17,9 @@ from reviewdesk.audit.services import audit_record
 from reviewdesk.lib.db import ExistsPerRow
 from reviewdesk.lib.errors import Conflict, Forbidden, NotFound
 from reviewdesk.runs.selectors import runs_visible_to
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 GRANT_STATUSES = ("live", "revoked", "expired", "used_up")
 
@@ -43,7 +46,7 @@ def grant_filter_status(grants: QuerySet[Grant], status: str) -> QuerySet[Grant]
     return unrevoked.filter(expires_at__gt=now, uses__lt=F("max_uses"))
 
 
-def grants_visible_to(user: Any) -> QuerySet[Grant]:
+def grants_visible_to(user: User) -> QuerySet[Grant]:
     """Admins see every grant; a reviewer the grants they made and those made on an approval of
     a run they may see. A grant carries its source call's arguments (an exact grant) and names
     its run, whatever its scope, so it is exactly as private as that run. Each grant's run is
@@ -58,7 +61,7 @@ def grants_visible_to(user: Any) -> QuerySet[Grant]:
     return grants.filter(Q(granted_by=user) | Q(ExistsPerRow(its_run)))
 
 
-def grant_get_for_user(*, grant_id: Any, user: Any) -> Grant:
+def grant_get_for_user(*, grant_id: Any, user: User) -> Grant:
     try:
         grant = grants_visible_to(user).filter(pk=grant_id).first()
     except (ValueError, TypeError):
@@ -68,11 +71,11 @@ def grant_get_for_user(*, grant_id: Any, user: Any) -> Grant:
     return grant
 
 
-def grant_may_revoke(user: Any, grant: Grant) -> bool:
+def grant_may_revoke(user: User, grant: Grant) -> bool:
     return is_admin(user) or (is_reviewer(user) and grant.granted_by_id == user.pk)
 
 
-def grant_revoke(*, grant_id: Any, user: Any) -> Grant:
+def grant_revoke(*, grant_id: Any, user: User) -> Grant:
     """Revoke the grant at once: every later use re-reads `revoked_at` and is refused.
     Only its grantor or an admin may; revoking twice is 409."""
     with transaction.atomic():

@@ -16,7 +16,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.utils import timezone
@@ -39,6 +39,9 @@ from reviewdesk.approvals.signing import device_decision_required
 from reviewdesk.audit.services import audit_record
 from reviewdesk.lib.errors import FIELD_ERRORS_DETAIL, Forbidden, Invalid
 from reviewdesk.runs.models import Run
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 GRANT_FIELDS = ("match", "scope", "expires_at", "max_uses")
 
@@ -86,7 +89,7 @@ def _parse_time(value: Any) -> datetime | None:
 
 
 def grant_check_input(
-    *, grant: Any, approval: ApprovalRequest, reviewer: Any, verdict: str, tool: Tool
+    *, grant: Any, approval: ApprovalRequest, reviewer: User, verdict: str, tool: Tool
 ) -> GrantSpec:
     """Validate the `grant` object of a decision and check its maker may grant that much.
 
@@ -125,7 +128,7 @@ def grant_check_input(
     )
 
 
-def grant_do_create(*, spec: GrantSpec, decision: Decision, run: Run, reviewer: Any) -> Grant:
+def grant_do_create(*, spec: GrantSpec, decision: Decision, run: Run, reviewer: User) -> Grant:
     """Sign and store the grant made with `decision`, and audit it.
 
     Lock precondition: the decide transaction, after `approval_do_decide` stored `decision`.

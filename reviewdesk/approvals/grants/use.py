@@ -6,7 +6,7 @@ runs its grantor could decide (four eyes, assignment)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth import get_user_model
 from django.db.models import F
@@ -26,6 +26,9 @@ from reviewdesk.approvals.rows import grants_live_for
 from reviewdesk.audit.services import audit_record
 from reviewdesk.runs.models import Attempt, Run
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 
 def grant_matching_call(*, run: Run, call: CallState) -> str | None:
     """The id of the narrowest live grant covering this call of `run` (run, then agent, then
@@ -42,7 +45,7 @@ def grant_matching_call(*, run: Run, call: CallState) -> str | None:
     return None
 
 
-def grantor_may_decide(user: Any, run: Run, tool: str, arguments: Any) -> bool:
+def grantor_may_decide(user: User, run: Run, tool: str, arguments: Any) -> bool:
     """Whether a grant's maker could decide this very call (its routing, not only the run)."""
     return may_review_run(user, run) and named_for_call(user, run, tool, arguments)
 

@@ -30,7 +30,7 @@ from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
 from reviewdesk.approvals.reads.representation import approval_data
 from reviewdesk.audit.services import audit_record
 from reviewdesk.events.services import event_emit
-from reviewdesk.lib.times import iso
+from reviewdesk.lib.times import rfc3339_sortable
 from reviewdesk.runs.models import Run
 
 GROUP_PREFIX = "group:"
@@ -110,7 +110,7 @@ def approval_remind(*, approval_id: Any, level: int, run: Run, now: datetime) ->
         action="approval.reminded",
         subject_type="approval",
         subject_id=approval.id,
-        data={"respond_by": iso(approval.respond_by), "assignees": list(approval.assignees)},
+        data={"respond_by": rfc3339_sortable(approval.respond_by), "assignees": list(approval.assignees)},
     )
     event_emit(
         type="approval.updated",

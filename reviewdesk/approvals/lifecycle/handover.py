@@ -11,7 +11,7 @@ targets (they cannot vote twice), so a hand-over never voids a signed approval.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -34,8 +34,11 @@ from reviewdesk.lib.errors import Conflict, Forbidden, Gone, Invalid
 from reviewdesk.lib.limits import NUL_REFUSED, TEXT_MAX
 from reviewdesk.runs.models import ENDED, Run
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
-def approval_check_handover(*, approval_id: Any, by: Any, to: Any, note: Any) -> tuple[ApprovalRequest, Run]:
+
+def approval_check_handover(*, approval_id: Any, by: User, to: Any, note: Any) -> tuple[ApprovalRequest, Run]:
     """Authorise and validate a hand-over; return the approval and its run, both locked.
 
     Lock precondition: call inside transaction.atomic(). Locks the run row, then the
@@ -94,7 +97,7 @@ def _retargeted(approval: ApprovalRequest, targets: list[str]) -> ApprovalReques
 
 
 def approval_do_handover(
-    *, approval: ApprovalRequest, run: Run, by: Any, to: str, note: str
+    *, approval: ApprovalRequest, run: Run, by: User, to: str, note: str
 ) -> ApprovalRequest:
     """Re-target the request, audit it, and push it to the old and the new audience.
 
@@ -137,7 +140,7 @@ def named_by_name(username: str, target: str) -> bool:
     return user is not None and named_by(user, [target])
 
 
-def approval_handover(*, approval_id: Any, by: Any, to: Any, note: Any = "") -> ApprovalRequest:
+def approval_handover(*, approval_id: Any, by: User, to: Any, note: Any = "") -> ApprovalRequest:
     with transaction.atomic():
         approval, run = approval_check_handover(approval_id=approval_id, by=by, to=to, note=note)
         return approval_do_handover(approval=approval, run=run, by=by, to=to, note=note)

@@ -8,7 +8,7 @@ it opens checks again who may see and decide: the link grants nothing by itself.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core import signing
@@ -18,6 +18,9 @@ from django.utils import timezone
 
 from reviewdesk.approvals.models import ApprovalLink, ApprovalRequest
 from reviewdesk.audit.services import audit_record
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 LINK_SALT = "reviewdesk.approvals.link"
 
@@ -30,14 +33,14 @@ class LinkRefused(Exception):
         self.code, self.detail = code, detail
 
 
-def link_create(*, approval: ApprovalRequest, user: Any) -> str:
+def link_create(*, approval: ApprovalRequest, user: User) -> str:
     """A new one-time link for `user` to `approval`'s page, as an absolute URL."""
     link = ApprovalLink.objects.create(request=approval, user=user)
     token = signing.dumps(str(link.id), salt=LINK_SALT)
     return settings.DESK_PUBLIC_URL + reverse("approval-link", args=[token])
 
 
-def link_open(*, token: str, user: Any) -> ApprovalRequest:
+def link_open(*, token: str, user: User) -> ApprovalRequest:
     """Spend the link for `user`; the approval it names. Raises LinkRefused."""
     try:
         link_id = signing.loads(token, salt=LINK_SALT, max_age=settings.DESK_NOTIFY_LINK_MAX_AGE_SECONDS)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.mail import EmailMessage
@@ -24,6 +24,9 @@ from reviewdesk.approvals.lifecycle.clock import chain_entry_users, escalation_c
 from reviewdesk.approvals.lifecycle.links import link_create
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus
 from reviewdesk.audit.services import audit_record
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +107,7 @@ def notify_send(*, approval_id: Any, occasion: str) -> int:
     return sent
 
 
-def _message(approval: ApprovalRequest, user: Any, url: str, occasion: str) -> EmailMessage:
+def _message(approval: ApprovalRequest, user: User, url: str, occasion: str) -> EmailMessage:
     if approval.kind == ApprovalKind.QUESTION:
         what = f"A question from {approval.run.agent}"
         detail = f"The agent asks: {approval.arguments.get('question', '')}"

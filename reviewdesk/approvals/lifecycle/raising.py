@@ -33,8 +33,8 @@ from reviewdesk.approvals.rows import approval_insert, approval_update, approval
 from reviewdesk.audit.services import audit_record
 from reviewdesk.events.services import event_emit
 from reviewdesk.lib.db import prefetched_as
+from reviewdesk.runs.checkpoints import checkpoint_state, snapshot_column
 from reviewdesk.runs.models import Attempt, Checkpoint, Run
-from reviewdesk.runs.stores import checkpoint_state, snapshot_column
 
 
 def approval_raise(
@@ -80,7 +80,7 @@ def approval_raise(
     )
     approval_insert(approval)
     # A request just created has no votes yet: its event's quorum reads none, as if prefetched
-    # (issue 11: no query, and no SQL compiled for an empty one).
+    # (no query, and no SQL compiled for an empty one).
     prefetched_as(approval, "decisions", [])
     audit_record(
         actor=None,

@@ -7,14 +7,17 @@ targets admit is `access.may_decide`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.registry import UnknownAgent, get_agent
 from reviewdesk.approvals.access import named_by
 from reviewdesk.runs.models import Run
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
-def named_for_call(user: Any, run: Run, tool_name: str, arguments: dict[str, Any]) -> bool:
+
+def named_for_call(user: User, run: Run, tool_name: str, arguments: dict[str, Any]) -> bool:
     """Whether this call of `run`, were its request raised now, would be routed to `user`: named
     by the targets it would get (`targets_for_call`) and in its tool's quorum groups. A standing
     grant stands in for that decision, so its maker must pass this (and four eyes) at every use."""

@@ -55,7 +55,7 @@ def call_decision_read(*, run: Run, call: CallState) -> tuple[DecisionState, Req
     """What the loop should do with a waiting call: None (still waiting), a rejection,
     a reconciliation, or the signed decision for the gate to verify. With a signed decision,
     whether each reviewer who decided the request still qualifies (`RequestDeciders`): read
-    with it, so the gate's check just after reads nothing again (issue 11, #2)."""
+    with it, so the gate's check just after reads nothing again (`make bench` #2)."""
     kind = ApprovalKind.RECONCILE if call.status == CallStatus.UNKNOWN else ApprovalKind.TOOL_CALL
     kinds = (kind,) if kind == ApprovalKind.RECONCILE else AWAITING_KINDS
     approval, group_names = request_latest_with_decisions(run, call, kinds)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.db.models import Exists, OuterRef, QuerySet
 
@@ -15,6 +15,9 @@ from reviewdesk.approvals.access import approvals_visible_to
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
 from reviewdesk.approvals.reads.representation import approval_rows
 from reviewdesk.lib.db import NamesAny, comparable_text
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 # The desk's queue: one page at a time, whatever the number pending. Twenty cards keep the
 # page's time nearly flat from 10 to 10,000 pending (a card costs about as much to render as
@@ -40,7 +43,7 @@ class QueueTiers:
         return NamesAny("assignees", self.targets)
 
 
-def queue_tiers(rows: QuerySet, user: Any) -> QueueTiers:
+def queue_tiers(rows: QuerySet, user: User) -> QueueTiers:
     """The tiers of `rows` for `user`, and whether any row falls in one: one query for the
     user's groups, one through the partial index over the few assigned rows."""
     targets = frozenset(targets_of(user))
@@ -73,7 +76,7 @@ def in_queue_order(rows: QuerySet, tiers: QueueTiers) -> list[QuerySet]:
     ]
 
 
-def approvals_pending_for(user: Any) -> QuerySet[ApprovalRequest]:
+def approvals_pending_for(user: User) -> QuerySet[ApprovalRequest]:
     """Pending and waiting for this user: not those whose quorum already has their vote. The
     rows alone: the queue reads a page's relations for its window (`reads.representation.approval_rows`)."""
     pending = approvals_visible_to(user, related=False, status=ApprovalStatus.PENDING)
@@ -152,14 +155,14 @@ def _window(rows: QuerySet, parts: list[QuerySet], offset: int) -> tuple[list[Ap
     shown = ids[:QUEUE_PAGE_SIZE]
     # Driven by the ids, each checked against `rows` on its own (EXISTS, by primary key): with
     # `rows.filter(pk__in=shown)` SQLite, which keeps no statistics, walked every pending row
-    # through the status index to find twenty (issue 11, #7 on the embedded default).
+    # through the status index to find twenty (`make bench` #7 on the embedded default).
     still = rows.filter(pk=OuterRef("pk"))
     by_id = ApprovalRequest.objects.filter(pk__in=shown).filter(Exists(still)).order_by()
     found = {row.pk: row for row in approval_rows(by_id)}
     return [found[pk] for pk in shown if pk in found], len(ids) > QUEUE_PAGE_SIZE
 
 
-def approvals_queue_for(user: Any, filters: QueueFilters, *, offset: int = 0) -> QueuePage:
+def approvals_queue_for(user: User, filters: QueueFilters, *, offset: int = 0) -> QueuePage:
     """The user's pending approvals: assigned to them by name first, then to a group of
     theirs ("group:NAME"), then the rest, each tier by expiry (soonest first); filtered,
     one page, read with what a card shows of each (`approval_rows`). A fixed number of queries

@@ -20,7 +20,7 @@ from reviewdesk.approvals.models import (
     approving_votes,
     settling_decision,
 )
-from reviewdesk.lib.times import iso
+from reviewdesk.lib.times import rfc3339_sortable
 
 # How a payload expands the groups its assignees name: `usernames_named`, or for a page of
 # approvals an `UsernamesNamed` that read every group on the page at once.
@@ -30,7 +30,7 @@ Expand = Callable[[Iterable[str]], list[str]]
 # What an approval's payload shows, named as `values()` names them: a page of approvals is read as
 # these columns (`approvals_page_data`), and `approval_data` reads the same names off a model.
 # An ApprovalRequest, its Run and two users built for each row of a page cost more than the
-# payload itself (issue 11, #7b: ~50 µs a row).
+# payload itself (`make bench` #7b: ~50 µs a row).
 SHOWN = (
     "id",
     "kind",
@@ -121,14 +121,14 @@ def _payload(
             "targets": list(shown["assignees"]),
             "group": "reviewers",
         },
-        "expires_at": iso(shown["expires_at"]),
+        "expires_at": rfc3339_sortable(shown["expires_at"]),
         # The response-time clock (approvals/lifecycle/clock.py): null when the tool sets no target.
-        "respond_by": iso(shown["respond_by"]),
-        "reminded_at": iso(shown["reminded_at"]),
+        "respond_by": rfc3339_sortable(shown["respond_by"]),
+        "reminded_at": rfc3339_sortable(shown["reminded_at"]),
         "escalation_level": shown["escalation_level"],
         "checkpoint_id": str(shown["checkpoint_id"]),
         "status": shown["status"],
-        "created_at": iso(shown["created_at"]),
+        "created_at": rfc3339_sortable(shown["created_at"]),
         "decision": decision_data(decision) if decision else None,
         # How many approvals the request needs and who has given theirs: the desk's "1 of 2".
         "quorum": {
@@ -150,7 +150,7 @@ def _handover(shown: dict[str, Any]) -> dict[str, Any] | None:
         return None
     return {
         "by": shown["handed_over_by__username"],
-        "at": iso(shown["handed_over_at"]),
+        "at": rfc3339_sortable(shown["handed_over_at"]),
         "note": shown["handover_note"],
     }
 
@@ -244,11 +244,11 @@ def decision_data(decision) -> dict[str, Any]:
         "reviewer": decision.reviewer.username,
         "arguments_sha256": decision.arguments_sha256,
         "arguments": decision.arguments,
-        "decided_at": iso(decision.decided_at),
+        "decided_at": rfc3339_sortable(decision.decided_at),
         "payload": decision.payload,
         "signature": decision.signature,
         "key_id": decision.key_id,
         "signer": "device" if is_device_signed(decision.payload) else "server",
-        "consumed_at": iso(decision.consumed_at),
+        "consumed_at": rfc3339_sortable(decision.consumed_at),
         "answer": decision.answer,
     }

@@ -57,7 +57,7 @@ def approval_page(request: HttpRequest, approval_id) -> HttpResponse:
             "question": question_form(approval.arguments) if approval.kind == ApprovalKind.QUESTION else None,
             **grant_form_context(request.user, approval, tool),
             "socket_path": DESK_SOCKET_PATH,
-            # The browser signs with its own device key when it holds one of these (issue 13).
+            # The browser signs with its own device key when it holds one of these.
             "device_key_ids": endorsed_key_ids(request.user),
             **DECISION_CONTEXT,
         },

@@ -86,7 +86,7 @@ def _require_admin(request: HttpRequest) -> None:
 
 # A decision row's badge on the audit page and in the export.
 SIGNATURE_VALID = "valid"
-SIGNATURE_VALID_DEVICE = "valid, device-signed"  # by the reviewer's own device key (issue 13)
+SIGNATURE_VALID_DEVICE = "valid, device-signed"  # by the reviewer's own device key
 SIGNATURE_INVALID = "invalid"
 SIGNATURE_UNKNOWN_KEY = "unknown key"
 # A device-signed decision the workers' gate would refuse for its key: no endorsement under the

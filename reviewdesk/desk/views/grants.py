@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib import messages
@@ -35,11 +35,14 @@ from reviewdesk.desk.paging import paged
 from reviewdesk.lib.errors import DeskError, Invalid, NotFound
 from reviewdesk.lib.limits import json_holds_nul
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 # The durations the form offers, in hours (the service caps them at DESK_GRANT_MAX_SECONDS).
 GRANT_DURATIONS = ((1, "1 hour"), (8, "8 hours"), (24, "1 day"), (168, "1 week"), (720, "30 days"))
 
 
-def grant_form_context(user: Any, approval: ApprovalRequest, tool: Tool | None) -> dict[str, Any]:
+def grant_form_context(user: User, approval: ApprovalRequest, tool: Tool | None) -> dict[str, Any]:
     """What the approval page needs to offer a grant with an approve."""
     longest = settings.DESK_GRANT_MAX_SECONDS // 3600
     return {

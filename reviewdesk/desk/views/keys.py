@@ -1,4 +1,4 @@
-"""The Keys page (issue 13): a reviewer's device keys, made in the browser; an admin's
+"""The Keys page: a reviewer's device keys, made in the browser; an admin's
 endorsements and revocations, signed in the browser by the admin's own device key.
 
 The JSON endpoints below take session + CSRF like the page's other fetches. The server

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -28,6 +28,9 @@ from reviewdesk.runs.models import ENDED, EffectStatus, Run, RunStatus
 from reviewdesk.runs.retention import kept_after_end
 from reviewdesk.runs.selectors import run_get_for_user, runs_visible_to
 from reviewdesk.runs.services import run_cancel, run_retry
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 @login_required
@@ -141,7 +144,7 @@ def run_page(request: HttpRequest, run_id) -> HttpResponse:
         {
             "run": run,
             "timeline": timeline,
-            "thread": run_thread(run),  # issue 12: each user message and what followed
+            "thread": run_thread(run),  # each user message and what followed
             "may_follow_up": may_follow_up(run, request.user),
             "messages_log": run.messages.order_by("position"),
             "approvals": run.approvals.prefetch_related("decisions__reviewer"),
@@ -184,7 +187,7 @@ def run_control(request: HttpRequest, run_id, action: str) -> HttpResponse:
     return redirect("run", run_id=run_id)
 
 
-def _may_retry(run: Run, user: Any) -> bool:
+def _may_retry(run: Run, user: User) -> bool:
     """Whether the page offers a retry: the service (run_retry) decides again when posted."""
     retryable = run.status in (RunStatus.FAILED, RunStatus.CANCELLED)
     return retryable and (is_admin(user) or run.submitted_by_id == user.pk)

@@ -50,7 +50,7 @@ class Unchanged:
 
     @staticmethod
     def audit_rows() -> int:
-        # Creating the test client's token is audited too (issue 8); it comes after the snapshot.
+        # Creating the test client's token is audited too; it comes after the snapshot.
         return AuditEvent.objects.exclude(action="token.created").count()
 
 

@@ -58,7 +58,7 @@ def carol(personas, api_as):
 def nothing_changes(task_queue):
     yield
     assert Run.objects.count() == 0
-    # Creating the test client's token is audited (issue 8); nothing else may be.
+    # Creating the test client's token is audited; nothing else may be.
     assert AuditEvent.objects.exclude(action="token.created").count() == 0
     assert task_queue.length() == 0
 

@@ -230,12 +230,15 @@ def test_timestamps_keep_their_microseconds_so_they_sort_as_the_times_do():
     paging test does) then put a row created on the second after later ones of that second."""
     from datetime import UTC, datetime
 
-    from reviewdesk.lib.times import iso
+    from reviewdesk.lib.times import rfc3339_sortable
 
     on_the_second = datetime(2026, 12, 1, 18, 39, 11, tzinfo=UTC)
     just_after = on_the_second.replace(microsecond=287206)
-    assert iso(on_the_second) == "2026-12-01T18:39:11.000000Z"
-    assert sorted([iso(just_after), iso(on_the_second)]) == [iso(on_the_second), iso(just_after)]
+    assert rfc3339_sortable(on_the_second) == "2026-12-01T18:39:11.000000Z"
+    assert sorted([rfc3339_sortable(just_after), rfc3339_sortable(on_the_second)]) == [
+        rfc3339_sortable(on_the_second),
+        rfc3339_sortable(just_after),
+    ]
 
 
 def _reads_by_page_size(client, url: str, limits: tuple[int, ...]) -> tuple[dict[int, list[str]], dict]:

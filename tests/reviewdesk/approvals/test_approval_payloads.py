@@ -1,7 +1,7 @@
 """An approval's payload read as a model and read as a page's columns is the same payload.
 
 In-process (the test database, the services called directly). The approvals list builds its
-page from `values()` rows (`approvals_page_data`, issue 11 #7b); every other payload is built
+page from `values()` rows (`approvals_page_data`, `make bench` #7b); every other payload is built
 from a model (`approval_data`). These tests compare the two, key by key, over approvals in each
 of the shapes listed in `every_shape`: what makes each that shape is checked on its own.
 """

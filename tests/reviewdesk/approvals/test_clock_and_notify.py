@@ -25,7 +25,7 @@ from reviewdesk.approvals.models import ApprovalLink, ApprovalRequest, Decision
 from reviewdesk.approvals.tasks import approvals_tick
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.events.models import DeskEvent
-from reviewdesk.lib.times import iso
+from reviewdesk.lib.times import rfc3339_sortable
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import RunStatus
 from tests.reviewdesk.approvals.conftest import EXECUTE_SCRIPT, refund_script
@@ -212,7 +212,7 @@ def test_the_desk_shows_the_clock_on_the_card_and_the_page(short_clock, interrup
     _, approval = interrupted_run(reviewers=["alice"])
     alice = Client()
     alice.force_login(personas.alice)
-    respond_by = iso(approval.respond_by)
+    respond_by = rfc3339_sortable(approval.respond_by)
 
     desk = alice.get("/").content.decode()
     page = alice.get(f"/approvals/{approval.id}/").content.decode()

@@ -108,7 +108,7 @@ BAD = [
         "marking done without a reference",
         {"verdict": "confirm", "external_ref": "   "},
         "marking an effect done needs its external reference (where it is recorded)",
-        "invalid",  # was "Invalid": issue 12 makes every code lowercase
+        "invalid",  # every code is lowercase
         kind="reconcile",
         detail="marking an effect done needs its external reference (where it is recorded)",
     ),

@@ -151,7 +151,7 @@ def test_a_reviewer_gets_a_snapshot_then_the_new_approval_live(personas, interru
 
 def test_a_pushed_event_reaches_the_socket_while_the_sync_thread_is_busy(personas, interrupted_run):
     """Under daphne one thread runs every sync view of a process: a push to a socket must not
-    queue behind it (Channels' own dispatch hops there before each handler; issue 11, #8)."""
+    queue behind it (Channels' own dispatch hops there before each handler; `make bench` #8)."""
     headers = session_headers(personas.alice)
 
     async def scenario():

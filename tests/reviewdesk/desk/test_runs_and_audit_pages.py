@@ -71,7 +71,7 @@ def test_the_runs_list_pages_through_its_runs_keeping_the_filters_in_each_link(p
 
 
 def test_past_the_count_cap_the_runs_list_says_so_and_still_pages_on(personas, monkeypatch):
-    """The count stops COUNT_CAP rows past the page (issue 11, #9): "1-50 of 60+", a next link."""
+    """The count stops COUNT_CAP rows past the page (`make bench` #9): "1-50 of 60+", a next link."""
     monkeypatch.setattr("reviewdesk.desk.paging.COUNT_CAP", 10)
     make_runs(personas.carol, LIST_PAGE_SIZE + 11)
     client = logged_in(personas.carol)

@@ -12,10 +12,10 @@ from agents.state import SCHEMA_VERSION, AgentState, CallStatus, Step
 from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
 from reviewdesk.lib.errors import Conflict
+from reviewdesk.runs.checkpoints import DatabaseCheckpointStore, checkpoint_state, snapshot_of
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.models import Checkpoint, ErrorKind, Message, RunStatus, SideEffect
 from reviewdesk.runs.services import run_cancel, run_retry
-from reviewdesk.runs.stores import DatabaseCheckpointStore, checkpoint_state, snapshot_of
 
 pytestmark = pytest.mark.django_db
 

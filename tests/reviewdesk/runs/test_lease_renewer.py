@@ -1,4 +1,4 @@
-"""One thread per worker process renews the leases it holds (issue 11: no thread per task)."""
+"""One thread per worker process renews the leases it holds (no thread per task)."""
 
 from __future__ import annotations
 

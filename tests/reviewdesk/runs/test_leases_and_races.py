@@ -116,7 +116,7 @@ def test_a_task_out_of_time_hands_its_run_to_a_new_attempt_with_what_it_did(pers
     internal error."""
     from celery.exceptions import SoftTimeLimitExceeded
 
-    from reviewdesk.runs.execution import _Guarded
+    from reviewdesk.runs.execution import _LeaseCheckedProvider
     from reviewdesk.runs.models import Message
 
     script = [
@@ -124,7 +124,7 @@ def test_a_task_out_of_time_hands_its_run_to_a_new_attempt_with_what_it_did(pers
         {"content": "Found her."},
     ]
     run = queued_run(personas, script)
-    complete, calls = _Guarded.complete, []
+    complete, calls = _LeaseCheckedProvider.complete, []
 
     def out_of_time_at_the_second_call(self, messages, tools):
         calls.append(len(messages))
@@ -132,7 +132,7 @@ def test_a_task_out_of_time_hands_its_run_to_a_new_attempt_with_what_it_did(pers
             raise SoftTimeLimitExceeded()
         return complete(self, messages, tools)
 
-    monkeypatch.setattr(_Guarded, "complete", out_of_time_at_the_second_call)
+    monkeypatch.setattr(_LeaseCheckedProvider, "complete", out_of_time_at_the_second_call)
     assert run_execute(run_id=run.id, worker="slow") is None
     run.refresh_from_db()
     assert run.status == RunStatus.QUEUED, run.error
@@ -150,13 +150,13 @@ def test_a_run_whose_attempts_keep_running_out_of_time_fails_like_one_whose_work
 ):
     from celery.exceptions import SoftTimeLimitExceeded
 
-    from reviewdesk.runs.execution import _Guarded
+    from reviewdesk.runs.execution import _LeaseCheckedProvider
 
     def out_of_time(self, messages, tools):
         raise SoftTimeLimitExceeded()
 
     settings.DESK_MAX_LOST_ATTEMPTS = 2
-    monkeypatch.setattr(_Guarded, "complete", out_of_time)
+    monkeypatch.setattr(_LeaseCheckedProvider, "complete", out_of_time)
     run = queued_run(personas)
     run_execute(run_id=run.id, worker="slow")
     assert Run.objects.get(pk=run.pk).status == RunStatus.QUEUED

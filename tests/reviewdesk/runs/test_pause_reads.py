@@ -1,4 +1,4 @@
-"""What the host reads around a pause (issue 11, #4): the run's submitter, whom the approval's
+"""What the host reads around a pause (`make bench` #4): the run's submitter, whom the approval's
 event names, comes with the claim's read of the run, not from a query of its own; a resume's
 load brings the live messages its checkpoint covers, with the checkpoint, and none set aside."""
 

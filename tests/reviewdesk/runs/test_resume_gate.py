@@ -199,7 +199,7 @@ def test_a_validly_signed_decision_naming_the_runs_submitter_is_refused_by_the_t
     assert decision.consumed_at is None
 
 
-# --- The reviewer check answered from the rows read with the decision (issue 11, #2) ---------
+# --- The reviewer check answered from the rows read with the decision (`make bench` #2) ---------
 # The worker reads the request, its decisions, their reviewers and the reviewers' groups once,
 # just before the gate, and the gate's reviewer check answers from those rows: once per
 # reviewer, and only for that request. The tests above change the world before the resume;

@@ -356,7 +356,7 @@ def test_a_decision_for_a_call_no_longer_awaiting_is_stale(interrupted_run, pers
 
 
 def test_small_refunds_never_add_up_past_the_order_total(interrupted_run, personas):
-    """Past 100 on an order the refunds need approval (issue 8); approved, the tool still caps
+    """Past 100 on an order the refunds need approval; approved, the tool still caps
     the total at the order's amount."""
     script = [
         {"tool_calls": [{"name": "refund_payment", "arguments": {"order_id": "A-1001", "amount": 100}}] * 3},

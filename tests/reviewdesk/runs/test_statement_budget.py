@@ -1,4 +1,4 @@
-"""A budget of statements and transactions for the worker's standard cycle (issue 11).
+"""A budget of statements and transactions for the worker's standard cycle.
 
 Not a timing test: it counts what one `runs.run` task and one `runs.resume` task send to the
 database, in this process, for the bench's cycle (one `send_email` call, approved, then a final
@@ -24,41 +24,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 EMAIL = {"to": "ada@example.com", "subject": "Your refund", "body": "It is on its way."}
 SCRIPT = [{"tool_calls": [{"name": "send_email", "arguments": EMAIL}]}, {"content": "Emailed Ada."}]
 
-# (statements, transactions), one above what was measured on the embedded default when the
-# budget was first set: run 26 / 6, resume 35 / 15 (before issue 11's pass: run 35 / 7, resume 46 / 15).
-# Issue 10 then added to the run task the standing-grant lookup before an approval is raised,
-# and the quorum's votes in the approval's event: run 29 / 8; and to the resume the per-request
-# reviewer check (the request, the reviewer's groups): resume 38 / 18. Issue 11's second pass
-# (task id saved with the run row, attempt number from the lease epoch, a lighter fence, the
-# settling call checkpointed with its batch, a decision's reviewers read with it): run 27 / 8,
-# resume 33 / 16. Then the pause (#4): the approval's event reads its run's submitter with the
-# locked run row and no votes from a request just created, and an audit row is inserted whole
-# (its id taken with the chain's head), and a load reads the checkpoint with its messages: run
-# 24 / 8, resume 31 / 15. Then the gate's reviewer check answered from the rows read with the
-# decision (the reviewers' groups in one more statement; the user, the request and two group
-# reads fewer): resume 28 / 12. Then a waiting call's request read without its decisions while
-# it is pending (the run task asks just after raising it): run 23 / 7. Then a step is kept and
-# written at the host's next write (runs/host.py): the run's opening with the model's first
-# answer, and an attempt's last step with its end; the kept request not read back, nor asked
-# whether it was decided meanwhile: run 17 / 4, resume 27 / 11; then one read before the first
-# model call, that the attempt still owns the run (its opening is not written then): run 18 / 5.
-# From here the bounds are the counts themselves (the same on both databases), so one
-# statement back is caught. Then the claim in one UPDATE that returns the run (its submitter
-# read when an approval names them): resume 26 / 11; and a waiting call's decisions read with
-# their request joined: resume 25 / 10. Then the call's decisions read in one hand-written
-# statement with their reviewers' groups joined (reviewdesk/lib/db_rows.py): resume 24 / 9.
+# (statements, transactions) of the run task and of the resume task: the counts themselves,
+# the same on both databases, so that one statement or commit added back is caught. What each
+# cycle sends is printed below when the test runs (`-s`); how the counts came down is in the
+# commit history. Lower a bound when a change cuts a round trip.
 RUN_BUDGET = (18, 5)
 RESUME_BUDGET = (24, 9)
 # The two API requests of the cycle, as the web process serves them (a bearer token, an
-# Idempotency-Key), one above what was measured on the embedded default when set: submit 15,
-# decide 25. Before: submit 21 (the new run's six empty relations read back for the response),
-# decide 27 (the approval's attempt read on its own, and the reverse relation to a grant
-# nobody asked for). Then decide 25 → 23: the run's submitter read with the locked run (the
-# event names them), and a single-approval request's votes taken as the decision just made
-# (the same on both databases: the bound is the count, so one statement back is caught).
-# Then the token's user read with their groups (the submitter and reviewer checks read no
-# more), and a decision's visibility checked on the locked row instead of a read of its own:
-# submit 16 -> 14, decide 23 -> 21.
+# Idempotency-Key): the counts themselves, the same on both databases, as above.
 SUBMIT_BUDGET = 14
 DECIDE_BUDGET = 21
 

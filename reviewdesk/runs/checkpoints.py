@@ -2,7 +2,7 @@
 row for the desk's own readers (its open batch checked against the run's log).
 
 A row keeps the snapshot's `message_count` in its own column (the stores index on it) and
-not again in its JSON (issue 11's storage target: the JSON of most checkpoints is little
+not again in its JSON (the storage target of `make bench` #5: the JSON of most checkpoints is little
 more than a count and a version). Read a row's snapshot whole with `snapshot_of(row)`, and
 write one with `snapshot_column(snapshot)`; `AgentState.from_snapshot(row.snapshot)` would
 read a count of 0. Old rows still hold the count in their JSON too; the column wins.
@@ -86,7 +86,7 @@ class DatabaseCheckpointStore:
         self, run_id: str, snapshots: list[tuple[dict[str, Any], str | None]]
     ) -> list[StoredCheckpoint]:
         """`put` for several (snapshot, checkpoint id) pairs, numbered in order, in one statement."""
-        # No savepoint: the caller's fenced transaction rolls back as a whole (issue 11).
+        # No savepoint: the caller's fenced transaction rolls back as a whole.
         with transaction.atomic(savepoint=False):
             last = self._last(run_id)
             rows = checkpoints_insert(

@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run test test-e2e bench chaos lint mutants mutants-short format clean
+.PHONY: run test test-e2e bench chaos lint mutants mutants-short docs format clean
 
 # The runtime set (requirements.txt) is all `make run` installs; the development and test tools
 # (requirements-dev.txt) come on top for the targets that need them.
@@ -74,6 +74,11 @@ mutants: $(VENV)/.installed-dev
 # checked against the source. `make mutants` runs them all (MUTANTS_ARGS="--jobs 2" halves it).
 mutants-short: $(VENV)/.installed-dev
 	$(PY) tests/mutants.py --every 5 --slice auto --jobs 2 $(MUTANTS_ARGS)
+
+# The docs site (mkdocs.yml, docs/) into var/site. Strict: a broken link or anchor, or a page
+# left out of the nav, fails the build.
+docs: $(VENV)/.installed-dev
+	$(VENV)/bin/mkdocs build --strict --quiet
 
 format: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check --fix .

@@ -16,7 +16,7 @@ a page of 50 rows beside a page of 5 would measure the page, not the history. Th
 walk the same few rows since the newest anchor, with the record of a full check (beat's
 `audit.check`, run once before the history) to show. What 9h isolates is the history, whose
 audit rows the page must not walk whole; what a load costs beside it grows with the rows written
-since the newest anchor (README, "Audit trail").
+since the newest anchor (docs/audit.md).
 
 History: 100,000 runs, or 10,000 with BENCH=short (the row says which), spread over several
 submitters and agents; some name a reviewer whose approval was routed, handed over or

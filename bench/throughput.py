@@ -33,7 +33,7 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
     runs = size(10, 60)
     one = await cycles_through(stack, people, redis, budget, runs, [stack.desk_url])
     # The same cycles with a second web process beside the first, requests alternating between
-    # them, as behind a load balancer (README, scale-out). Daphne runs a process's sync views
+    # them, as behind a load balancer (docs/running.md, "Several hosts"). Daphne runs a process's sync views
     # one at a time, on one thread: with one web process, its requests queue behind each other.
     desk2, desk2_url = start_daphne(stack, "desk-web-2", DESK_APP)
     try:

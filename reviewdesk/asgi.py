@@ -7,7 +7,7 @@ from reviewdesk.serve.asgi_handler import get_asgi_application
 django_asgi_app = get_asgi_application()  # before importing consumers: it sets Django up
 
 from reviewdesk.audit.keys import audit_key_problem  # noqa: E402
-from reviewdesk.conf.deployment import refuse_to_start  # noqa: E402
+from reviewdesk.lib.deployment import refuse_to_start  # noqa: E402
 
 # A web process audits what it does (a login, a decision): in production it starts with the
 # audit key or not at all. ASGI servers (daphne, uvicorn) run no system checks, so the entry

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from agents.sandbox import shared_tmp_dir
-from reviewdesk.conf import mail
+from reviewdesk.conf import mail, var
 from reviewdesk.conf.api import REST_FRAMEWORK, SPECTACULAR_SETTINGS  # noqa: F401 (Django reads them here)
 from reviewdesk.conf.database import database_settings
 from reviewdesk.conf.env import env_bool, env_int, env_json, env_list, env_str
@@ -29,7 +29,6 @@ from reviewdesk.conf.security import (  # noqa: F401 (Django, axes and django-cs
     CONTENT_SECURITY_POLICY,
 )
 from reviewdesk.lib import faults
-from reviewdesk.serve import embedded
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -39,9 +38,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 faults.refuse_outside_tests()
 
 VAR_DIR = Path(env_str("DESK_VAR_DIR", str(BASE_DIR / "var"))).resolve()
-embedded.ensure_var_dir(VAR_DIR)
+var.ensure_var_dir(VAR_DIR)
 
-SECRET_KEY = env_str("DJANGO_SECRET_KEY") or embedded.read_or_create_secret(VAR_DIR / "secret_key")
+SECRET_KEY = env_str("DJANGO_SECRET_KEY") or var.read_or_create_secret(VAR_DIR / "secret_key")
 DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")

@@ -1,4 +1,4 @@
-"""Count the suite's tests by what they run on, for the README: `python tests/count_by_kind.py`.
+"""Count the suite's tests by what they run on, for docs/testing.md: `python tests/count_by_kind.py`.
 
 Collects the suite (nothing runs) and sorts every test into one kind:
 

@@ -12,7 +12,7 @@ from django.db import transaction
 
 from reviewdesk.accounts.roles import REVIEWERS, SUBMITTERS
 from reviewdesk.accounts.services import group_save, user_groups_set, user_save
-from reviewdesk.serve import embedded
+from reviewdesk.conf import var
 
 VIA = "manage.py seed_demo"
 
@@ -31,7 +31,7 @@ DEMO_USERS = (
 
 def demo_password() -> str:
     """$DESK_DEMO_PASSWORD, else one generated on first run and kept in var/."""
-    return os.environ.get("DESK_DEMO_PASSWORD") or embedded.read_or_create_secret(
+    return os.environ.get("DESK_DEMO_PASSWORD") or var.read_or_create_secret(
         Path(settings.VAR_DIR) / "demo_password", nbytes=9
     )
 

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-
-if TYPE_CHECKING:
-    pass
 
 REVIEWERS = "reviewers"
 SUBMITTERS = "submitters"

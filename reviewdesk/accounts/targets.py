@@ -1,7 +1,7 @@
 """Names that point at people: a username, or "group:NAME" for every member of a group.
 
 Routing (agents.routing) and hand-overs name deciders this way; this module resolves the
-names, so that the approvals app and the desk events resolve them alike.
+names, so that every part of the approvals app resolves them alike.
 """
 
 from __future__ import annotations

@@ -125,6 +125,17 @@ class SequenceFilter(serializers.IntegerField):
 def read_filters(request: Request, filters: type[serializers.Serializer]) -> dict[str, Any]:
     """The list's query parameters as `filters` declares them, parsed; those not given are
     absent. 400 `bad_parameter` for a parameter it does not declare, or the first bad value."""
+    refuse_unknown(request, filters)
+    parsed = filters(data=request.query_params.dict())
+    if not parsed.is_valid():
+        messages = next(iter(parsed.errors.values()))
+        raise BadRequest(str(messages[0]), code="bad_parameter")
+    return dict(parsed.validated_data)
+
+
+def refuse_unknown(request: Request, filters: type[serializers.Serializer]) -> None:
+    """400 `bad_parameter` for a query parameter `filters` does not declare. A view that must
+    say 403 or 404 before it judges the values (who may read the list) calls this first."""
     allowed = filters().fields
     unknown = sorted(set(request.query_params) - set(allowed))
     if unknown:
@@ -132,11 +143,17 @@ def read_filters(request: Request, filters: type[serializers.Serializer]) -> dic
             f"unknown query parameter {', '.join(unknown)}; this endpoint takes {', '.join(sorted(allowed))}",
             code="bad_parameter",
         )
-    parsed = filters(data=request.query_params.dict())
-    if not parsed.is_valid():
-        messages = next(iter(parsed.errors.values()))
-        raise BadRequest(str(messages[0]), code="bad_parameter")
-    return dict(parsed.validated_data)
+
+
+class CursorFilter(serializers.CharField):
+    """Any text, as given (a NUL included): one this API did not issue is 400 `bad_cursor`,
+    judged by `paging.keyset_page` where the cursor is read."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(required=False, allow_blank=True, trim_whitespace=False, **kwargs)
+
+    def run_validation(self, data: Any = empty) -> Any:
+        return super().run_validation(data) if data is empty else str(data)
 
 
 # --- the page's own parameters ---------------------------------------------------------------
@@ -148,13 +165,7 @@ class KeysetPage(serializers.Serializer):
     limit = LimitFilter(
         help_text="page size: 1 to DESK_API_MAX_PAGE_SIZE (200); default DESK_API_PAGE_SIZE (50)"
     )
-    # Any text: one this API did not issue is 400 `bad_cursor` (`paging.keyset_page`).
-    cursor = serializers.CharField(
-        required=False,
-        allow_blank=True,
-        trim_whitespace=False,
-        help_text="the opaque cursor from a previous page's `next` link",
-    )
+    cursor = CursorFilter(help_text="the opaque cursor from a previous page's `next` link")
 
 
 class CreatedBetween(serializers.Serializer):

@@ -1,4 +1,6 @@
-"""How runs and approvals look in the API (the contract's field names)."""
+"""How a run and a grant look in the API (the contract's field names): a run whole, with its
+approvals (their one shape is `approvals.reads.representation`'s), messages, side effects,
+attempts and thread; a standing grant with its status."""
 
 from __future__ import annotations
 
@@ -10,12 +12,8 @@ from reviewdesk.approvals.grants.access import grant_status
 from reviewdesk.approvals.models import Grant
 from reviewdesk.approvals.reads.representation import (
     Expand,
-    approval_columns,
     approval_data,
     approval_for,
-    approval_rows,
-    approvals_page_data,
-    decision_data,
 )
 from reviewdesk.lib.times import rfc3339_sortable
 from reviewdesk.runs.models import Run
@@ -142,16 +140,3 @@ def grant_data(grant: Grant) -> dict[str, Any]:
         "signature": grant.signature,
         "key_id": grant.key_id,
     }
-
-
-__all__ = [
-    "approval_columns",
-    "approval_data",
-    "approval_rows",
-    "approvals_page_data",
-    "decision_data",
-    "grant_data",
-    "run_detail",
-    "run_details",
-    "run_summary",
-]

@@ -1,14 +1,13 @@
 """What the OpenAPI document says the API answers: response shapes, problems, security.
 
-These serializers only describe; the bodies are built in `representations` (the desk's
-one payload builder), and `tests/reviewdesk/api/test_schemathesis.py` checks that what
+These serializers only describe; the bodies are built by their owners (an approval's in
+`approvals.reads.representation`, a run's in `api.representations`), and `tests/reviewdesk/api/test_schemathesis.py` checks that what
 the views send matches what is written here.
 """
 
 from __future__ import annotations
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, inline_serializer
 from rest_framework import serializers
 
@@ -261,15 +260,6 @@ def query(name: str, type_: type | OpenApiParameter, description: str, **kwargs)
     return OpenApiParameter(name, type_, OpenApiParameter.QUERY, description=description, **kwargs)
 
 
-LIMIT = query("limit", int, "page size: 1 to DESK_API_MAX_PAGE_SIZE (200); default DESK_API_PAGE_SIZE (50)")
-CURSOR = query("cursor", str, "the opaque cursor from a previous page's `next` link")
-CREATED_AFTER = query(
-    "created_after", OpenApiTypes.DATETIME, "RFC 3339 date-time; only rows created at or after it"
-)
-CREATED_BEFORE = query(
-    "created_before", OpenApiTypes.DATETIME, "RFC 3339 date-time; only rows created before it"
-)
-AFTER = query("after", int, "the last sequence number already seen (0: from the start)")
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
     str,

@@ -5,7 +5,8 @@ SSE streams, which no DRF view serves."""
 
 from __future__ import annotations
 
-from reviewdesk.api.schema import AFTER, problem_response
+from reviewdesk.api.filters import SequencePage
+from reviewdesk.api.schema import problem_response
 from reviewdesk.lib.errors import ERROR_CODES
 
 
@@ -44,7 +45,7 @@ def _stream_operation(operation_id: str, summary: str, *, with_run: bool) -> dic
             "name": "after",
             "in": "query",
             "schema": {"type": "integer", "minimum": 0},
-            "description": AFTER.description,
+            "description": SequencePage().fields["after"].help_text,
         },
         {
             "name": "Last-Event-ID",

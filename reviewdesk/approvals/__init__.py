@@ -11,5 +11,6 @@ contract in pyproject.toml):
   shape of an approval's payload;
 - `access.py`: who may see an approval and who may decide it;
 - `signing.py`: the web tier's key, and whether a tool requires a reviewer's device key;
+- `rows.py`: the app's hand-written SQL, each statement with its measured reason;
 - `models.py`, `tasks.py` (beat's clock), `admin.py`.
 """

@@ -125,7 +125,7 @@ class ApprovalRequest(models.Model):
             # looks for one naming the reviewer; in_queue_order reads those naming them, by
             # expiry): found without reading the many open to any reviewer. Keep it last: SQLite,
             # with no statistics, breaks a tie between indexes on `status` in favour of the one
-            # created last (migration 0011 re-creates it after approval_newest; so does Django's
+            # created last (the migration creates it after approval_newest; so does Django's
             # table rebuild, in this order). tests/reviewdesk/approvals/test_query_plans.py checks.
             models.Index(
                 fields=["status", "expires_at", "created_at", "id"],

@@ -107,7 +107,7 @@ def worker_key_problems() -> list[str]:
     `os.access` answers for this process's uid. As root it says yes to everything, and root
     can write a 0444 file; so for root the check reads the modes instead: the keyring file and
     its directory must have no write bit. That checks the operator's intent only: a worker run
-    as root can still do anything. Run the worker as its own user (README, "Web and worker as
+    as root can still do anything. Run the worker as its own user (docs/running.md, "Web and worker as
     different users").
     """
     problems = []

@@ -26,8 +26,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from django.conf import settings
 
 from agents.decisions import key_id_for
-from reviewdesk.conf.deployment import is_production_configuration
-from reviewdesk.serve import embedded
+from reviewdesk.conf import var
+from reviewdesk.lib.deployment import is_production_configuration
 
 
 class AuditKeyMissing(RuntimeError):
@@ -79,7 +79,7 @@ def audit_key_problem() -> str | None:
 def _key_from_file(path: Path, create: bool) -> bytes:
     if not create and not path.exists():
         raise AuditKeyMissing(f"no audit key: set DESK_AUDIT_KEY or provide {path}")
-    return embedded.read_or_create_secret(path, nbytes=32).encode()
+    return var.read_or_create_secret(path, nbytes=32).encode()
 
 
 # Where the chain's unkeyed (legacy) rows end, recorded outside the database the first time

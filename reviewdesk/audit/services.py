@@ -1,7 +1,7 @@
 """The audit trail's writes: append-only rows in a keyed hash chain (`audit_record`).
 
 See chain.py for the hash rules; verification.py walks the chain and anchors its head outside
-the database. What this catches, and what it cannot, is written in the README's "Audit trail".
+the database. What this catches, and what it cannot, is written in docs/audit.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ See chain.py for the hash rules, anchors.py for the anchor file and check_record
 last full check's record. Three checks walk the chain: `audit_check`, the whole of it (beat's
 `audit.check`, `verify_audit`); `audit_anchor`, the rows since the newest anchor before it
 anchors the head (beat's `audit.anchor`); `audit_check_recent`, the same rows, for the audit
-page. What each catches, and what none can, is written in the README's "Audit trail".
+page. What each catches, and what none can, is written in docs/audit.md.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ from typing import Any
 
 import dj_database_url
 
+from reviewdesk.conf import var
 from reviewdesk.conf.env import env_bool, env_int
-from reviewdesk.serve import embedded
 
 
 def database_settings(database_url: str, var_dir: Path) -> dict[str, dict[str, Any]]:
@@ -20,7 +20,7 @@ def database_settings(database_url: str, var_dir: Path) -> dict[str, dict[str, A
     else:
         default = {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": embedded.ensure_private_file(var_dir / "db.sqlite3"),  # 0600
+            "NAME": var.ensure_private_file(var_dir / "db.sqlite3"),  # 0600
         }
     if default["ENGINE"] == "django.db.backends.sqlite3":
         # IMMEDIATE takes the write lock at BEGIN, so two writers queue on
@@ -75,7 +75,7 @@ def _no_jit(default: dict[str, Any]) -> None:
     DATABASE_URL that set jit themselves win. DESK_DB_JIT_OFF=0 sends no option, for a pooler
     that refuses startup options (PgBouncer: "unsupported startup parameter: options", which
     the pool reports as a timeout) or drops them (`ignore_startup_parameters`): set jit on the
-    database role instead (README, Several hosts)."""
+    database role instead (docs/running.md, "PostgreSQL connections")."""
     if default["ENGINE"] != "django.db.backends.postgresql" or not env_bool("DESK_DB_JIT_OFF", True):
         return
     options = default.setdefault("OPTIONS", {})

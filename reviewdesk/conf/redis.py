@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from reviewdesk.conf import var
 from reviewdesk.conf.env import env_str
-from reviewdesk.serve import embedded
 
 
 class RedisSettings(NamedTuple):
@@ -21,7 +21,7 @@ def redis_settings(redis_url: str, var_dir: Path) -> RedisSettings:
     if redis_url:
         broker_url, channel_address, socket = redis_url, redis_url, None
     else:
-        socket = embedded.redis_socket_path(var_dir)
+        socket = var.redis_socket_path(var_dir)
         broker_url, channel_address = f"redis+socket://{socket}", f"unix://{socket}"
     # Pub/sub, not the core layer: there a consumer cancelled mid-BRPOP (a closing tab) can take
     # another socket's message with it (django/channels#1683). Clients still replay on heartbeat.

@@ -1,7 +1,7 @@
 """A page's form over DESK_MAX_BODY_BYTES is 413, the API's limit, before anything reads it.
 
 Without this, Django reads up to DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MiB) and answers a larger
-form with a bare 400. The API refuses by Content-Length itself, with problem+json (api/views.py)."""
+form with a bare 400. The API refuses by Content-Length itself, with problem+json (api/views/base.py, DeskAPIView)."""
 
 from __future__ import annotations
 

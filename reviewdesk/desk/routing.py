@@ -1,3 +1,5 @@
+"""The desk's WebSocket route (Channels' name for a socket's URL map; asgi.py mounts it)."""
+
 from django.urls import path
 
 from reviewdesk.desk.consumers import DeskConsumer

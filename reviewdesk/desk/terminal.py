@@ -1,7 +1,7 @@
 """`python manage.py review --as USER`: the desk's queue, one approval at a time, in a terminal.
 
-An interface like the desk's pages, and as thin: it reads with the desk's selectors (the
-queue in its order, who may decide, the context, the preview) and decides through the one
+An interface like the desk's pages, and as thin: it reads with the approvals' own reads (the
+queue in its order, who may decide, the context, the preview: `approvals.reads`, `approvals.access`) and decides through the one
 decide service (`approval_decide`), so a decision made here is checked, signed, stored and
 audited as any other, and the same resume is enqueued when it commits.
 

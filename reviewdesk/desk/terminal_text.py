@@ -1,4 +1,4 @@
-"""One approval as terminal text: what the approval page shows, from the same builders.
+"""One approval as terminal text: what the approval page shows, from the same reads.
 
 The context comes from `approval_context`, the preview from `approval_preview`, the
 arguments as the page's `shown_json`; only the layout is the terminal's own. The text

@@ -6,7 +6,7 @@ from django.db import models
 class DeskEvent(models.Model):
     """Append-only, sequence-numbered record of a change a browser or client must see.
 
-    `id` is the sequence. Writers serialise on a lock (see `events.services`) so
+    `id` is the sequence. Writers serialise on a lock (`lib.db.serialize_writers`, taken by `events.services`) so
     sequence order is commit order and a replay "after N" never skips a late commit.
     """
 

@@ -1,4 +1,5 @@
-"""The admin is an audit surface: every model the desk shows there is read-only."""
+"""The admin is an audit surface: the desk's own records are shown read-only there (users,
+groups and tokens change through audited services: accounts/admin.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Small database helpers shared by the apps."""
+"""Database helpers the apps share: the writers' lock (one advisory-lock statement of its own,
+the one hand-written statement outside the apps' rows.py) and appends at a block's end
+(`atomic_appends_last`), NamesAny and ExistsPerRow (conditions the ORM cannot write), and
+small conveniences (prefetched_as, comparable_text)."""
 
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ def serialize_writers() -> None:
     # PostgreSQL releases the lock there too). A savepoint taken by hand
     # (`transaction.savepoint()`) is carried by no hook: rolled back, it would release the lock
     # and leave the mark, and the next append would skip the lock. So the desk takes none
-    # (tests/reviewdesk/test_no_manual_savepoints.py).
+    # (tests/reviewdesk/lib/test_no_manual_savepoints.py).
     transaction.on_commit(_writers_locked)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# code → (HTTP status, what it means). The one list; the schema and the README quote it.
+# code → (HTTP status, what it means). The one list; the schema and docs/api.md quote it.
 ERROR_CODES: dict[str, tuple[int, str]] = {
     "malformed_json": (400, "the body is not JSON"),
     "too_deep": (400, "the JSON nests deeper than DESK_JSON_MAX_DEPTH"),

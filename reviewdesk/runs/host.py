@@ -38,7 +38,7 @@ from agents.state import AgentState, CallState
 from agents.tools import ToolContext
 from reviewdesk.accounts.devicekeys import DatabaseTrust
 from reviewdesk.approvals.access import may_decide_by_name
-from reviewdesk.approvals.grants.use import grant_matching_call, grantor_may_decide_run, signed_grant
+from reviewdesk.approvals.grants.use import grant_matching_call, grantor_may_decide_by_name, signed_grant
 from reviewdesk.approvals.lifecycle.raising import approval_raise
 from reviewdesk.approvals.reads.decisions import RequestDeciders, call_decision_read, reviewer_notes_for
 from reviewdesk.approvals.signing import FileKeyring, device_decision_required
@@ -84,7 +84,7 @@ class DatabaseHost:
             # roots from the read-only trust file; a database writer cannot forge either's signature.
             device_trust=DatabaseTrust(),
             device_required=self.device_required,
-            grantor_allowed=grantor_may_decide_run,
+            grantor_allowed=grantor_may_decide_by_name,
             agent=run.agent,
         )
 

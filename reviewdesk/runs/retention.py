@@ -1,6 +1,6 @@
 """Checkpoint retention (DESIGN.md, "Checkpoint"): every checkpoint while a run is open; once it
 has ended, its last `DESK_CHECKPOINTS_KEPT_AFTER_END` and any an approval names. The message
-log stays whole: checkpoints hold counts into it, not copies of it (runs/stores.py), so a kept
+log stays whole: checkpoints hold counts into it, not copies of it (runs/checkpoints.py), so a kept
 checkpoint loads the same with or without the ones pruned before it.
 
 Pruning happens in the transaction that ends the run, under its row lock: a retry or a

@@ -25,6 +25,7 @@ from reviewdesk.approvals.lifecycle.raising import approvals_cancel_open, approv
 from reviewdesk.audit.services import audit_record
 from reviewdesk.lib.db import atomic_appends_last
 from reviewdesk.lib.errors import CheckpointNotFound, Conflict, Forbidden, Invalid
+from reviewdesk.runs.access import run_get_visible
 from reviewdesk.runs.models import (
     ENDED,
     Attempt,
@@ -37,7 +38,6 @@ from reviewdesk.runs.models import (
 )
 from reviewdesk.runs.retention import checkpoints_prune
 from reviewdesk.runs.rows import run_insert
-from reviewdesk.runs.selectors import run_get_for_user
 from reviewdesk.runs.transitions import (
     RESUME_TASK,
     RUN_TASK,
@@ -157,7 +157,7 @@ def _may_control(user: User, run: Run, scopes: frozenset[str] | None) -> bool:
 def run_cancel(*, run_id: Any, user: User, scopes: frozenset[str] | None = None) -> Run:
     """Cancel for good: bump cancel_epoch (fencing out any worker), cancel pending approvals,
     revoke the queued task. A decision arriving afterwards is 409."""
-    visible = run_get_for_user(run_id=run_id, user=user)
+    visible = run_get_visible(run_id=run_id, user=user)
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=visible.pk)
         if not _may_control(user, run, scopes):
@@ -200,7 +200,7 @@ def run_retry(*, run_id: Any, user: User, checkpoint_id: str | None = None) -> R
     still waiting get new approval requests; going back to an earlier
     checkpoint sets aside (but keeps) the messages after it.
     """
-    visible = run_get_for_user(run_id=run_id, user=user)
+    visible = run_get_visible(run_id=run_id, user=user)
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=visible.pk)
         if not (is_admin(user) or run.submitted_by_id == user.pk):

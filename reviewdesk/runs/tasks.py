@@ -11,7 +11,7 @@ from celery import shared_task, signals
 from reviewdesk.accounts.devicekeys import device_trust_problems
 from reviewdesk.approvals.signing import worker_key_problems
 from reviewdesk.audit.keys import audit_key_problem
-from reviewdesk.conf.deployment import is_production_configuration, refuse_to_start
+from reviewdesk.lib.deployment import is_production_configuration, refuse_to_start
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.sweeper import runs_sweep
 from reviewdesk.runs.transitions import RESUME_TASK, RUN_TASK
@@ -21,17 +21,15 @@ def _worker_name(task: Any) -> str:
     return f"{task.request.hostname or socket.gethostname()}:{os.getpid()}:{task.request.id}"
 
 
-# Two names for one body: `run_execute` re-reads the run and takes it wherever it stands, so a
-# first start and a resume do the same work. The names are kept apart for the people reading the
-# queue and the worker's log: "resume" says the run goes on after a human answered.
-@shared_task(bind=True, name=RUN_TASK)
-def run(self, run_id: str) -> None:
-    run_execute(run_id=run_id, worker=_worker_name(self))
+def execute(task: Any, run_id: str) -> None:
+    run_execute(run_id=run_id, worker=_worker_name(task))
 
 
-@shared_task(bind=True, name=RESUME_TASK)
-def resume(self, run_id: str) -> None:
-    run_execute(run_id=run_id, worker=_worker_name(self))
+# One body under two names: `run_execute` re-reads the run and takes it wherever it stands, so a
+# first start and a resume do the same work. The names stay apart for whoever reads the queue
+# and the worker's log: "resume" says the run goes on after a human answered.
+run = shared_task(bind=True, name=RUN_TASK)(execute)
+resume = shared_task(bind=True, name=RESUME_TASK)(execute)
 
 
 @shared_task(name="runs.sweep")
@@ -56,7 +54,7 @@ def refuse_to_hold_signing_keys(**_: object) -> None:
         refuse_to_start(
             "worker",
             "; ".join(problems) + ". Run workers as a user that cannot read the private key, with a "
-            "read-only keyring (README: web and worker as different users).",
+            "read-only keyring (docs/running.md: web and worker as different users).",
         )
 
 

@@ -23,10 +23,10 @@ from reviewdesk.accounts.roles import is_submitter
 from reviewdesk.audit.services import audit_record
 from reviewdesk.events.services import event_emit
 from reviewdesk.lib.errors import Conflict, Forbidden
+from reviewdesk.runs.access import run_audience, run_get_visible
 from reviewdesk.runs.checkpoints import checkpoint_state, snapshot_column
 from reviewdesk.runs.models import ENDED, Checkpoint, FollowUp, Message, Run, RunStatus
 from reviewdesk.runs.representation import run_follow_up_data
-from reviewdesk.runs.selectors import run_audience, run_get_for_user
 from reviewdesk.runs.transitions import RESUME_TASK, run_retry_budgets_renew, send_on_commit, task_id_assign
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def run_check_follow_up(*, run_id: Any, user: User) -> Run:
     404 when the run is missing or not the user's to see; 403 when it is not theirs;
     409 `active` while it runs or waits, `not_succeeded` after a failure or a cancel.
     """
-    visible = run_get_for_user(run_id=run_id, user=user)
+    visible = run_get_visible(run_id=run_id, user=user)
     run = Run.objects.select_for_update().get(pk=visible.pk)
     if run.submitted_by_id != user.pk or not is_submitter(user):
         raise Forbidden("only the run's submitter can continue its thread")

@@ -22,11 +22,11 @@ from django.utils import timezone
 from reviewdesk.audit.services import audit_record
 from reviewdesk.celery import app as celery_app
 from reviewdesk.events.services import event_emit
+from reviewdesk.runs.access import run_audience
 from reviewdesk.runs.models import Attempt, AttemptStatus, Run, RunStatus, SideEffect
 from reviewdesk.runs.representation import run_data
 from reviewdesk.runs.retention import checkpoints_prune
 from reviewdesk.runs.rows import run_update
-from reviewdesk.runs.selectors import run_audience
 
 logger = logging.getLogger(__name__)
 

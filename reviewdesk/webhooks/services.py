@@ -31,6 +31,7 @@ from reviewdesk.audit.services import audit_record
 from reviewdesk.celery import app as celery_app
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.events.services import latest_seq
+from reviewdesk.lib.db import serialize_writers
 from reviewdesk.lib.errors import Invalid, NotFound
 from reviewdesk.lib.times import rfc3339_sortable
 from reviewdesk.webhooks.models import (
@@ -162,6 +163,9 @@ def webhook_register(*, owner: User, url: str, events: list[str]) -> tuple[Webho
         raise Invalid(message, errors={"url": [message]})
     secret = "whsec_" + secrets.token_urlsafe(32)
     with transaction.atomic():
+        # Under the writers' lock, the newest event is the newest committed: a writer that had
+        # inserted one and not yet committed is waited for, so its event is before `since_seq`.
+        serialize_writers()
         endpoint = WebhookEndpoint.objects.create(
             owner=owner, url=url, events=sorted(set(events)), secret=secret, since_seq=latest_seq()
         )
@@ -177,9 +181,11 @@ def webhook_register(*, owner: User, url: str, events: list[str]) -> tuple[Webho
 
 def webhook_delete(*, webhook_id, owner: User) -> None:
     """Delete the owner's webhook and its delivery history; nothing more is sent to it
-    (a queued delivery task finds no row and skips)."""
+    (a queued delivery task finds no row and skips). The endpoint's row is locked first: a
+    dispatch holding it (`rows.endpoints_of_submitter`) commits its deliveries before the
+    delete gathers them, rather than after, where they would break the foreign key."""
     with transaction.atomic():
-        endpoint = webhook_get_for_owner(webhook_id=webhook_id, owner=owner)
+        endpoint = webhook_get_for_owner(webhook_id=webhook_id, owner=owner, lock=True)
         audit_record(
             actor=owner,
             action="webhook.deleted",
@@ -190,8 +196,9 @@ def webhook_delete(*, webhook_id, owner: User) -> None:
         endpoint.delete()
 
 
-def webhook_get_for_owner(*, webhook_id, owner: User) -> WebhookEndpoint:
-    endpoint = WebhookEndpoint.objects.filter(pk=webhook_id, owner=owner).first()
+def webhook_get_for_owner(*, webhook_id, owner: User, lock: bool = False) -> WebhookEndpoint:
+    endpoints = WebhookEndpoint.objects.filter(pk=webhook_id, owner=owner)
+    endpoint = (endpoints.select_for_update() if lock else endpoints).first()
     if endpoint is None:
         raise NotFound("no such webhook")
     return endpoint
@@ -277,7 +284,7 @@ def _deliveries_for(event: DeskEvent) -> list[WebhookDelivery]:
                 "type": webhook_type,
                 "seq": event.id,
                 "run": str(event.run_id),
-                "created_at": rfc3339_sortable(timezone.now()),
+                "created_at": rfc3339_sortable(event.created_at),
                 "data": data,
             },
             separators=(",", ":"),

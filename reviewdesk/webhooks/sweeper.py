@@ -28,7 +28,11 @@ logger = logging.getLogger(__name__)
 def webhooks_sweep(*, now: datetime | None = None) -> dict[str, int]:
     """Dispatch what waits after the cursor; re-send the pending deliveries whose message was
     lost. How many deliveries were made, and how many were sent again."""
-    made = webhooks_dispatch()
+    try:
+        made = webhooks_dispatch()
+    except Exception:  # the re-sends below do not depend on it; the next sweep dispatches again
+        logger.exception("the sweep's webhook dispatch failed")
+        made = 0
     now = now or timezone.now()
     stale = now - timedelta(seconds=settings.DESK_REQUEUE_AFTER_SECONDS)
     lost = list(

@@ -17,8 +17,8 @@ from reviewdesk.accounts.targets import targets_of
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus, Decision
 from reviewdesk.audit.services import audit_record
 from reviewdesk.audit.verification import audit_check
+from reviewdesk.runs.access import runs_visible_to
 from reviewdesk.runs.models import ENDED, Checkpoint, Run, RunStatus, SideEffect
-from reviewdesk.runs.selectors import runs_visible_to
 from tests.conftest import make_user
 
 pytestmark = [pytest.mark.bench, pytest.mark.django_db]

@@ -31,7 +31,7 @@ class DeviceKeys:
 
 @pytest.fixture
 def device_keys(tmp_path, settings, personas) -> DeviceKeys:
-    """The bootstrap as the README tells it, with key files: keygen, register, pin, enroll."""
+    """The bootstrap as docs/device-keys.md tells it, with key files: keygen, register, pin, enroll."""
     settings.DESK_TRUST_FILE = tmp_path / "trust.json"
     admin_file, alice_file = tmp_path / "admin.pem", tmp_path / "alice.pem"
     call_command("trust", "keygen", str(admin_file))

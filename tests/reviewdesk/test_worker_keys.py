@@ -26,7 +26,7 @@ from django.conf import settings
 
 from reviewdesk.approvals import signing
 from reviewdesk.audit.keys import audit_key
-from reviewdesk.conf.deployment import is_production_configuration
+from reviewdesk.lib.deployment import is_production_configuration
 
 REPO = Path(__file__).resolve().parents[2]
 AS_ROOT = os.geteuid() == 0

@@ -10,22 +10,22 @@ from reviewdesk.api import schema as doc
 from reviewdesk.api.filters import ApprovalFilters, read_filters
 from reviewdesk.api.idempotency import idempotent
 from reviewdesk.api.permissions import CanRead, CanReview
-from reviewdesk.api.representations import (
-    approval_columns,
-    approval_data,
-    approvals_page_data,
-    decision_data,
-    grant_data,
-)
+from reviewdesk.api.representations import grant_data
 from reviewdesk.api.serializers import (
     DecisionSerializer,
     HandoverSerializer,
 )
 from reviewdesk.api.views.base import DeskAPIView
 from reviewdesk.approvals.access import approval_get_visible, approvals_visible_to
-from reviewdesk.approvals.deciding.device import DeviceSignature
+from reviewdesk.approvals.deciding.input import DeviceSignature
 from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.lifecycle.handover import approval_handover
+from reviewdesk.approvals.reads.representation import (
+    approval_columns,
+    approval_data,
+    approvals_page_data,
+    decision_data,
+)
 
 
 class ApprovalListView(DeskAPIView):

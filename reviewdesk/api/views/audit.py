@@ -12,7 +12,7 @@ from rest_framework import serializers
 from reviewdesk.accounts.roles import is_admin
 from reviewdesk.api import paging
 from reviewdesk.api import schema as doc
-from reviewdesk.api.filters import AuditFilters, read_filters
+from reviewdesk.api.filters import AuditFilters, read_filters, refuse_unknown
 from reviewdesk.api.permissions import token_scope_permission
 from reviewdesk.api.views.base import DeskAPIView
 from reviewdesk.audit.models import AuditEvent
@@ -28,7 +28,7 @@ class AuditRowSerializer(serializers.Serializer):
     subject_id = serializers.CharField()
     data = doc.ANY_JSON()
     prev_hash = serializers.CharField()
-    hash = serializers.CharField(help_text="HMAC-SHA256 under the audit key (see README, Audit trail)")
+    hash = serializers.CharField(help_text="HMAC-SHA256 under the audit key (see docs/audit.md)")
 
 
 def audit_row(row: AuditEvent) -> dict[str, Any]:
@@ -60,9 +60,10 @@ class AuditListView(DeskAPIView):
         extensions=doc.scopes("audit"),
     )
     def get(self, request):
-        query = read_filters(request, AuditFilters)
+        refuse_unknown(request, AuditFilters)
         if not is_admin(request.user):
             raise Forbidden("the audit trail is for admins")
+        query = read_filters(request, AuditFilters)
         rows = paging.time_filters(query, AuditEvent.objects.all(), field="at")
         for name, field in (
             ("actor", "actor_name"),

@@ -10,24 +10,20 @@ from reviewdesk.accounts.models import ApiToken
 from reviewdesk.accounts.roles import is_admin
 from reviewdesk.api import paging
 from reviewdesk.api import schema as doc
-from reviewdesk.api.filters import RunEventFilters, RunFilters, read_filters
+from reviewdesk.api.filters import RunEventFilters, RunFilters, read_filters, refuse_unknown
 from reviewdesk.api.idempotency import idempotent
 from reviewdesk.api.permissions import CanRead, CanSubmit, CanSubmitOrReview
-from reviewdesk.api.representations import (
-    approval_rows,
-    run_detail,
-    run_details,
-)
+from reviewdesk.api.representations import run_detail, run_details
 from reviewdesk.api.serializers import (
     RetrySerializer,
     RunSubmitSerializer,
 )
 from reviewdesk.api.views.base import DeskAPIView
 from reviewdesk.approvals.models import ApprovalRequest
-from reviewdesk.approvals.reads.representation import message_for
+from reviewdesk.approvals.reads.representation import approval_rows, message_for
 from reviewdesk.events.models import DeskEvent
+from reviewdesk.runs.access import run_get_visible, runs_visible_to
 from reviewdesk.runs.models import Checkpoint, Run
-from reviewdesk.runs.selectors import run_get_for_user, runs_visible_to
 from reviewdesk.runs.services import run_cancel, run_retry, run_submit
 
 
@@ -101,7 +97,7 @@ class RunDetailView(DeskAPIView):
         extensions=doc.scopes(),
     )
     def get(self, request, run_id):
-        run = run_get_for_user(run_id=run_id, user=request.user)
+        run = run_get_visible(run_id=run_id, user=request.user)
         return Response(
             run_detail(runs_with_details(Run.objects.filter(pk=run.pk)).get(), viewer=request.user)
         )
@@ -119,8 +115,9 @@ class RunEventsView(DeskAPIView):
         extensions=doc.scopes(),
     )
     def get(self, request, run_id):
+        refuse_unknown(request, RunEventFilters)
+        run = run_get_visible(run_id=run_id, user=request.user)
         query = read_filters(request, RunEventFilters)
-        run = run_get_for_user(run_id=run_id, user=request.user)
         events = DeskEvent.objects.filter(run=run)
         if event_type := query.get("type"):
             events = events.filter(type=event_type)

@@ -47,7 +47,7 @@ from reviewdesk.events.models import DeskEvent
 from reviewdesk.events.services import latest_seq
 from reviewdesk.lib.errors import ERROR_CODES, DeskError, NotFound
 from reviewdesk.lib.numbers import whole_number
-from reviewdesk.runs.selectors import run_get_for_user, runs_visible_to
+from reviewdesk.runs.access import run_get_visible, runs_visible_to
 
 SCAN_LIMIT = 500
 # The query parameters a stream takes (Last-Event-ID is a header).
@@ -105,7 +105,7 @@ def _still_allowed(user, token, run_id, session_key: str | None):
         return None
     if run_id is not None:
         try:
-            run_get_for_user(run_id=run_id, user=now)
+            run_get_visible(run_id=run_id, user=now)
         except NotFound:
             return None
     return now
@@ -168,7 +168,7 @@ async def event_stream_app(scope, receive, send) -> None:
         user, token = await database_sync_to_async(_authenticate)(headers, scope.get("user"))
         if run_id is not None:
             try:
-                await database_sync_to_async(run_get_for_user)(run_id=run_id, user=user)
+                await database_sync_to_async(run_get_visible)(run_id=run_id, user=user)
             except DeskError as exc:
                 raise StreamRefused(exc.status, exc.code, exc.detail) from None
     except StreamRefused as refused:

@@ -14,7 +14,7 @@ from reviewdesk.api.permissions import CanSubmit
 from reviewdesk.api.serializers import StrictSerializer
 from reviewdesk.api.views.base import DeskAPIView
 from reviewdesk.webhooks.models import DeliveryStatus, WebhookEndpoint, WebhookEvent
-from reviewdesk.webhooks.selectors import delivery_data, webhook_data
+from reviewdesk.webhooks.representation import delivery_data, webhook_data
 from reviewdesk.webhooks.services import webhook_get_for_owner, webhook_register, webhook_resend
 
 

@@ -16,7 +16,7 @@ from reviewdesk.approvals.models import (
 from reviewdesk.audit.services import audit_record
 from reviewdesk.lib.db import ExistsPerRow
 from reviewdesk.lib.errors import Conflict, Forbidden, NotFound
-from reviewdesk.runs.selectors import runs_visible_to
+from reviewdesk.runs.access import runs_visible_to
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -61,7 +61,7 @@ def grants_visible_to(user: User) -> QuerySet[Grant]:
     return grants.filter(Q(granted_by=user) | Q(ExistsPerRow(its_run)))
 
 
-def grant_get_for_user(*, grant_id: Any, user: User) -> Grant:
+def grant_get_visible(*, grant_id: Any, user: User) -> Grant:
     try:
         grant = grants_visible_to(user).filter(pk=grant_id).first()
     except (ValueError, TypeError):
@@ -79,7 +79,7 @@ def grant_revoke(*, grant_id: Any, user: User) -> Grant:
     """Revoke the grant at once: every later use re-reads `revoked_at` and is refused.
     Only its grantor or an admin may; revoking twice is 409."""
     with transaction.atomic():
-        grant = grant_get_for_user(grant_id=grant_id, user=user)
+        grant = grant_get_visible(grant_id=grant_id, user=user)
         if not grant_may_revoke(user, grant):
             raise Forbidden("only the grant's owner or an admin may revoke it")
         revoked = Grant.objects.filter(pk=grant.pk, revoked_at__isnull=True).update(

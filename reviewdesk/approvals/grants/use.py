@@ -50,7 +50,7 @@ def grantor_may_decide(user: User, run: Run, tool: str, arguments: Any) -> bool:
     return may_review_run(user, run) and named_for_call(user, run, tool, arguments)
 
 
-def grantor_may_decide_run(username: str, run_id: str, tool: str, arguments: Any) -> bool:
+def grantor_may_decide_by_name(username: str, run_id: str, tool: str, arguments: Any) -> bool:
     """The gate's check, at execution time, that a grant's maker could decide this call of the
     run: a reviewer, not the run's submitter, the run not assigned to others, and named by the
     targets the call would be routed to (a grant never decides what its maker could not)."""

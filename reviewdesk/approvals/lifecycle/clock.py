@@ -9,7 +9,7 @@ An approval raised for such a tool gets `respond_by`. Beat's `approvals.tick`:
   entry's reviewers join the assignees, the clock restarts, `escalation_level` goes up
   (audit, live push, email). When the chain is spent the clock stops.
 
-Expiry is not this module's: an item still expires at `expires_at` (lifecycle.approvals_expire).
+Expiry is not this module's: an item still expires at `expires_at` (lifecycle.expiry.approvals_expire).
 Every change here is a compare-and-set on the request row, taken under the run's lock like a
 decision, so two ticks racing each other, or a decision, leave one outcome.
 """

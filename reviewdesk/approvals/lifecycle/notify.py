@@ -1,5 +1,5 @@
 """Email notifications: the assignees hear of an approval when it is created, reminded or
-escalated, each with a one-time link to its page (approvals/links.py).
+escalated, each with a one-time link to its page (lifecycle/links.py).
 
 Beat's `approvals.tick` sends them, never a run's worker: a slow or failing mail server
 delays a notification, never a run. A failure is logged and audited (`notification.failed`);

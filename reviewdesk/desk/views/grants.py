@@ -1,6 +1,6 @@
 """The grants page (list, revoke) and the approval page's "always allow" fields.
 
-The fields only parse: the decide service (approvals.grants.grant_check_input) judges the
+The fields only parse: the decide service (approvals.grants.create.grant_check_input) judges the
 grant exactly as it judges one sent to the API.
 """
 

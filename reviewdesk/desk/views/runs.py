@@ -24,9 +24,9 @@ from reviewdesk.desk.paging import filter_text, paged
 from reviewdesk.desk.views.base import DESK_SOCKET_PATH, DONE
 from reviewdesk.desk.views.threads import may_follow_up, run_thread
 from reviewdesk.lib.errors import CheckpointNotFound, DeskError, Forbidden, NotFound
+from reviewdesk.runs.access import run_get_visible, runs_visible_to
 from reviewdesk.runs.models import ENDED, EffectStatus, Run, RunStatus
 from reviewdesk.runs.retention import kept_after_end
-from reviewdesk.runs.selectors import run_get_for_user, runs_visible_to
 from reviewdesk.runs.services import run_cancel, run_retry
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ def run_timeline(run: Run) -> list[TimelineEntry]:
 @login_required
 def run_page(request: HttpRequest, run_id) -> HttpResponse:
     try:
-        run = run_get_for_user(run_id=run_id, user=request.user)
+        run = run_get_visible(run_id=run_id, user=request.user)
     except NotFound:
         raise Http404("no such run") from None
     timeline = run_timeline(run)

@@ -62,7 +62,7 @@ def test_seed_demo_before_anything_listens_pushes_nothing(monkeypatch):
 def test_seed_demo_audits_a_password_it_resets_and_only_then(monkeypatch):
     """seed_demo may run on a production desk, which has an `admin` of its own: resetting that
     account's password (or its email) to the demo's left no audit row, nor did creating its
-    groups, though the README says seed_demo's changes to users and groups are audited. A run
+    groups, though docs/ say seed_demo's changes to users and groups are audited. A run
     that changes nothing adds no row."""
     from reviewdesk.audit.models import AuditEvent
 

@@ -74,3 +74,19 @@ def test_a_uuid_filter_refuses_what_is_no_uuid(personas, api_as):
 def test_an_empty_cursor_is_one_this_api_did_not_issue(personas, api_as):
     response = api_as(personas.carol, "submit").get("/api/v1/runs", {"cursor": ""})
     assert (response.status_code, response.json()["code"]) == (400, "bad_cursor")
+
+
+def test_a_nul_in_a_cursor_is_a_cursor_this_api_did_not_issue(personas, api_as):
+    response = api_as(personas.carol, "submit").get("/api/v1/runs", {"cursor": "ab\x00cd"})
+    assert (response.status_code, response.json()["code"]) == (400, "bad_cursor")
+
+
+def test_who_may_read_a_list_is_answered_before_its_values_are_judged(personas, api_as, interrupted_run):
+    """A bad value on a list the caller may not read is 403 or 404, as it was before the values
+    were parsed in one place; an unknown name is 400 first, as it always was."""
+    run, _ = interrupted_run()
+    audit_as_carol = api_as(personas.carol, "audit").get("/api/v1/audit", {"created_after": "yesterday"})
+    assert audit_as_carol.status_code == 403
+    olivias_look = api_as(personas.olivia, "submit").get(f"/api/v1/runs/{run.id}/events", {"after": "x"})
+    assert olivias_look.status_code == 404
+    assert api_as(personas.carol, "audit").get("/api/v1/audit", {"colour": "red"}).status_code == 400

@@ -43,7 +43,7 @@ def test_the_openapi_document_lists_the_contract_paths(document):
 
 def test_the_grants_list_says_who_sees_which_grants_as_the_api_answers(document):
     """It said "reviewers and admins see every grant": a reviewer sees only the grants they made
-    and those made on runs they may see (approvals.grants.access.grants_visible_to, README)."""
+    and those made on runs they may see (approvals.grants.access.grants_visible_to, docs/api.md)."""
     description = document["paths"]["/api/v1/grants"]["get"]["description"]
     assert "reviewers and admins see every grant" not in description
     assert "they made" in description and "runs they may see" in description

@@ -12,7 +12,7 @@ from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus, Decision
 from reviewdesk.lib.errors import Conflict
 from reviewdesk.runs.models import Run
-from tests.reviewdesk.test_writers_lock import WAIT, Holder, Writer
+from tests.reviewdesk.lib.test_writers_lock import WAIT, Holder, Writer
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

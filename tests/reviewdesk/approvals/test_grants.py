@@ -15,7 +15,7 @@ from agents.ledger import CallBinding
 from agents.state import CallState, CallStatus
 from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.grants.access import grant_revoke
-from reviewdesk.approvals.grants.use import grant_matching_call, grant_use, grantor_may_decide_run
+from reviewdesk.approvals.grants.use import grant_matching_call, grant_use, grantor_may_decide_by_name
 from reviewdesk.approvals.models import ApprovalStatus, Grant, GrantUse
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.lib.errors import Conflict, Forbidden
@@ -259,9 +259,9 @@ def test_a_grant_never_allows_a_call_routed_to_others_than_its_maker(personas, d
         grant_matching_call(run=run, call=CallState("c", "refund_payment", refund, CallStatus.AWAITING))
         is None
     )
-    assert not grantor_may_decide_run("alice", str(run.id), "refund_payment", refund)
-    assert grantor_may_decide_run("dave", str(run.id), "refund_payment", refund)
-    assert grantor_may_decide_run("alice", str(run.id), "refund_payment", {**refund, "amount": 150})
+    assert not grantor_may_decide_by_name("alice", str(run.id), "refund_payment", refund)
+    assert grantor_may_decide_by_name("dave", str(run.id), "refund_payment", refund)
+    assert grantor_may_decide_by_name("alice", str(run.id), "refund_payment", {**refund, "amount": 150})
 
 
 def test_a_grant_revoked_while_its_email_waits_for_a_retry_sends_nothing(

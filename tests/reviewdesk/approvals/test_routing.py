@@ -90,20 +90,20 @@ def test_a_reviewer_a_rule_routed_the_call_to_opens_its_run_and_others_still_can
 ):
     """The run named alice; the refund went to finance: dave may decide it, so he may read the
     run it belongs to (page and API). bob, neither named nor in finance, still may not."""
-    from reviewdesk.runs.selectors import run_get_for_user
+    from reviewdesk.runs.access import run_get_visible
 
     run, _ = interrupted_run(script=refund_script(1500), reviewers=["alice"])
-    assert run_get_for_user(run_id=run.id, user=dave) == run
+    assert run_get_visible(run_id=run.id, user=dave) == run
     client.force_login(dave)
     assert client.get(f"/runs/{run.id}/").status_code == 200
     with pytest.raises(NotFound):
-        run_get_for_user(run_id=run.id, user=personas.bob)
+        run_get_visible(run_id=run.id, user=personas.bob)
 
 
 def test_a_run_is_seen_whole_though_its_other_calls_stay_off_the_reviewers_desk(
     interrupted_run, personas, dave, api_as
 ):
-    """README, "Who sees what": the run named alice and asked two things at once; the refund
+    """docs/deciding.md, "Who sees what": the run named alice and asked two things at once; the refund
     went to finance. dave reads the whole run (both calls, with whom each is assigned to), as
     judging his call needs it, but alice's email is not his to list, open or decide."""
     email = {"to": "ada@example.com", "subject": "Refund", "body": "On its way."}

@@ -43,7 +43,7 @@ def test_a_verifier_without_the_key_says_so_instead_of_inventing_one(settings, t
 
 @pytest.fixture
 def production(settings, monkeypatch):
-    """A production configuration (reviewdesk.conf.deployment.is_production_configuration):
+    """A production configuration (reviewdesk.lib.deployment.is_production_configuration):
     DEBUG off, an external Redis, and not a test process."""
     settings.DEBUG, settings.REDIS_URL = False, "redis://127.0.0.1:6379/9"
     monkeypatch.delenv("DESK_TESTING")

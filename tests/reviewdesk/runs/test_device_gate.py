@@ -189,7 +189,7 @@ def test_a_revocation_pinned_in_the_trust_file_holds_when_its_row_is_deleted(
 def test_a_pinned_revocation_survives_the_next_pin_after_its_row_is_deleted(
     interrupted_run, alice, device_keys, mailoutbox
 ):
-    """As above, and then the operator pins again (the README asks for it after adding an admin
+    """As above, and then the operator pins again (docs/device-keys.md asks for it after adding an admin
     key or revoking any key): the new file must still name the key, whatever the database now
     says. It was rebuilt from the revocation rows alone, and the deleted row un-revoked alice."""
     from django.core.management import call_command

@@ -322,7 +322,7 @@ def test_a_cancel_waits_for_the_step_write_that_fenced_the_run_then_fences_the_n
     """The fence holds the run row to the step's commit: a cancel arriving between the fence's
     check and the commit waits for it (PostgreSQL; two real connections). Without the lock the
     cancel would commit first and the step, checked before it, would land after it."""
-    from tests.reviewdesk.test_writers_lock import Holder, waits_for
+    from tests.reviewdesk.lib.test_writers_lock import Holder, waits_for
 
     run = queued_run(personas)
     attempt = run_claim(run_id=run.id, worker="w")

@@ -17,7 +17,7 @@ from reviewdesk.approvals.lifecycle.clock import approvals_escalate
 from reviewdesk.approvals.lifecycle.handover import approval_handover
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
 from reviewdesk.lib.errors import NotFound
-from reviewdesk.runs.selectors import run_get_for_user, runs_visible_to
+from reviewdesk.runs.access import run_get_visible, runs_visible_to
 from tests.conftest import make_user
 
 pytestmark = pytest.mark.django_db
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.django_db
 def sees(user, run, api_as) -> bool:
     """Whether `user` may open `run`, asked four ways that must agree."""
     try:
-        got = run_get_for_user(run_id=run.id, user=user)
+        got = run_get_visible(run_id=run.id, user=user)
         assert got == run  # that run, never another the user may see
         service = True
     except NotFound:

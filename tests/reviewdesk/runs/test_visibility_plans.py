@@ -23,8 +23,8 @@ from django.utils import timezone
 
 from reviewdesk.approvals.grants.access import grants_visible_to
 from reviewdesk.approvals.models import ApprovalRequest, Decision, Grant
+from reviewdesk.runs.access import runs_visible_to
 from reviewdesk.runs.models import Run, RunStatus
-from reviewdesk.runs.selectors import runs_visible_to
 from tests.reviewdesk.query_capture import statements_reading
 
 pytestmark = [

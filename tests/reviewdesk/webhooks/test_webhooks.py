@@ -313,7 +313,7 @@ def test_a_url_with_credentials_and_a_twenty_first_webhook_are_refused(personas,
 
 
 def test_an_idempotency_key_registers_one_webhook_and_re_sends_once(personas, api_as, settings):
-    """`Idempotency-Key` on a POST replays the first response (README, API v1): a client that
+    """`Idempotency-Key` on a POST replays the first response (docs/api.md): a client that
     retries a registration after a dropped answer must not get a second webhook, nor its
     receiver a second copy of a re-sent delivery."""
     settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True

@@ -1,3 +1,7 @@
+"""Who may see a run (`runs_visible_to`: admins, its submitter, and reviewers as the run and
+its approvals' targets name them), and whom a run's desk events go to. `run_get_visible`
+answers "missing" and "not yours" alike."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -49,12 +53,12 @@ def _approvals_naming(targets: Iterable[str]) -> QuerySet:
     """The approvals whose targets (assignees, set by routing, a hand-over or an escalation)
     name one of `targets`. Read through the reverse relation's model, so run data imports
     nothing from approvals; `exclude(assignees=[])` is the partial index approval_targeted's
-    condition (approvals migration 0010)."""
+    condition (ApprovalRequest.Meta.indexes)."""
     approvals = cast("type[Model]", Run._meta.get_field("approvals").related_model)._default_manager
     return approvals.exclude(assignees=[]).filter(NamesAny("assignees", targets))
 
 
-def run_get_for_user(*, run_id: Any, user: User) -> Run:
+def run_get_visible(*, run_id: Any, user: User) -> Run:
     """The run, or NotFound whether it is missing or not the user's to see."""
     run = runs_visible_to(user, pk=run_id).first()
     if run is None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MANUAL = re.compile(r"\bsavepoint(_rollback|_commit)?\s*\(")
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from reviewdesk.lib import faults
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 STARTED = "django is set up"
 
 

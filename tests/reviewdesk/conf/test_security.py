@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from reviewdesk.conf import var
 from reviewdesk.runs.models import Run
-from reviewdesk.serve import embedded
 from tests.conftest import SEND_EMAIL_SCRIPT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SCRIPTED = {"agent": "demo", "input": "Hi", "model": {"provider": "scripted", "script": SEND_EMAIL_SCRIPT}}
 
 
@@ -161,23 +161,23 @@ def test_every_page_carries_a_csp_that_allows_no_inline_script(client):
 
 
 def test_var_is_created_0700_and_tightened_when_it_was_looser(tmp_path):
-    fresh = embedded.ensure_var_dir(tmp_path / "fresh" / "var")
+    fresh = var.ensure_var_dir(tmp_path / "fresh" / "var")
     loose = tmp_path / "loose"
     loose.mkdir(mode=0o755)
     loose.chmod(0o755)
 
-    embedded.ensure_var_dir(loose)
+    var.ensure_var_dir(loose)
 
     assert stat.S_IMODE(fresh.stat().st_mode) == 0o700
     assert stat.S_IMODE(loose.stat().st_mode) == 0o700
 
 
 def test_the_sqlite_database_and_its_journal_files_are_0600(tmp_path):
-    path = embedded.ensure_private_file(tmp_path / "db.sqlite3")
+    path = var.ensure_private_file(tmp_path / "db.sqlite3")
     old = tmp_path / "old.sqlite3"
     old.write_text("")
     old.chmod(0o644)
-    embedded.ensure_private_file(old)
+    var.ensure_private_file(old)
 
     connection = sqlite3.connect(path)
     connection.execute("PRAGMA journal_mode=WAL")

@@ -2,16 +2,23 @@
 
 Collects the suite (nothing runs) and sorts every test into one kind:
 
-- real processes: marked `e2e`. They start daphne and a Celery worker as
-  subprocesses on the real Redis broker and the test database (some add beat,
-  or drive headless Chromium), and talk to them over HTTP and WebSockets.
+- real processes, the desk's stack: marked `e2e`, in tests/e2e. They start daphne
+  and a Celery worker as subprocesses on the real Redis broker and the test
+  database (some add beat, or drive headless Chromium), and talk to them over
+  HTTP and WebSockets.
+- a real browser only: marked `e2e`, elsewhere (the desk's *_in_browser tests).
+  Headless Chromium is a real process, but the page is rendered in-process by
+  Django's test client and its socket is a stand-in the test drives.
 - in-process, on the database: marked `django_db`. Services, task bodies,
   the API (DRF's test client) and the desk socket (channels'
   WebsocketCommunicator over the real Redis channel layer) run inside the test
   process; mail goes to Django's locmem outbox.
 - runtime only: the rest of tests/agents. The agent runtime with its in-memory
   doubles (or the local LLM server, or a Redis store), no Django database.
-- other: the rest, such as the tests of the e2e tests' own counters.
+- mutation-list checks: tests/test_mutants_list.py, one per entry of
+  tests/mutants.toml, checking that its snippet and killing tests still exist
+  (the mutations themselves run in `make mutants`, not here).
+- other: the rest, such as the docs' checks and the e2e tests' own counters.
 
 Extra arguments go to pytest, e.g. `python tests/count_by_kind.py tests/reviewdesk`.
 """
@@ -26,20 +33,29 @@ from pathlib import Path
 
 import pytest
 
-KINDS = ("real processes", "in-process, on the database", "runtime only", "other")
+KINDS = (
+    "real processes, the desk's stack",
+    "a real browser only",
+    "in-process, on the database",
+    "runtime only",
+    "mutation-list checks",
+    "other",
+)
 DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"}
 
 
 def kind_of(item: pytest.Item) -> str:
     if item.get_closest_marker("e2e"):
-        return KINDS[0]
+        return KINDS[0] if item.nodeid.startswith("tests/e2e/") else KINDS[1]
+    if item.nodeid.startswith("tests/test_mutants_list.py"):
+        return KINDS[4]
     # The marker, or pytest-django's database fixtures reached through another fixture (a
     # test taking `interrupted_run` uses the database without a marker of its own).
     if item.get_closest_marker("django_db") or DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())):
-        return KINDS[1]
-    if item.nodeid.startswith("tests/agents/"):
         return KINDS[2]
-    return KINDS[3]
+    if item.nodeid.startswith("tests/agents/"):
+        return KINDS[3]
+    return KINDS[5]
 
 
 def details(item: pytest.Item) -> list[str]:
@@ -89,7 +105,7 @@ def main(args: list[str]) -> int:
     for (kind, path), n in sorted(
         counting.files.items(), key=lambda entry: (KINDS.index(entry[0][0]), entry[0][1])
     ):
-        print(f"{n:5}  {kind:28}  {path}")
+        print(f"{n:5}  {kind:34}  {path}")
     return 0
 
 

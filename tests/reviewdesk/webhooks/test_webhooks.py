@@ -158,7 +158,7 @@ def test_a_private_address_is_refused_without_the_setting(personas, api_as, sett
 def test_an_ipv6_address_that_reaches_a_private_ipv4_one_is_refused(host, settings):
     """Python calls the first four global; a translator or tunnel takes them to the inside. And
     Python calls some multicast groups and the old site-local range global too."""
-    from reviewdesk.webhooks.services import url_refusal
+    from reviewdesk.webhooks.addresses import url_refusal
 
     settings.DESK_WEBHOOKS_ALLOW_PRIVATE = False
     assert "resolves to a non-public address" in (url_refusal(f"http://[{host}]/hook") or "")

@@ -4,6 +4,8 @@ with the real Redis queue for the dispatch task an event's commit sends)."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from reviewdesk.events.services import latest_seq
 from reviewdesk.webhooks import services
@@ -74,3 +76,17 @@ def test_an_events_commit_sends_a_dispatch_only_when_its_submitter_has_a_live_we
     task_queue.clear()
     interrupted_run()
     assert "webhooks.dispatch" not in task_queue.names()  # disabled: nothing to tell
+
+
+def test_with_no_live_endpoint_a_dispatch_moves_past_the_log_without_reading_it(interrupted_run):
+    """Beat's sweep dispatches every DESK_SWEEP_SECONDS, whether or not anyone listens: with no
+    live endpoint it reads no event (only the log's end) and asks after no run's submitter."""
+    for _ in range(3):
+        interrupted_run()
+    with CaptureQueriesContext(connection) as queries:
+        assert webhooks_dispatch() == 0
+    sql = [q["sql"] for q in queries.captured_queries]
+    events_read = [q for q in sql if "events_deskevent" in q]
+    assert len(events_read) == 1 and "LIMIT 1" in events_read[0], events_read
+    assert not [q for q in sql if "runs_run" in q]
+    assert DispatchCursor.objects.get().seq == latest_seq()

@@ -146,6 +146,15 @@ def test_a_body_over_the_documented_size_is_413_problem_json_before_anything_is_
     assert IdempotencyRecord.objects.count() == 0  # refused by its Content-Length, not replayable
 
 
+def test_a_content_length_over_the_limit_is_413_before_the_body_is_read(carol, nothing_changes, settings):
+    """The view refuses by the header alone: a small body under a Content-Length over the limit
+    is never read (the parser, reading it, would have taken it as a valid run)."""
+    claimed = settings.DESK_MAX_BODY_BYTES + 1
+    response = carol.post("/api/v1/runs", VALID, format="json", CONTENT_LENGTH=str(claimed))
+    assert_problem(response, 413, "body_too_large")
+    assert f"the body is {claimed} bytes" in response.json()["detail"]
+
+
 def test_a_body_over_djangos_own_limit_is_413_problem_json_not_an_html_400(carol, nothing_changes, settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000  # below ours: Django's check would answer first
     response = carol.post(

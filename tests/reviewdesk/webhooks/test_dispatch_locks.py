@@ -56,3 +56,20 @@ def test_an_endpoint_registered_while_an_event_waits_to_commit_does_not_hear_of_
 
     assert registered.result.since_seq >= writing.result.id
     assert webhooks_dispatch() == 0
+
+
+def test_a_dispatch_waits_for_one_in_flight_and_makes_none_of_its_deliveries_again(
+    personas, settings, interrupted_run
+):
+    """The cursor's row lock serialises dispatches: a second one waits for the first's commit
+    and starts after the cursor it moved, where reading it unlocked made each delivery twice."""
+    settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True
+    hook = register(personas.carol)
+    assert webhooks_dispatch() == 0  # the cursor's row exists, as on any desk that has dispatched
+    interrupted_run()
+    first = Holder(webhooks_dispatch)
+    first.start()
+    second = waits_for(first, webhooks_dispatch)
+
+    assert (first.result, second.result) == (1, 0)
+    assert WebhookDelivery.objects.filter(endpoint=hook).count() == 1

@@ -90,3 +90,5 @@ def test_who_may_read_a_list_is_answered_before_its_values_are_judged(personas, 
     olivias_look = api_as(personas.olivia, "submit").get(f"/api/v1/runs/{run.id}/events", {"after": "x"})
     assert olivias_look.status_code == 404
     assert api_as(personas.carol, "audit").get("/api/v1/audit", {"colour": "red"}).status_code == 400
+    olivias_colour = api_as(personas.olivia, "submit").get(f"/api/v1/runs/{run.id}/events", {"colour": "red"})
+    assert olivias_colour.status_code == 400

@@ -150,7 +150,7 @@ class CursorFilter(serializers.CharField):
     judged by `paging.keyset_page` where the cursor is read."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(required=False, allow_blank=True, trim_whitespace=False, **kwargs)
+        super().__init__(required=False, allow_blank=True, **kwargs)
 
     def run_validation(self, data: Any = empty) -> Any:
         return super().run_validation(data) if data is empty else str(data)
@@ -159,7 +159,19 @@ class CursorFilter(serializers.CharField):
 # --- the page's own parameters ---------------------------------------------------------------
 
 
-class KeysetPage(serializers.Serializer):
+class Filters(serializers.Serializer):
+    """A list's filters judged as the lists always judged them: its own first, in the order
+    they are declared, then the parts it inherits (dates, then the page), so that of two bad
+    values the 400 names the same one. DRF would put the inherited fields first."""
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        inherited = [name for base in type(self).__bases__ for name in getattr(base, "_declared_fields", {})]
+        own = {name: field for name, field in fields.items() if name not in inherited}
+        return own | {name: fields[name] for name in inherited}
+
+
+class KeysetPage(Filters):
     """A newest-first list paged by an opaque cursor (`paging.keyset_page`)."""
 
     limit = LimitFilter(
@@ -168,18 +180,18 @@ class KeysetPage(serializers.Serializer):
     cursor = CursorFilter(help_text="the opaque cursor from a previous page's `next` link")
 
 
-class CreatedBetween(serializers.Serializer):
+class CreatedBetween(Filters):
     created_after = TimeFilter(help_text="RFC 3339 date-time; only rows created at or after it")
     created_before = TimeFilter(help_text="RFC 3339 date-time; only rows created before it")
 
 
-class SequencePage(serializers.Serializer):
+class SequencePage(Filters):
     """An oldest-first list after a sequence number (`paging.sequence_page`)."""
 
-    after = SequenceFilter(help_text="the last sequence number already seen (0: from the start)")
     limit = LimitFilter(
         help_text="page size: 1 to DESK_API_MAX_PAGE_SIZE (200); default DESK_API_PAGE_SIZE (50)"
     )
+    after = SequenceFilter(help_text="the last sequence number already seen (0: from the start)")
 
 
 # --- each list ---------------------------------------------------------------------------------

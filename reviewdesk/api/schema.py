@@ -256,10 +256,6 @@ ApprovalPage = page_of("ApprovalPage", ApprovalOutSerializer)
 EventPage = page_of("EventPage", EventSerializer)
 
 
-def query(name: str, type_: type | OpenApiParameter, description: str, **kwargs) -> OpenApiParameter:
-    return OpenApiParameter(name, type_, OpenApiParameter.QUERY, description=description, **kwargs)
-
-
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
     str,

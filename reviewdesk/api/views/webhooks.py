@@ -8,7 +8,7 @@ from rest_framework.response import Response
 
 from reviewdesk.api import paging
 from reviewdesk.api import schema as doc
-from reviewdesk.api.filters import PageOnly, read_filters
+from reviewdesk.api.filters import PageOnly, read_filters, refuse_unknown
 from reviewdesk.api.idempotency import idempotent
 from reviewdesk.api.permissions import CanSubmit
 from reviewdesk.api.serializers import StrictSerializer
@@ -134,8 +134,9 @@ class WebhookDeliveriesView(DeskAPIView):
         extensions=doc.scopes("submit"),
     )
     def get(self, request, webhook_id):
-        read_filters(request, PageOnly)
+        refuse_unknown(request, PageOnly)
         endpoint = webhook_get_for_owner(webhook_id=webhook_id, owner=request.user)
+        read_filters(request, PageOnly)  # judged once the caller may read the list: 404 first
         deliveries = endpoint.deliveries.prefetch_related("attempt_rows")
         return paging.keyset_page(request, deliveries, paging.each(delivery_data))
 

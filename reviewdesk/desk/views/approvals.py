@@ -37,7 +37,7 @@ def approval_page(request: HttpRequest, approval_id) -> HttpResponse:
     if request.method == "POST":
         return _decide(request, approval)
     tool = approval_tool(approval)
-    qualifies = approval.status == ApprovalStatus.PENDING and may_decide(request.user, approval, approval.run)
+    qualifies = approval.status == ApprovalStatus.PENDING and may_decide(request.user, approval)
     # A vote still waiting for its quorum; once settled, the page shows the decision itself.
     voted = approval.status == ApprovalStatus.PENDING and any(
         d.reviewer_id == request.user.pk for d in approval.approving_decisions()

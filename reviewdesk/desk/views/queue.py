@@ -44,7 +44,7 @@ def desk(request: HttpRequest) -> HttpResponse:
         )
     elif page.offset < offset:
         messages.info(request, f"Call {offset + 1:,} is past the end of this queue: here is its last page.")
-    kept = {name: getattr(filters, name) for name in FILTERS if getattr(filters, name)}
+    kept = {name: getattr(filters, name) for name in QUEUE_FILTER_NAMES if getattr(filters, name)}
     tools = sorted({tool.name for name in agent_names() for tool in get_agent(name).tools})
     return render(
         request,
@@ -84,9 +84,6 @@ def card_context(request: HttpRequest) -> dict[str, str]:
         "run_url": reverse("run", args=[PLACEHOLDER]),
         "approval_url": reverse("approval", args=[PLACEHOLDER]),
     }
-
-
-FILTERS = QUEUE_FILTER_NAMES
 
 
 def run_filter_text(run: str) -> str:

@@ -18,8 +18,6 @@ from agents.registry import agent_names
 from reviewdesk.accounts.roles import is_admin
 from reviewdesk.approvals.models import ApprovalStatus
 from reviewdesk.audit.models import AuditEvent
-
-# What the decision templates compare with and limit to, so that they spell no enum value or limit.
 from reviewdesk.desk.paging import filter_text, paged
 from reviewdesk.desk.views.base import DESK_SOCKET_PATH, DONE
 from reviewdesk.desk.views.threads import may_follow_up, run_thread

@@ -8,6 +8,7 @@ import pytest
 from drf_spectacular.generators import SchemaGenerator
 
 from reviewdesk.api import filters
+from reviewdesk.webhooks.services import webhook_register
 
 pytestmark = pytest.mark.django_db
 
@@ -92,3 +93,33 @@ def test_who_may_read_a_list_is_answered_before_its_values_are_judged(personas, 
     assert api_as(personas.carol, "audit").get("/api/v1/audit", {"colour": "red"}).status_code == 400
     olivias_colour = api_as(personas.olivia, "submit").get(f"/api/v1/runs/{run.id}/events", {"colour": "red"})
     assert olivias_colour.status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("url", "scope", "query", "named"),
+    [
+        ("/api/v1/runs", "submit", {"status": "x", "limit": "0"}, "status"),
+        ("/api/v1/approvals", "review", {"status": "x", "created_after": "x"}, "status"),
+        ("/api/v1/approvals", "review", {"kind": "x", "limit": "0"}, "kind"),
+        ("/api/v1/grants", "review", {"status": "x", "limit": "0"}, "status"),
+        ("/api/v1/audit", "audit", {"actor": "", "after": "x"}, "actor"),
+        ("/api/v1/audit", "audit", {"limit": "0", "after": "x"}, "limit"),
+        ("/api/v1/runs/{run}/events", "submit", {"type": "", "limit": "0"}, "type"),
+    ],
+)
+def test_of_two_bad_values_the_400_names_the_lists_own_filter_before_its_page(
+    personas, api_as, interrupted_run, url, scope, query, named
+):
+    run, _ = interrupted_run()
+    user = {"submit": personas.carol, "review": personas.alice, "audit": personas.admin}[scope]
+    response = api_as(user, scope).get(url.format(run=run.id), query)
+    assert response.status_code == 400 and response.json()["detail"].startswith(f"{named} must be")
+
+
+def test_a_webhooks_deliveries_answer_404_to_a_stranger_before_judging_the_page(personas, api_as, settings):
+    settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True
+    hook, _ = webhook_register(owner=personas.carol, url="http://127.0.0.1:9/hook", events=["run.succeeded"])
+    url = f"/api/v1/webhooks/{hook.id}/deliveries"
+    assert api_as(personas.olivia, "submit").get(url, {"limit": "0"}).status_code == 404
+    assert api_as(personas.olivia, "submit").get(url, {"colour": "red"}).status_code == 400
+    assert api_as(personas.carol, "submit").get(url, {"limit": "0"}).status_code == 400

@@ -158,6 +158,8 @@ def webhooks_dispatch() -> int:
         with transaction.atomic():
             cursor, _ = DispatchCursor.objects.select_for_update().get_or_create(pk=1)
             end = latest_seq()
+            if end <= cursor.seq:  # nothing new: an idle sweep reads no more and writes nothing
+                return made
             if not WebhookEndpoint.objects.filter(disabled_at__isnull=True).exists():
                 # Nobody listens: the log up to `end` has no reader (an endpoint registered
                 # after `end` was read hears only of later events, its since_seq says).
@@ -182,13 +184,19 @@ WEBHOOK_SOURCES = ("run.updated", "approval.updated")
 
 
 def dispatch_on_commit(event: DeskEvent) -> None:
-    """As a desk event is written (`events.services.on_event_written`): when a webhook may hear
-    of it (its run's submitter has a live endpoint registered before it), send a dispatch once
-    the event commits. Beat's sweep dispatches whatever a lost task leaves."""
+    """As a desk event is written (`events.services.on_event_written`): once it commits, when a
+    webhook may hear of it (its run's submitter has a live endpoint registered before it), send
+    a dispatch. Asked after the commit, not in the writer's transaction, which holds the writers'
+    lock every other writer waits on. Beat's sweep dispatches whatever a lost task leaves."""
     if webhook_event_type(event) is None or event.run_id is None:
         return
-    if submitter_has_live_endpoint(event.run_id, event.id):
-        transaction.on_commit(lambda: celery_app.send_task(DISPATCH_TASK), robust=True)
+    run_id, seq = event.run_id, event.id
+
+    def wake() -> None:
+        if submitter_has_live_endpoint(run_id, seq):
+            celery_app.send_task(DISPATCH_TASK)
+
+    transaction.on_commit(wake, robust=True)
 
 
 def _deliveries_for(event: DeskEvent) -> list[WebhookDelivery]:
@@ -331,9 +339,7 @@ def webhook_deliver(*, delivery_id) -> str:
     )
     if not error:
         _finish(delivery, DeliveryStatus.DELIVERED)
-        WebhookEndpoint.objects.filter(pk=endpoint.pk).update(
-            consecutive_failures=0, disabled_at=None, disabled_reason=""
-        )
+        _count_success(endpoint)
         return "delivered"
     if number < settings.DESK_WEBHOOK_MAX_ATTEMPTS and not error.startswith("refused"):
         with transaction.atomic():
@@ -348,6 +354,22 @@ def _finish(delivery: WebhookDelivery, status: str) -> None:
     WebhookDelivery.objects.filter(pk=delivery.pk, status=DeliveryStatus.PENDING).update(
         status=status, finished_at=timezone.now()
     )
+
+
+def _count_success(endpoint: WebhookEndpoint) -> None:
+    """A success resets the failure count and revives a disabled endpoint (a re-send proved the
+    receiver fixed). Revived, it hears of what is written from now on, as a new registration
+    does: what was written while it was disabled was never its to hear (its state is judged at
+    dispatch, which may not have reached those events yet)."""
+    if WebhookEndpoint.objects.filter(pk=endpoint.pk, disabled_at__isnull=True).update(
+        consecutive_failures=0
+    ):
+        return
+    with transaction.atomic():
+        serialize_writers()  # as webhook_register: an event waiting to commit is before the end
+        WebhookEndpoint.objects.filter(pk=endpoint.pk).update(
+            consecutive_failures=0, disabled_at=None, disabled_reason="", since_seq=latest_seq()
+        )
 
 
 def _count_failure(endpoint: WebhookEndpoint, error: str) -> None:

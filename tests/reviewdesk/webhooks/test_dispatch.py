@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from reviewdesk.events.services import latest_seq
 from reviewdesk.webhooks import services
 from reviewdesk.webhooks.models import DispatchCursor, WebhookDelivery, WebhookEndpoint
-from reviewdesk.webhooks.services import webhook_register, webhooks_dispatch
+from reviewdesk.webhooks.services import webhook_deliver, webhook_register, webhook_resend, webhooks_dispatch
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -90,3 +91,37 @@ def test_with_no_live_endpoint_a_dispatch_moves_past_the_log_without_reading_it(
     assert len(events_read) == 1 and "LIMIT 1" in events_read[0], events_read
     assert not [q for q in sql if "runs_run" in q]
     assert DispatchCursor.objects.get().seq == latest_seq()
+
+
+def test_a_webhook_revived_by_a_resend_hears_nothing_written_while_it_was_disabled(
+    personas, settings, interrupted_run, receiver
+):
+    settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True
+    endpoint, _ = webhook_register(owner=personas.carol, url=receiver.url, events=["run.input_required"])
+    interrupted_run()
+    assert webhooks_dispatch() == 1
+    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(
+        disabled_at=timezone.now(), disabled_reason="failing"
+    )
+    interrupted_run()  # while disabled; no dispatch has read it yet
+
+    resend = webhook_resend(
+        webhook_id=endpoint.id, delivery_id=WebhookDelivery.objects.get().id, owner=personas.carol
+    )
+    assert webhook_deliver(delivery_id=resend.id) == "delivered"
+    assert WebhookEndpoint.objects.get(pk=endpoint.pk).disabled_at is None
+    assert webhooks_dispatch() == 0
+    interrupted_run()
+    assert webhooks_dispatch() == 1
+
+
+def test_a_dispatch_with_nothing_new_reads_no_endpoint_and_writes_nothing(hook, interrupted_run):
+    """Beat's sweep dispatches every DESK_SWEEP_SECONDS: on an idle desk it only reads the
+    cursor and the log's end."""
+    interrupted_run()
+    assert webhooks_dispatch() == 1
+    with CaptureQueriesContext(connection) as queries:
+        assert webhooks_dispatch() == 0
+    sql = [q["sql"] for q in queries.captured_queries]
+    assert not [q for q in sql if q.startswith(("UPDATE", "INSERT"))], sql
+    assert not [q for q in sql if "webhooks_webhookendpoint" in q], sql

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection  # noqa: F401 - read by the skipif condition
+from django.utils import timezone
 
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.events.services import event_emit
@@ -73,3 +74,19 @@ def test_a_dispatch_waits_for_one_in_flight_and_makes_none_of_its_deliveries_aga
 
     assert (first.result, second.result) == (1, 0)
     assert WebhookDelivery.objects.filter(endpoint=hook).count() == 1
+
+
+def test_a_webhook_revived_while_an_event_waits_to_commit_does_not_hear_of_it(
+    personas, settings, interrupted_run
+):
+    """Revived, it starts after the log's end read under the writers' lock, as a registration."""
+    settings.DESK_WEBHOOKS_ALLOW_PRIVATE = True
+    hook = register(personas.carol)
+    WebhookEndpoint.objects.filter(pk=hook.pk).update(disabled_at=timezone.now())
+    run, _ = interrupted_run()
+    writing = Holder(lambda: event_emit(type="run.updated", data={"status": "input_required"}, run_id=run.id))
+    writing.start()
+    waits_for(writing, lambda: services._count_success(hook))
+
+    assert WebhookEndpoint.objects.get(pk=hook.pk).since_seq >= writing.result.id
+    assert webhooks_dispatch() == 0

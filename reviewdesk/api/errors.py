@@ -13,7 +13,7 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
-from reviewdesk.lib.errors import ERROR_CODES, DeskError
+from reviewdesk.lib.errors import ERROR_CODES, FIELD_ERRORS_DETAIL, DeskError
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 
@@ -75,7 +75,7 @@ def problem_exception_handler(exc, context) -> Response | None:
         return problem(
             422,
             TITLES[422],
-            "the request body does not match what this endpoint accepts",
+            FIELD_ERRORS_DETAIL,
             code="invalid",
             errors=exc.detail,
         )

@@ -6,6 +6,8 @@ from collections.abc import Iterable
 from django.conf import settings
 from django.db import models
 
+from reviewdesk.lib.limits import EXTERNAL_REF_MAX
+
 
 class ApprovalStatus(models.TextChoices):
     PENDING = "pending"
@@ -203,7 +205,9 @@ class Decision(models.Model):
     signature = models.TextField()  # base64 Ed25519 signature over RFC 8785 payload
     key_id = models.CharField(max_length=64)
     consumed_at = models.DateTimeField(null=True, blank=True)
-    external_ref = models.CharField(max_length=200, blank=True)  # confirm: where the effect is recorded
+    external_ref = models.CharField(
+        max_length=EXTERNAL_REF_MAX, blank=True
+    )  # confirm: where the effect is recorded
     answer = models.JSONField(null=True, blank=True)  # answer: the question's answer (its hash is signed)
 
     class Meta:

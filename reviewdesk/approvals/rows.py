@@ -182,7 +182,7 @@ def _latest_request_subquery(kinds: int, vendor: str) -> str:
 
 @cache
 def _decisions_sql(kinds: int, vendor: str) -> tuple[str, tuple[Columns, Columns, Columns]]:
-    """`_latest_request_with_decisions`'s statement and the columns it reads, per number of kinds."""
+    """`request_latest_with_decisions`'s statement and the columns it reads, per number of kinds."""
     user_model = get_user_model()
     through = user_model.groups.through
     group_model = Group

@@ -92,10 +92,10 @@ def publisher_for(layer: Any) -> GroupPublisher | None:
     pub/sub layer (then Channels' own `async_to_sync(group_send)` it is)."""
     if not isinstance(layer, RedisPubSubChannelLayer):
         return None
-    if problem := channels_redis_problem():
-        raise ImproperlyConfigured(problem)
     with _lock:
         if layer not in _publishers:
+            if problem := channels_redis_problem():  # once per layer, not once per push
+                raise ImproperlyConfigured(problem)
             config = settings.CHANNEL_LAYERS[DEFAULT_CHANNEL_LAYER].get("CONFIG", {})
             shards = [_shard(host) for host in decode_hosts(config.get("hosts"))]
             simple = all(shard is not None for shard in shards)

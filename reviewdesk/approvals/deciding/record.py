@@ -16,12 +16,11 @@ from reviewdesk.approvals import signing
 from reviewdesk.approvals.access import approval_audience
 from reviewdesk.approvals.deciding.checks import approval_check_decide, tool_still_deployed
 from reviewdesk.approvals.deciding.device import (
-    DeviceSignature,
     device_key_for_signing,
     device_payload_fields,
     device_signature_check,
 )
-from reviewdesk.approvals.deciding.input import DecisionInput
+from reviewdesk.approvals.deciding.input import DecisionInput, DeviceSignature
 from reviewdesk.approvals.deciding.payload import decision_not_after, decision_payload_for
 from reviewdesk.approvals.grants.create import grant_check_input, grant_do_create
 from reviewdesk.approvals.models import (
@@ -33,7 +32,6 @@ from reviewdesk.approvals.models import (
 )
 from reviewdesk.approvals.reads.representation import approval_data
 from reviewdesk.approvals.rows import approval_update, decision_insert, decision_mark_consumed
-from reviewdesk.approvals.signing import device_decision_required
 from reviewdesk.audit.services import audit_record
 from reviewdesk.events.services import event_emit
 from reviewdesk.lib.db import atomic_appends_last, prefetched_as
@@ -64,7 +62,7 @@ def approval_do_decide(
     to_run = decision.arguments_to_run(approval)
     texts = decision.texts()
     if device is None:
-        if verdict in SIGNER_CHECKED_VERDICTS and device_decision_required(
+        if verdict in SIGNER_CHECKED_VERDICTS and signing.device_decision_required(
             agent=run.agent, tool=approval.tool
         ):
             raise Invalid(
@@ -222,10 +220,14 @@ def approval_decide(
     with atomic_appends_last():
         approval, run = approval_check_decide(approval_id=approval_id, reviewer=reviewer, decision=decision)
         spec = None
-        if grant is not None:
+        if decision.grant is not None:
             tool = tool_still_deployed(run, approval)
             spec = grant_check_input(
-                grant=grant, approval=approval, reviewer=reviewer, verdict=verdict, tool=tool
+                grant=decision.grant,
+                approval=approval,
+                reviewer=reviewer,
+                verdict=decision.verdict,
+                tool=tool,
             )
         stored = approval_do_decide(approval=approval, run=run, reviewer=reviewer, decision=decision)
         if spec is not None:

@@ -143,7 +143,8 @@ def report_timing():
     return _TIMINGS.append
 
 
-# What CI runs on the embedded default as well as on PostgreSQL (`make test-embedded`): the tests
+# What CI runs on the embedded default as well as on PostgreSQL (`.ci/run`: `make test
+# PYTEST_ARGS="-m both_databases"` without DATABASE_URL): the tests
 # whose outcome can depend on the database or on the embedded stack. The rest (pages, the API's
 # contract, the runtime, the browser) run once, on PostgreSQL.
 BOTH_DATABASES = (
@@ -167,6 +168,10 @@ BOTH_DATABASES = (
     "tests/reviewdesk/test_api_lane.py",
     "tests/reviewdesk/api/test_paging.py",
     "tests/reviewdesk/api/test_filters.py",
+    # Idempotency keys: an abandoned key taken over by compare-and-set, two repeats racing for it.
+    "tests/reviewdesk/api/test_runs_submit.py",
+    # The pause/resume round trips counted per database (the SQLite branch takes no row locks).
+    "tests/bench/test_pause_resume.py",
     # The sandbox against the embedded Redis's unix socket and the SQLite file in var/.
     "tests/reviewdesk/test_sandbox_attacks.py",
     # The embedded default end to end, on real processes: the flow, restarts, crashes, races.

@@ -18,8 +18,9 @@ the snippet's mutated replacement and the tests expected to kill it. The runner:
    by side, each on a database of its own.
 
 `--every N --slice K` runs the Kth of N interleaved slices of the list (entries K, K+N, ...);
-`--slice auto` takes K from the number of commits on HEAD, so that consecutive landings run
-different slices and every entry runs within N of them (CI's short run).
+`--slice auto` takes K from the number of commits on HEAD's first-parent line (CI's short run):
+the slice moves with every commit landed, so landings of one commit each run every entry within
+N of them; a landing of k commits moves it k places, and one of a multiple of N repeats it.
 
 It prints a table (mutation, where, killing test, killed) and exits 0 only when every mutation
 was killed. A test run that errors out (a node id that does not exist, a collection error) is an
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         "--slice",
         default="0",
         metavar="K",
-        help="with --every N: run slice K of N (0..N-1), or 'auto' for the commit count of HEAD mod N",
+        help="with --every N: run slice K of N (0..N-1), or 'auto' for HEAD's first-parent commit count mod N",
     )
     parser.add_argument(
         "--file", action="append", default=[], help="run only mutations of this file (repeatable)"
@@ -288,10 +289,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def slice_of(given: str, every: int) -> int:
     if given == "auto":
-        count = subprocess.run(
-            ["git", "rev-list", "--count", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip()
-        return int(count or 0) % every
+        # The first-parent line, so that a merged branch moves the slice by one, not by its length.
+        counted = subprocess.run(
+            ["git", "rev-list", "--count", "--first-parent", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        )
+        if counted.returncode != 0 or not counted.stdout.strip().isdigit():
+            raise SystemExit(f"--slice auto needs git's commit count of HEAD: {counted.stderr.strip()}")
+        return int(counted.stdout) % every
     if not given.isdigit() or int(given) >= every:
         raise SystemExit(f"--slice must be auto or a number from 0 to {every - 1}")
     return int(given)

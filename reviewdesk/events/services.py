@@ -69,8 +69,8 @@ _written_hooks: list[Callable[[DeskEvent], None]] = []
 
 def on_event_written(hook: Callable[[DeskEvent], None]) -> None:
     """Call `hook(event)` in the writer's transaction, just after each desk event is inserted
-    (under the writers' lock, so read nothing there): for a reader of the log elsewhere that
-    should be woken once the event commits (it registers its own `transaction.on_commit`).
+    (under the writers' lock, so keep it to one cheap read): for a reader of the log elsewhere
+    that should be woken once the event commits (it registers its own `transaction.on_commit`).
     An app registers it in its AppConfig.ready; the reader still catches up on its own."""
     if hook not in _written_hooks:
         _written_hooks.append(hook)

@@ -15,8 +15,8 @@ from reviewdesk.webhooks.models import WebhookEndpoint
 
 def submitter_has_live_endpoint(run_id: Any, seq: int) -> bool:
     """Whether the run's submitter, active, has an enabled endpoint registered before event
-    `seq`. One hand-written statement: it is asked as each event a webhook may be told of
-    commits, where compiling the ORM's query cost more than running it."""
+    `seq`. One hand-written statement: it is asked under the writers' lock for every event a
+    webhook may be told of, where compiling the ORM's query cost more than running it."""
     user_model = get_user_model()
     submitter = f"(SELECT {column(Run, 'submitted_by')} FROM {table(Run)} WHERE {column(Run, 'id')} = %s)"
     sql = (

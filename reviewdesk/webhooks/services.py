@@ -184,19 +184,16 @@ WEBHOOK_SOURCES = ("run.updated", "approval.updated")
 
 
 def dispatch_on_commit(event: DeskEvent) -> None:
-    """As a desk event is written (`events.services.on_event_written`): once it commits, when a
-    webhook may hear of it (its run's submitter has a live endpoint registered before it), send
-    a dispatch. Asked after the commit, not in the writer's transaction, which holds the writers'
-    lock every other writer waits on. Beat's sweep dispatches whatever a lost task leaves."""
+    """As a desk event is written (`events.services.on_event_written`): when a webhook may hear
+    of it (its run's submitter has a live endpoint registered before it), send a dispatch once
+    the event commits. Asked in the writer's transaction, one statement under the writers' lock:
+    asked after the commit, it would be a transaction of its own on every run's step
+    (tests/reviewdesk/runs/test_statement_budget.py). Beat's sweep dispatches what a lost task
+    leaves."""
     if webhook_event_type(event) is None or event.run_id is None:
         return
-    run_id, seq = event.run_id, event.id
-
-    def wake() -> None:
-        if submitter_has_live_endpoint(run_id, seq):
-            celery_app.send_task(DISPATCH_TASK)
-
-    transaction.on_commit(wake, robust=True)
+    if submitter_has_live_endpoint(event.run_id, event.id):
+        transaction.on_commit(lambda: celery_app.send_task(DISPATCH_TASK), robust=True)
 
 
 def _deliveries_for(event: DeskEvent) -> list[WebhookDelivery]:

@@ -6,10 +6,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    replaces = [
-        ("accounts", "0002_token_expiry"),
-        ("accounts", "0003_device_keys"),
-    ]
 
     initial = True
 

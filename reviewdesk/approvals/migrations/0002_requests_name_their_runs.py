@@ -8,19 +8,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    replaces = [
-        ("approvals", "0002_initial"),
-        ("approvals", "0003_decision_note"),
-        ("approvals", "0004_remove_approvalrequest_approval_one_per_call_and_more"),
-        ("approvals", "0005_reconcile"),
-        ("approvals", "0006_questions_escalation"),
-        ("approvals", "0007_routing_quorum"),
-        ("approvals", "0008_grants"),
-        ("approvals", "0009_queue_order_index"),
-        ("approvals", "0010_targeted_index"),
-        ("approvals", "0011_newest_index"),
-        ("approvals", "0012_targeted_in_queue_order"),
-    ]
 
     initial = True
 

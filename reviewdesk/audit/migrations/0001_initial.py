@@ -6,9 +6,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    replaces = [
-        ("audit", "0002_auditevent_version"),
-    ]
 
     initial = True
 

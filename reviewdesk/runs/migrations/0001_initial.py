@@ -7,18 +7,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    replaces = [
-        ("runs", "0002_remove_attempt_attempt_status_valid_and_more"),
-        ("runs", "0003_side_effect_attempt"),
-        ("runs", "0004_checkpoint_branch"),
-        ("runs", "0005_error_kind_choices"),
-        ("runs", "0006_error_kind_tool"),
-        ("runs", "0007_tool_retries"),
-        ("runs", "0008_follow_ups"),
-        ("runs", "0009_created_order_index"),
-        ("runs", "0010_run_retried_at_epoch"),
-        ("runs", "0011_sideeffect_retries_at_retry"),
-    ]
 
     initial = True
 

@@ -7,9 +7,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    replaces = [
-        ("webhooks", "0002_follow_up_event_and_due_at"),
-    ]
 
     initial = True
 

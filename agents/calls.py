@@ -72,16 +72,21 @@ def call_history(messages: list[dict[str, Any]]) -> list[PastCall]:
     return history
 
 
-def prepare_batch(agent: Agent, calls: tuple[ToolCall, ...], history: list[PastCall]) -> list[CallState]:
-    """Prepare each call with the run's history and the batch's earlier calls (not yet run)."""
+def prepare_batch(
+    agent: Agent, calls: tuple[ToolCall, ...], history: list[PastCall], *, world: Any = None
+) -> list[CallState]:
+    """Prepare each call with the run's history and the batch's earlier calls (not yet run);
+    `world`: for policies that read it (`Tool.needs_approval`)."""
     batch: list[CallState] = []
     for call in calls:
         seen = history + [PastCall.of(c.name, c.arguments, c.result) for c in batch]
-        batch.append(prepare_call(agent, call, seen))
+        batch.append(prepare_call(agent, call, seen, world=world))
     return batch
 
 
-def prepare_call(agent: Agent, call: ToolCall, history: list[PastCall] | None = None) -> CallState:
+def prepare_call(
+    agent: Agent, call: ToolCall, history: list[PastCall] | None = None, *, world: Any = None
+) -> CallState:
     """Check a model's tool call; garbage becomes an error result, never an approval."""
     tool = agent.tool(call.name)
     if tool is None:
@@ -97,7 +102,8 @@ def prepare_call(agent: Agent, call: ToolCall, history: list[PastCall] | None = 
     errors = tool.validation_errors(arguments)
     if errors:
         return _invalid(call, arguments, "invalid arguments: " + "; ".join(errors))
-    status = CallStatus.AWAITING if tool.needs_approval(arguments, history or ()) else CallStatus.READY
+    needs_human = tool.needs_approval(arguments, history or (), world=world)
+    status = CallStatus.AWAITING if needs_human else CallStatus.READY
     return CallState(id=call.id, name=call.name, arguments=arguments, status=status)
 
 

@@ -52,6 +52,12 @@ class DemoWorld(Protocol):
 
     def refunded(self, order_id: str) -> Decimal: ...
 
+    def hold_order(self, order_id: str) -> None:
+        """Hold the order until the current transaction ends: another run's refund of it waits
+        until then, so what `refunded` says stays true until this call's refund commits or
+        rolls back. Outside a transaction there is nothing to hold it for: it does nothing."""
+        ...
+
 
 def lookup_customer(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     customer = CUSTOMERS.get(arguments["email"].lower())
@@ -150,19 +156,33 @@ def execute(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
 REFUND_APPROVAL_ABOVE = Decimal(100)
 
 
-def refund_needs_approval(arguments: Mapping[str, Any], history: CallHistory = ()) -> bool:
-    """Approval when the refunds on this order in this run, this one included, exceed 100.
+def refund_needs_approval(
+    arguments: Mapping[str, Any], history: CallHistory = (), world: DemoWorld | None = None
+) -> bool:
+    """Approval when the order's refunds, this one included, exceed 100 in total.
 
-    Earlier refunds count with the amount they refunded (a reviewer may have edited it), or
-    the amount asked while they have not run; failed and rejected ones do not count.
+    With the world (the desk always gives it), the total is what the order has had refunded
+    by any run, plus this refund and the run's refunds asked but not run yet (a batch's
+    earlier calls). The order is held first: the gate asks again in the transaction that
+    refunds, so two runs refunding 60 each at once cannot both see 0 refunded; the second
+    waits for the first to commit, then sees 60 and asks a human.
+
+    Without a world (a policy asked on its own), the run's history stands in for it: earlier
+    refunds count with the amount they refunded (a reviewer may have edited it), or the
+    amount asked while they have not run. Failed and rejected ones never count.
     """
     order_id = arguments.get("order_id")
     total = _amount(arguments.get("amount", 0))
+    if world is not None and order_id in ORDERS:
+        world.hold_order(order_id)
+        total += world.refunded(order_id)
     for past in history:
         if past.name != "refund_payment" or past.arguments.get("order_id") != order_id:
             continue
         if isinstance(past.outcome, Mapping) and "error" in past.outcome:
             continue
+        if world is not None and past.outcome is not None:
+            continue  # it ran: the world's total has it
         done = past.outcome if isinstance(past.outcome, Mapping) and "amount" in past.outcome else None
         total += _amount(done["amount"] if done is not None else past.arguments.get("amount", 0))
     return total > REFUND_APPROVAL_ABOVE

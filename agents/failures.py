@@ -11,6 +11,11 @@ class DecisionRefused(Exception):
         self.reason = reason
 
 
+class ApprovalNeeded(DecisionRefused):
+    """The tool's policy, asked again with the world as it stands just before the effect,
+    wants a human for a call that has no decision: the call waits for one, like any other."""
+
+
 class EffectUnknown(Exception):
     """A previous attempt may or may not have performed this effect: a human must say."""
 

@@ -18,7 +18,14 @@ from agents.decisions import (
     SignedDecision,
     answer_matches,
 )
-from agents.failures import DecisionRefused, EffectUnknown, RolledBack, TransientFailure, describe
+from agents.failures import (
+    ApprovalNeeded,
+    DecisionRefused,
+    EffectUnknown,
+    RolledBack,
+    TransientFailure,
+    describe,
+)
 from agents.grants import GrantRefused, SignedGrant
 from agents.ledger import CallBinding, Keyring, Ledger, LedgerEntry, LedgerStatus
 from agents.questions import asks_human
@@ -29,6 +36,7 @@ __all__ = [
     "APPROVING_VERDICTS",
     "RERUN_VERDICTS",
     "ApprovalGate",
+    "ApprovalNeeded",
     "CallBinding",
     "DecisionRefused",
     "EffectUnknown",
@@ -104,7 +112,10 @@ class ApprovalGate(DecisionVerifier):
             # resumed with the call still ready): check it still owns the run before it reads.
             self.ledger.check_owned()
             try:
+                self._allow_without_human(tool, arguments, ctx)
                 return _run(tool, arguments, ctx)
+            except RolledBack as rolled_back:
+                raise self._transient(binding, decision, rolled_back.cause) from rolled_back.cause
             except ToolUnavailable as exc:
                 raise self._transient(binding, decision, exc) from exc
         if tool.effect in (Effect.READ, Effect.DATABASE):
@@ -119,14 +130,17 @@ class ApprovalGate(DecisionVerifier):
             )
 
         if entry is None:
-            with self.ledger.atomic():
-                self._authorise(decision, grant, binding)
-                self.ledger.record(
-                    key,
-                    binding=binding,
-                    status=LedgerStatus.PENDING,
-                    decision_id=_decision_id(decision),
-                )
+            try:
+                with self.ledger.atomic():
+                    self._authorise(decision, grant, binding, tool=tool, arguments=arguments, ctx=ctx)
+                    self.ledger.record(
+                        key,
+                        binding=binding,
+                        status=LedgerStatus.PENDING,
+                        decision_id=_decision_id(decision),
+                    )
+            except RolledBack as rolled_back:  # the policy could not read the world: nothing ran
+                raise self._transient(binding, decision, rolled_back.cause) from rolled_back.cause
         else:
             # An idempotent effect an earlier attempt left `pending` (its decision consumed
             # then): tried again under the same key, so this attempt's confirm must find it.
@@ -144,9 +158,10 @@ class ApprovalGate(DecisionVerifier):
         verdicts: tuple[str, ...] = APPROVING_VERDICTS,
     ) -> tuple[dict[str, Any], SignedGrant | None]:
         """What lets this call run, verified, for a first try and a retry alike: its signed
-        decision (with its quorum's votes), else a standing grant, else nothing at all when the
-        tool's policy asks no human for these arguments. Returns the arguments to run (the
-        decision's: an edit's own) and the grant in use (None when a decision answers)."""
+        decision (with its quorum's votes), else a standing grant, else nothing: then the
+        tool's policy is asked where the call is authorised (`_allow_without_human`), in the
+        transaction that runs or records it. Returns the arguments to run (the decision's: an
+        edit's own) and the grant in use (None when a decision answers)."""
         if decision is not None:
             self.verify(decision, binding, verdicts=verdicts)
             self.verify_quorum(decision, binding, required=tool.quorum.approvals, verdicts=verdicts)
@@ -154,8 +169,6 @@ class ApprovalGate(DecisionVerifier):
         if grant is not None:
             self.verify_grant(grant, tool, binding, arguments)
             return arguments, grant
-        if tool.needs_approval(arguments):
-            raise DecisionRefused("this call needs an approved decision and has none")
         return arguments, None
 
     def _in_transaction(
@@ -180,7 +193,7 @@ class ApprovalGate(DecisionVerifier):
                 else:
                     if mode == "retry" and not self.ledger.resume_retry(key):
                         raise EffectUnknown(f"another attempt is already retrying {binding.tool_call_id}")
-                    self._authorise(decision, grant, binding)
+                    self._authorise(decision, grant, binding, tool=tool, arguments=arguments, ctx=ctx)
                 try:
                     with self.ledger.atomic():  # a savepoint: a ToolError undoes the effect only
                         result = tool.run(arguments, ctx)
@@ -266,10 +279,15 @@ class ApprovalGate(DecisionVerifier):
             raise GrantRefused("the grant was revoked or has expired since this call's first try")
         # The row goes back to pending before the effect is tried, so a crash from here on
         # leaves it for a human.
-        with self.ledger.atomic():
-            if not self.ledger.resume_retry(binding.idempotency_key):
-                raise EffectUnknown(f"another attempt is already retrying {binding.tool_call_id}")
-            self._consume_unused(decision)
+        try:
+            with self.ledger.atomic():
+                if not self.ledger.resume_retry(binding.idempotency_key):
+                    raise EffectUnknown(f"another attempt is already retrying {binding.tool_call_id}")
+                self._consume_unused(decision)
+                if decision is None and grant is None:
+                    self._allow_without_human(tool, arguments, ctx)
+        except RolledBack as rolled_back:  # the policy could not read the world: nothing ran
+            raise self._transient(binding, decision, rolled_back.cause) from rolled_back.cause
         return self._external(tool=tool, binding=binding, arguments=arguments, decision=decision, ctx=ctx)
 
     def _consume_unused(self, decision: SignedDecision | None) -> None:
@@ -353,15 +371,39 @@ class ApprovalGate(DecisionVerifier):
                 raise DecisionRefused("decision has already been used")
 
     def _authorise(
-        self, decision: SignedDecision | None, grant: SignedGrant | None, binding: CallBinding
+        self,
+        decision: SignedDecision | None,
+        grant: SignedGrant | None,
+        binding: CallBinding,
+        *,
+        tool: Tool,
+        arguments: dict[str, Any],
+        ctx: ToolContext,
     ) -> None:
-        """Consume the decision, or count one use of the grant against its signed limit: the
-        ledger re-reads the grant's row now, so a revoked, expired or used-up grant is refused."""
+        """Consume the decision, or count one use of the grant against its signed limit (the
+        ledger re-reads the grant's row now, so a revoked, expired or used-up grant is refused),
+        or, with neither, ask the tool's policy in this transaction."""
+        if decision is None and grant is None:
+            self._allow_without_human(tool, arguments, ctx)
         self._consume(decision)
         if grant is not None and not self.ledger.use_grant(
             grant.grant_id, binding=binding, max_uses=int(grant.payload["max_uses"])
         ):
             raise GrantRefused("the grant is revoked, expired or used up")
+
+    def _allow_without_human(self, tool: Tool, arguments: dict[str, Any], ctx: ToolContext) -> None:
+        """Raise ApprovalNeeded unless the tool's policy lets this call run with no human.
+
+        Called inside the transaction that runs the effect (a database effect) or records it
+        `pending` (an external one), so a policy that reads the world and locks what it read
+        (a refund limit per order, across runs) holds that lock until the effect commits: two
+        runs cannot both pass on the same "what is left" (docs/writing-an-agent.md)."""
+        try:
+            needs_human = tool.needs_approval(arguments, (), world=ctx.world)
+        except ToolUnavailable as exc:  # the world could not be read (a lock timeout): try again
+            raise RolledBack(exc) from exc
+        if needs_human:
+            raise ApprovalNeeded(f"{tool.name}'s policy asks a human for this call now")
 
 
 def _decision_id(decision: SignedDecision | None) -> str | None:

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from agents.calls import call_history, prepare_batch, storable, with_run_unique_ids
 from agents.gate import (
     ApprovalGate,
+    ApprovalNeeded,
     CallBinding,
     DecisionRefused,
     EffectUnknown,
@@ -170,6 +171,10 @@ class Host(GrantSource, Protocol):
 
     def tool_context(self, call: CallState) -> ToolContext: ...
 
+    def policy_world(self) -> Any:
+        """The world the tools act on, for approval policies that read it (`Tool.needs_approval`)."""
+        ...
+
 
 def advance(
     *,
@@ -214,7 +219,7 @@ def advance(
                 continue
             state.step = Step.TOOLS
             history = call_history([*host.set_aside_messages(), *messages])
-            state.batch = prepare_batch(agent, turn.tool_calls, history)
+            state.batch = prepare_batch(agent, turn.tool_calls, history, world=host.policy_world())
             state.batch_message = turn.as_message()  # the checkpoint refers to it for what it holds
             allow_by_grants(agent, host, state.batch)  # a call a standing grant allows asks no one
             state.invalid_calls += len(state.open_calls(CallStatus.INVALID))
@@ -298,7 +303,7 @@ def _settle_batch(
         try:
             grant = grant_of(host, call) if call.grant_id and call.status == CallStatus.READY else None
             result = _execute_with_retries(host, tool, binding, call, decision, limits, sleep, grant)
-        except GrantRefused:
+        except (GrantRefused, ApprovalNeeded):
             _ask_instead(host, state, call)
             continue
         except DecisionRefused as exc:
@@ -364,7 +369,8 @@ def _execute_with_retries(
 
 def _ask_instead(host: Host, state: AgentState, call: CallState) -> None:
     """The grant no longer allows this call (revoked, used up, expired, or refused by the
-    gate): it waits for a human like any call its policy gates."""
+    gate), or its policy, asked again with the world as it is now, wants a human: it waits
+    for one like any call its policy gates."""
     call.status, call.grant_id = CallStatus.AWAITING, None
     call.checkpoint_id = str(uuid.uuid4())
     state.waiting_since = state.waiting_since or _utcnow().isoformat()

@@ -54,8 +54,11 @@ class PastCall:
 
 
 CallHistory = Sequence[PastCall]
-# A policy takes the call's arguments, and optionally the run's earlier calls (oldest first):
-# `def policy(arguments)` or `def policy(arguments, history)`.
+# A policy takes the call's arguments, optionally the run's earlier calls (oldest first), and
+# optionally the world the tools act on (`ToolContext.world`), by a parameter named `world`:
+# `def policy(arguments)`, `def policy(arguments, history)` or `def policy(arguments, history, world)`.
+# One that reads the world is asked again by the gate inside the transaction that runs the
+# effect, so it can lock what it read (docs/writing-an-agent.md, "A limit across runs").
 ApprovalPolicy = Callable[..., bool]
 
 # What a call will do, for the reviewer, before it is decided: a read-only function of the
@@ -157,8 +160,13 @@ class Tool:
         for a quorum of several, whatever `grantable` says."""
         return self.grantable and self.quorum.approvals == 1
 
-    def needs_approval(self, arguments: Mapping[str, Any], history: CallHistory = ()) -> bool:
-        """Ask the policy; one that takes a second parameter also gets the run's earlier calls."""
+    def needs_approval(
+        self, arguments: Mapping[str, Any], history: CallHistory = (), world: Any = None
+    ) -> bool:
+        """Ask the policy; one that takes a second parameter also gets the run's earlier calls,
+        and one with a parameter named `world` gets the world (None where none is at hand)."""
+        if _takes_world(self.approval):
+            return bool(self.approval(arguments, tuple(history), world=world))
         if _takes_history(self.approval):
             return bool(self.approval(arguments, tuple(history)))
         return bool(self.approval(arguments))
@@ -181,6 +189,13 @@ class Tool:
                 "parameters": self.parameters,
             },
         }
+
+
+def _takes_world(policy: ApprovalPolicy) -> bool:
+    try:
+        return "world" in inspect.signature(policy).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _takes_history(policy: ApprovalPolicy) -> bool:

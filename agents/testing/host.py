@@ -143,6 +143,9 @@ class InMemoryHost:
             world=self.world,
         )
 
+    def policy_world(self) -> Any:
+        return self.world
+
     def grant_for(self, call: CallState) -> str | None:
         # Like the desk's lookup: the first grant not revoked, not used up, covering the call.
         for grant in self.grants.values():

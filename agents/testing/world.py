@@ -36,6 +36,7 @@ class RecordingWorld:
     def __init__(self) -> None:
         self.emails: list[SentEmail] = []
         self.refunds: list[Refund] = []
+        self.holds: list[str] = []  # the orders a refund policy held, in order
         self._next_refund_id = 1
 
     def send_email(self, *, to: str, subject: str, body: str, idempotency_key: str) -> str:
@@ -45,6 +46,9 @@ class RecordingWorld:
 
     def refunded(self, order_id: str) -> Decimal:
         return sum((r.amount for r in self.refunds if r.order_id == order_id), Decimal(0))
+
+    def hold_order(self, order_id: str) -> None:
+        self.holds.append(order_id)  # one process, no concurrency: nothing to wait for
 
     def refund(self, *, order_id: str, amount: Decimal, idempotency_key: str) -> dict[str, Any]:
         refund = Refund(self._next_refund_id, order_id, Decimal(amount), idempotency_key)

@@ -16,11 +16,11 @@ from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
 from django.core.mail.backends.smtp import EmailBackend as SMTPBackend
 from django.core.mail.utils import DNS_NAME
-from django.db import OperationalError
+from django.db import OperationalError, transaction
 from django.db.models import Sum
 
 from agents.tools import ToolError, ToolUnavailable
-from reviewdesk.demo.models import DemoRefund
+from reviewdesk.demo.models import DemoOrder, DemoRefund
 
 
 class _PhaseTrackingSMTP(smtplib.SMTP):
@@ -93,6 +93,17 @@ class DjangoDemoWorld:
         except OperationalError as exc:  # a lock timeout, the database briefly away: nothing written
             raise ToolUnavailable(f"the refunds table is unavailable: {exc}") from exc
         return total or Decimal(0)
+
+    def hold_order(self, order_id: str) -> None:
+        """Lock the order's row to the end of the transaction (made the first time: a
+        concurrent maker waits on the key, then locks the row the other committed). On SQLite
+        the transaction's IMMEDIATE lock already holds every writer back."""
+        if not transaction.get_connection().in_atomic_block:
+            return  # nothing to hold it for: a policy asked outside the effect's transaction
+        try:
+            DemoOrder.objects.select_for_update().get_or_create(order_id=order_id)
+        except OperationalError as exc:  # a lock timeout: nothing written, try again later
+            raise ToolUnavailable(f"the order is busy: {exc}") from exc
 
     def refund(self, *, order_id: str, amount: Decimal, idempotency_key: str) -> dict[str, Any]:
         try:

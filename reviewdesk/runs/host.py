@@ -269,6 +269,9 @@ class DatabaseHost:
             sandbox=sandbox_config(),
         )
 
+    def policy_world(self) -> Any:
+        return tool_world()
+
 
 @dataclass(frozen=True)
 class _Step:

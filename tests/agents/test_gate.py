@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 
 from agents.decisions import SignedDecision, sign_payload
-from agents.gate import ApprovalGate, CallBinding, DecisionRefused, EffectUnknown, TransientFailure
+from agents.gate import (
+    ApprovalGate,
+    ApprovalNeeded,
+    CallBinding,
+    DecisionRefused,
+    EffectUnknown,
+    TransientFailure,
+)
 from agents.registry import get_agent
 from agents.testing.keys import StaticKeyring, generate_signing_key, sign_decision
 from agents.testing.ledger import InMemoryLedger, LedgerRow
@@ -223,9 +230,10 @@ def test_the_gate_refuses_a_reviewer_who_was_allowed_when_deciding_but_no_longer
     ids=["send_email", "refund over 100"],
 )
 def test_the_gate_refuses_a_call_that_needs_approval_and_has_no_decision(tool, arguments):
+    """ApprovalNeeded (a DecisionRefused): the loop asks a human instead of running it."""
     desk = Desk(tool=tool, arguments=dict(arguments))
 
-    with pytest.raises(DecisionRefused, match="needs an approved decision and has none"):
+    with pytest.raises(ApprovalNeeded, match="policy asks a human"):
         desk.execute(None)
 
     desk.assert_nothing_happened()
@@ -386,3 +394,42 @@ def test_a_refund_of_100_or_less_needs_no_decision_and_is_recorded_in_the_ledger
 
     row = desk.ledger.rows[desk.key_for_ledger]
     assert (row.status, row.decision_id) == ("confirmed", None)
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "effects"),
+    [
+        (SEND_EMAIL, EMAIL_ARGS, lambda world: world.emails),
+        (REFUND, {"order_id": "A-1001", "amount": 150}, lambda world: world.refunds),
+    ],
+    ids=["external: send_email", "database: refund over 100"],
+)
+def test_a_retry_of_a_call_that_needs_approval_does_not_run_without_a_decision(tool, arguments, effects):
+    """A `retrying` row (an earlier try failed transiently) is no authority: a retry with no
+    decision and no grant asks the policy again, which wants a human, so nothing runs."""
+    desk = Desk(tool=tool, arguments=dict(arguments))
+    desk.ledger.note_retry(desk.key_for_ledger, binding=desk.binding, decision_id=None, error="503")
+
+    with pytest.raises(ApprovalNeeded, match="policy asks a human"):
+        desk.execute(None)
+
+    assert effects(desk.world) == []
+    assert desk.ledger.rows[desk.key_for_ledger].status == "retrying"
+
+
+def test_a_read_tool_whose_policy_asks_a_human_does_not_run_without_a_decision():
+    ran: list[dict[str, Any]] = []
+    tool = Tool(
+        name="read_secret",
+        description="",
+        parameters={"type": "object"},
+        effect=Effect.READ,
+        func=lambda arguments, ctx: ran.append(arguments) or "secret",
+        approval=ALWAYS,
+    )
+    desk = Desk(tool=tool, arguments={})
+
+    with pytest.raises(ApprovalNeeded):
+        desk.execute(None)
+
+    assert ran == []

@@ -1,19 +1,22 @@
-"""Approval policies see the run's earlier calls: a limit cannot be split across calls."""
+"""Approval policies see the run's earlier calls and the world: a limit cannot be split across
+calls, nor across runs. In-process: the loop, the gate and the recording world, no database."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 import pytest
 
 from agents.calls import call_history
 from agents.demo import refund_needs_approval
-from agents.loop import Waiting, advance
+from agents.loop import Finished, Waiting, advance
 from agents.providers.scripted import ScriptedProvider
 from agents.registry import get_agent
 from agents.state import CallStatus
 from agents.testing.host import InMemoryHost
+from agents.testing.world import RecordingWorld
 from agents.tools import NEVER, Effect, PastCall, Tool
 
 DEMO = get_agent("demo")
@@ -138,3 +141,31 @@ def test_a_one_argument_policy_still_works_and_a_two_argument_one_gets_the_histo
     assert tool(with_history).needs_approval({}, past) is True
     assert tool(with_history).needs_approval({}) is False
     assert seen == [tuple(past), ()]
+
+
+def test_three_runs_refunding_100_100_and_50_on_one_order_need_approval_from_the_second_run():
+    """The attack of issue 34: each run alone stays within the limit; the order does not."""
+    world = RecordingWorld()
+    outcomes = []
+    for amount in (100, 100, 50):
+        host = InMemoryHost(world=world)
+        script = [{"tool_calls": [refund(amount)]}, {"content": "Refunded."}]
+        outcomes.append(advance(agent=DEMO, provider=ScriptedProvider(script), host=host))
+
+    assert outcomes[0] == Finished("Refunded.")
+    assert outcomes[1:] == [Waiting(("call_0_0",)), Waiting(("call_0_0",))]
+    assert [str(r.amount) for r in world.refunds] == ["100"]
+    assert "A-1001" in world.holds
+
+
+def test_with_the_world_the_policy_counts_every_runs_refunds_and_the_batchs_calls_not_run_yet():
+    world = RecordingWorld()
+    world.refund(order_id="A-1001", amount=Decimal(70), idempotency_key="another-run")
+    ran = PastCall.of("refund_payment", {"order_id": "A-1001", "amount": 70}, {"amount": "70"})
+    not_yet_run = PastCall.of("refund_payment", {"order_id": "A-1001", "amount": 20})
+
+    # The 70 this run refunded is the world's 70: counted once, not twice.
+    assert refund_needs_approval({"order_id": "A-1001", "amount": 30}, [ran], world=world) is False
+    assert refund_needs_approval({"order_id": "A-1001", "amount": 31}, [ran], world=world) is True
+    assert refund_needs_approval({"order_id": "A-1001", "amount": 11}, [not_yet_run], world=world) is True
+    assert refund_needs_approval({"order_id": "A-1002", "amount": 40}, [], world=world) is False

@@ -27,6 +27,7 @@ from reviewdesk.conf.security import (  # noqa: F401 (Django, axes and django-cs
     AXES_RESET_ON_SUCCESS,
     AXES_VERBOSE,
     CONTENT_SECURITY_POLICY,
+    default_socket_origins,
 )
 from reviewdesk.lib import faults
 
@@ -320,16 +321,12 @@ if _proxy_header:
     if len(_proxy_header) != 2:
         raise ValueError("DJANGO_SECURE_PROXY_SSL_HEADER must be HEADER,value (HTTP_X_FORWARDED_PROTO,https)")
     SECURE_PROXY_SSL_HEADER = (_proxy_header[0], _proxy_header[1])
-# The desk socket accepts only these exact origins (scheme://host:port). Default: each of
-# ALLOWED_HOSTS over http and https on the port the embedded default serves (PORT, 8000).
+# The desk socket accepts only these exact origins (scheme://host:port). Default: DESK_PUBLIC_URL's
+# origin and each of ALLOWED_HOSTS on the port the embedded default serves (PORT, 8000), in
+# DESK_PUBLIC_URL's scheme only: the scheme the desk is served on (http in the embedded default).
 DESK_WS_ALLOWED_ORIGINS = env_list(
     "DESK_WS_ALLOWED_ORIGINS",
-    ",".join(
-        f"{scheme}://{host}:{env_str('PORT', '8000')}"
-        for host in ALLOWED_HOSTS
-        if host != "*" and not host.startswith(".")
-        for scheme in ("http", "https")
-    ),
+    ",".join(default_socket_origins(DESK_PUBLIC_URL, ALLOWED_HOSTS, env_str("PORT", "8000"))),
 )
 # Login throttling (django-axes) and the CSP: reviewdesk/conf/security.py.
 INSTALLED_APPS += ["axes", "csp"]

@@ -38,8 +38,10 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 # switches set refuses to start unless the test suite marked it (DESK_TESTING=1).
 faults.refuse_outside_tests()
 
+# Settings write nothing here in a production configuration (DJANGO_SECRET_KEY and DATABASE_URL
+# set): a worker that cannot enter the web tier's 0700 var/ must still import them. The embedded
+# default makes var/ (0700), its secret key and its database file on first use below.
 VAR_DIR = Path(env_str("DESK_VAR_DIR", str(BASE_DIR / "var"))).resolve()
-var.ensure_var_dir(VAR_DIR)
 
 SECRET_KEY = env_str("DJANGO_SECRET_KEY") or var.read_or_create_secret(VAR_DIR / "secret_key")
 DEBUG = env_bool("DJANGO_DEBUG", False)
@@ -339,8 +341,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "staticfiles"
-STATIC_ROOT.mkdir(exist_ok=True)  # whitenoise warns when it is missing
+STATIC_ROOT = VAR_DIR / "staticfiles"  # made by the web process that serves it (reviewdesk/asgi.py)
 # Serve straight from the finders: there is no collectstatic step in `make run`.
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG

@@ -123,3 +123,18 @@ def shared_directory() -> Iterator[Path]:
         yield base
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def project_tree(base: Path) -> Path:
+    """The checkout, as the other users reach it: itself when they can, else its files hard-linked
+    under `base` (a mutation run's copy sits in a 0700 temporary directory). var/ stays out:
+    every process here has a DESK_VAR_DIR of its own."""
+    if _reachable_by_others(REPO):
+        return REPO
+    linked = base / "project"
+    linked.mkdir()
+    linked.chmod(0o755)
+    for entry in REPO.iterdir():
+        if entry.name not in {"var", ".git"}:
+            subprocess.run(["cp", "-al", str(entry), str(linked / entry.name)], check=True)
+    return linked

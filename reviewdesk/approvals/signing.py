@@ -142,6 +142,9 @@ def signing_key_rotate() -> tuple[str, str]:
         raise SigningKeyError(
             f"{fresh} exists: an earlier rotation stopped half-way; remove it and rotate again"
         ) from None
+    owner = path.stat()
+    if os.geteuid() == 0:  # root rotates the web's key: it stays the web's
+        os.chown(fresh, owner.st_uid, owner.st_gid)
     fresh.replace(path)
     _private_key.cache_clear()
     return old, key_id_for(key.public_key())

@@ -15,6 +15,7 @@ import os
 import secrets
 import shlex
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,25 @@ from tests.e2e import conftest as e2e
 from tests.e2e.conftest import REPO, Process, _http_ok, free_port, http, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+@dataclass
+class AsUser(Process):
+    """A Process started in `cwd`: the checkout as the other users reach it."""
+
+    cwd: Path = REPO
+
+    def start(self) -> AsUser:
+        handle = self.log.open("ab")
+        self.popen = subprocess.Popen(
+            self.command,
+            cwd=self.cwd,
+            env=self.env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        return self
 
 
 def procfile() -> dict[str, str]:
@@ -75,7 +95,7 @@ def layout(django_db_setup, redis_server):
             "worker_var": install(lib / "worker", 0o700, worker),
             "audit": install(lib / "audit", 0o755, worker),
         }
-        yield users, (python, python_env), paths
+        yield users, (python, python_env), paths, two_users.project_tree(root)
 
 
 def settings_env(paths: dict[str, Path], port: int) -> dict[str, str]:
@@ -104,7 +124,7 @@ def settings_env(paths: dict[str, Path], port: int) -> dict[str, str]:
 
 
 def test_the_procfile_runs_as_two_users_as_the_production_section_describes(layout, personas, tmp_path):
-    users, (python, python_env), paths = layout
+    users, (python, python_env), paths, project = layout
     web, worker = users["desk-web"], users["desk-worker"]
     port = free_port()
     both = {**settings_env(paths, port), **python_env}
@@ -113,7 +133,7 @@ def test_the_procfile_runs_as_two_users_as_the_production_section_describes(layo
     # Keys, as root: the signing key and the public keyring, then the key handed to desk-web.
     made = subprocess.run(
         [*manage, "signing_key", "create"],
-        cwd=REPO,
+        cwd=project,
         env={**both, "DJANGO_SECRET_KEY": secrets.token_urlsafe(50)},
         capture_output=True,
         text=True,
@@ -143,7 +163,7 @@ def test_the_procfile_runs_as_two_users_as_the_production_section_describes(layo
     }
     migrated = subprocess.run(
         web.command([*manage, "migrate", "--no-input"]),
-        cwd=REPO,
+        cwd=project,
         env=web_env,
         capture_output=True,
         text=True,
@@ -151,17 +171,16 @@ def test_the_procfile_runs_as_two_users_as_the_production_section_describes(layo
     )
     assert migrated.returncode == 0, migrated.stderr
 
+    runs_as = {"web": (web, web_env), "worker": (worker, worker_env), "beat": (worker, worker_env)}
     processes = [
-        Process("web", web.command(procfile_command("web", python, port)), tmp_path / "web.log", web_env),
-        Process(
-            "worker",
-            worker.command(procfile_command("worker", python, port)),
-            tmp_path / "worker.log",
-            worker_env,
-        ),
-        Process(
-            "beat", worker.command(procfile_command("beat", python, port)), tmp_path / "beat.log", worker_env
-        ),
+        AsUser(
+            name,
+            user.command(procfile_command(name, python, port)),
+            tmp_path / f"{name}.log",
+            env,
+            cwd=project,
+        )
+        for name, (user, env) in runs_as.items()
     ]
     try:
         for process in processes:

@@ -4,6 +4,7 @@ key (docs/running.md, "Production"), run in-process with call_command on key fil
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,15 @@ def test_retire_drops_an_old_key_and_refuses_the_one_that_signs(key_files):
     assert list(json.loads(keyring.read_text())) == [new_id]
     with pytest.raises(CommandError, match="is not in"):
         call_command("signing_key", "retire", old_id)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root rotates a key another user owns")
+def test_rotate_as_root_leaves_the_key_to_the_user_who_owned_the_old_one(key_files):
+    key_file, _ = key_files
+    call_command("signing_key", "create")
+    os.chown(key_file, 65534, 65534)  # as the section hands it to desk-web
+
+    call_command("signing_key", "rotate")
+
+    assert (key_file.stat().st_uid, key_file.stat().st_gid) == (65534, 65534)
+    assert mode(key_file) == 0o600

@@ -212,7 +212,7 @@ def worker_user(redis_server):
 
 
 def start_worker_as(
-    user, python, python_env, root: Path, *, key_file: Path, keyring: Path
+    user, python, python_env, root: Path, project: Path, *, key_file: Path, keyring: Path
 ) -> subprocess.Popen:
     var_dir = root / "worker-var"
     var_dir.mkdir()
@@ -236,7 +236,7 @@ def start_worker_as(
     command = [str(python), "-m", "celery", "-A", "reviewdesk", "worker", "-l", "INFO", "--concurrency", "1"]
     return subprocess.Popen(
         user.command(command),
-        cwd=REPO,
+        cwd=project,
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,

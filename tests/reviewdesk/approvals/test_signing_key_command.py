@@ -112,3 +112,20 @@ def test_rotate_as_root_leaves_the_key_to_the_user_who_owned_the_old_one(key_fil
 
     assert (key_file.stat().st_uid, key_file.stat().st_gid) == (65534, 65534)
     assert mode(key_file) == 0o600
+
+
+def test_show_names_the_key_that_signs_and_the_keyrings_ids_and_makes_no_key(key_files, capsys):
+    key_file, keyring = key_files
+    call_command("signing_key", "show")
+    assert "signs with: none" in capsys.readouterr().out
+    assert not key_file.exists() and not keyring.exists()
+
+    call_command("signing_key", "create")
+    old_id = signing.current_key_id()
+    call_command("signing_key", "rotate")
+    capsys.readouterr()
+    call_command("signing_key", "show")
+
+    out = capsys.readouterr().out
+    assert f"signs with: {signing.current_key_id()} ({key_file})" in out
+    assert old_id in out and signing.current_key_id() in out

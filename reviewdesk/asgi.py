@@ -2,8 +2,12 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reviewdesk.settings")
 
+from django.conf import settings
+
+from reviewdesk.conf.var import ensure_static_root
 from reviewdesk.serve.asgi_handler import get_asgi_application
 
+ensure_static_root(settings.STATIC_ROOT, settings.VAR_DIR)  # before whitenoise looks for it
 django_asgi_app = get_asgi_application()  # before importing consumers: it sets Django up
 
 from reviewdesk.audit.keys import audit_key_problem  # noqa: E402

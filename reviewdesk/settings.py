@@ -27,6 +27,7 @@ from reviewdesk.conf.security import (  # noqa: F401 (Django, axes and django-cs
     AXES_RESET_ON_SUCCESS,
     AXES_VERBOSE,
     CONTENT_SECURITY_POLICY,
+    default_socket_origins,
 )
 from reviewdesk.lib import faults
 
@@ -37,8 +38,10 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 # switches set refuses to start unless the test suite marked it (DESK_TESTING=1).
 faults.refuse_outside_tests()
 
+# Settings write nothing here in a production configuration (DJANGO_SECRET_KEY and DATABASE_URL
+# set): a worker that cannot enter the web tier's 0700 var/ must still import them. The embedded
+# default makes var/ (0700), its secret key and its database file on first use below.
 VAR_DIR = Path(env_str("DESK_VAR_DIR", str(BASE_DIR / "var"))).resolve()
-var.ensure_var_dir(VAR_DIR)
 
 SECRET_KEY = env_str("DJANGO_SECRET_KEY") or var.read_or_create_secret(VAR_DIR / "secret_key")
 DEBUG = env_bool("DJANGO_DEBUG", False)
@@ -320,16 +323,12 @@ if _proxy_header:
     if len(_proxy_header) != 2:
         raise ValueError("DJANGO_SECURE_PROXY_SSL_HEADER must be HEADER,value (HTTP_X_FORWARDED_PROTO,https)")
     SECURE_PROXY_SSL_HEADER = (_proxy_header[0], _proxy_header[1])
-# The desk socket accepts only these exact origins (scheme://host:port). Default: each of
-# ALLOWED_HOSTS over http and https on the port the embedded default serves (PORT, 8000).
+# The desk socket accepts only these exact origins (scheme://host:port). Default: DESK_PUBLIC_URL's
+# origin and each of ALLOWED_HOSTS on the port the embedded default serves (PORT, 8000), in
+# DESK_PUBLIC_URL's scheme only: the scheme the desk is served on (http in the embedded default).
 DESK_WS_ALLOWED_ORIGINS = env_list(
     "DESK_WS_ALLOWED_ORIGINS",
-    ",".join(
-        f"{scheme}://{host}:{env_str('PORT', '8000')}"
-        for host in ALLOWED_HOSTS
-        if host != "*" and not host.startswith(".")
-        for scheme in ("http", "https")
-    ),
+    ",".join(default_socket_origins(DESK_PUBLIC_URL, ALLOWED_HOSTS, env_str("PORT", "8000"))),
 )
 # Login throttling (django-axes) and the CSP: reviewdesk/conf/security.py.
 INSTALLED_APPS += ["axes", "csp"]
@@ -342,8 +341,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "staticfiles"
-STATIC_ROOT.mkdir(exist_ok=True)  # whitenoise warns when it is missing
+STATIC_ROOT = VAR_DIR / "staticfiles"  # made by the web process that serves it (reviewdesk/asgi.py)
 # Serve straight from the finders: there is no collectstatic step in `make run`.
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG

@@ -21,6 +21,9 @@ if "DESK_VAR_DIR" not in os.environ:
     # Set DESK_KEEP_TEST_VAR=1 to keep logs, outbox and screenshots for a look afterwards.
     if not os.environ.get("DESK_KEEP_TEST_VAR"):
         atexit.register(shutil.rmtree, os.environ["DESK_VAR_DIR"], ignore_errors=True)
+# The test client serves pages as the web process does, whose entry point (reviewdesk/asgi.py)
+# makes STATIC_ROOT before whitenoise looks for it; settings no longer do.
+os.makedirs(os.path.join(os.environ["DESK_VAR_DIR"], "staticfiles"), exist_ok=True)
 _tag = f"t{os.getpid()}"
 os.environ.setdefault("DESK_CELERY_QUEUE", f"reviewdesk-{_tag}")
 os.environ.setdefault("DESK_CHANNEL_PREFIX", f"rd{_tag}")

@@ -20,7 +20,7 @@ def database_settings(database_url: str, var_dir: Path) -> dict[str, dict[str, A
     else:
         default = {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": var.ensure_private_file(var_dir / "db.sqlite3"),  # 0600
+            "NAME": var.ensure_private_file(var.ensure_var_dir(var_dir) / "db.sqlite3"),  # 0600
         }
     if default["ENGINE"] == "django.db.backends.sqlite3":
         # IMMEDIATE takes the write lock at BEGIN, so two writers queue on

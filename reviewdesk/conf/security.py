@@ -3,6 +3,7 @@ reviewdesk/settings.py. After DESK_LOGIN_FAILURE_LIMIT failed logins for one use
 address, that pair is locked out for DESK_LOGIN_LOCKOUT_MINUTES (HTTP 429)."""
 
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 from csp import constants as csp_constants
 
@@ -28,3 +29,22 @@ CONTENT_SECURITY_POLICY = {
         "frame-ancestors": [csp_constants.NONE],
     }
 }
+
+
+def default_socket_origins(public_url: str, allowed_hosts: list[str], port: str) -> list[str]:
+    """The origins the desk socket accepts when DESK_WS_ALLOWED_ORIGINS is unset: the desk's own
+    (DESK_PUBLIC_URL, as its reviewers reach it) and each of ALLOWED_HOSTS on `port`, all in the
+    scheme the desk is served on, which is DESK_PUBLIC_URL's. A page served over https opens its
+    socket from an https origin; one served over http from an http origin. Accepting the other
+    scheme too would let a page on the same host and port, but served the other way (a plain-http
+    listener next to the TLS one, a downgraded proxy), open a reviewer's socket."""
+    public = urlsplit(public_url)
+    scheme = public.scheme
+    origins = [f"{scheme}://{public.netloc}"] if public.netloc else []
+    for host in allowed_hosts:
+        if host == "*" or host.startswith("."):  # patterns, not an origin a browser sends
+            continue
+        origin = f"{scheme}://{host}:{port}"
+        if origin not in origins:
+            origins.append(origin)
+    return origins

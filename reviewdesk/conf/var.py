@@ -26,6 +26,16 @@ def ensure_var_dir(var_dir: Path) -> Path:
     return var_dir
 
 
+def ensure_static_root(static_root: Path, var_dir: Path) -> Path:
+    """Make STATIC_ROOT, which whitenoise looks for when the web process loads its middleware (it
+    warns when it is missing). The web process makes it, in its own var/ (kept 0700), not settings
+    at import: a worker that cannot enter the web's var/ imports the same settings."""
+    if static_root.is_relative_to(var_dir):
+        ensure_var_dir(var_dir)
+    static_root.mkdir(parents=True, exist_ok=True)
+    return static_root
+
+
 def ensure_private_file(path: Path) -> Path:
     """Create `path` empty with mode 0600 unless it exists, and make an existing one 0600.
 

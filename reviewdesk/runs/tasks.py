@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from typing import Any
 
 from celery import shared_task, signals
+from django.conf import settings
 
 from reviewdesk.accounts.devicekeys import device_trust_problems
-from reviewdesk.approvals.signing import worker_key_problems
+from reviewdesk.approvals.signing import OUT_OF_REACH, signing_key_reach, worker_key_problems
 from reviewdesk.audit.keys import audit_key_problem
 from reviewdesk.lib.deployment import is_production_configuration, refuse_to_start
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.sweeper import runs_sweep
 from reviewdesk.runs.transitions import RESUME_TASK, RUN_TASK
+
+logger = logging.getLogger(__name__)
 
 
 def _worker_name(task: Any) -> str:
@@ -50,6 +54,11 @@ def refuse_to_hold_signing_keys(**_: object) -> None:
     if not is_production_configuration():
         return
     problems = worker_key_problems() + device_trust_problems()
+    if not problems and signing_key_reach() == OUT_OF_REACH:
+        logger.info(
+            "The signing key %s is out of this worker's reach (permission denied), as it should be.",
+            settings.DESK_SIGNING_KEY_FILE,
+        )
     if problems:
         refuse_to_start(
             "worker",

@@ -27,6 +27,7 @@ from django.conf import settings
 from reviewdesk.approvals import signing
 from reviewdesk.audit.keys import audit_key
 from reviewdesk.lib.deployment import is_production_configuration
+from tests import two_users
 
 REPO = Path(__file__).resolve().parents[2]
 AS_ROOT = os.geteuid() == 0
@@ -189,3 +190,101 @@ def test_the_embedded_default_and_test_processes_are_not_a_production_configurat
     settings.DEBUG = False
     monkeypatch.setenv("DESK_TESTING", "1")
     assert not is_production_configuration()
+
+
+# --- as a user of its own (docs/running.md: web and worker as different users) ---------------
+
+
+@pytest.fixture
+def worker_user(redis_server):
+    """A system user, a python it can run, and a scratch root it can enter; Redis over TCP (the
+    embedded Redis's socket sits in root's 0700 var/)."""
+    reason = two_users.why_not()
+    if reason:
+        pytest.skip(reason)
+    if not settings.REDIS_URL:
+        pytest.skip(
+            "the worker's user cannot reach the embedded Redis's socket in root's var/: needs REDIS_URL"
+        )
+    with two_users.shared_directory() as root, two_users.system_users("desk-worker") as users:
+        python, python_env = two_users.shared_python(root)
+        yield users["desk-worker"], python, python_env, root, two_users.project_tree(root)
+
+
+def start_worker_as(
+    user, python, python_env, root: Path, project: Path, *, key_file: Path, keyring: Path
+) -> subprocess.Popen:
+    var_dir = root / "worker-var"
+    var_dir.mkdir()
+    os.chown(var_dir, user.uid, user.gid)
+    (root / "audit_key").write_bytes(audit_key() + b"\n")
+    os.chown(root / "audit_key", user.uid, user.gid)
+    (root / "audit_key").chmod(0o600)
+    env = {
+        "PATH": os.environ["PATH"],
+        **python_env,
+        "DJANGO_DEBUG": "0",
+        "DJANGO_SECRET_KEY": "worker-" + uuid.uuid4().hex * 2,
+        "REDIS_URL": settings.REDIS_URL,
+        "DESK_VAR_DIR": str(var_dir),
+        "DESK_AUDIT_KEY_FILE": str(root / "audit_key"),
+        "DESK_CELERY_QUEUE": f"worker-keys-{uuid.uuid4().hex[:8]}",
+        "DESK_SIGNING_KEY_FILE": str(key_file),
+        "DESK_VERIFY_KEYS_FILE": str(keyring),
+    }
+    log = (root / "worker.log").open("wb")
+    command = [str(python), "-m", "celery", "-A", "reviewdesk", "worker", "-l", "INFO", "--concurrency", "1"]
+    return subprocess.Popen(
+        user.command(command),
+        cwd=project,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def root_owned_keys(root: Path, *, key_dir_mode: int, key_mode: int) -> tuple[Path, Path]:
+    """The web's key in a root-owned directory of `key_dir_mode`, the keyring 0444 in a 0755 one."""
+    (root / "web").mkdir(mode=key_dir_mode)
+    (root / "web").chmod(key_dir_mode)
+    key_file = root / "web" / "signing_key.pem"
+    shutil.copy(settings.DESK_SIGNING_KEY_FILE, key_file)
+    key_file.chmod(key_mode)
+    (root / "public").mkdir()
+    (root / "public").chmod(0o755)
+    keyring = root / "public" / "verify_keys.json"
+    shutil.copy(settings.DESK_VERIFY_KEYS_FILE, keyring)
+    keyring.chmod(0o444)
+    return key_file, keyring
+
+
+def test_a_worker_whose_key_path_it_cannot_enter_says_the_key_is_out_of_reach_and_starts(worker_user):
+    """It used to die in the check itself: Path.exists() raised PermissionError, which Celery
+    logged as a broken signal handler."""
+    signing.ensure_keys()
+    user, python, python_env, root, project = worker_user
+    key_file, keyring = root_owned_keys(root, key_dir_mode=0o700, key_mode=0o600)
+
+    worker = start_worker_as(user, python, python_env, root, project, key_file=key_file, keyring=keyring)
+    try:
+        log = wait_for(worker, root / "worker.log", ready=True)
+        assert worker.poll() is None, log
+        assert f"The signing key {key_file} is out of this worker's reach (permission denied)" in log
+        assert "PermissionError" not in log and "refuses" not in log
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+
+
+def test_a_worker_user_that_can_read_the_key_still_refuses_to_start(worker_user):
+    signing.ensure_keys()
+    user, python, python_env, root, project = worker_user
+    key_file, keyring = root_owned_keys(root, key_dir_mode=0o755, key_mode=0o644)
+
+    worker = start_worker_as(user, python, python_env, root, project, key_file=key_file, keyring=keyring)
+    log = wait_for(worker, root / "worker.log", ready=False)
+
+    assert worker.returncode == 78, log
+    assert f"refuses to start: it can read the private signing key {key_file}" in log
+    assert "out of this worker's reach" not in log

@@ -172,6 +172,35 @@ def test_var_is_created_0700_and_tightened_when_it_was_looser(tmp_path):
     assert stat.S_IMODE(loose.stat().st_mode) == 0o700
 
 
+def test_settings_write_nothing_at_import_in_a_production_configuration(tmp_path):
+    """A worker whose DESK_VAR_DIR it cannot enter (the web's 0700 var/) must still import the
+    settings: with the secret key and the database given, importing them touches no file."""
+    static_root = settings_in_subprocess(
+        tmp_path,
+        "settings.STATIC_ROOT",
+        DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
+        DATABASE_URL="postgres://desk@db.invalid:5432/desk",
+        REDIS_URL="redis://redis.invalid:6379/0",
+    )
+
+    assert static_root == str(tmp_path / "var" / "staticfiles")
+    assert not (tmp_path / "var").exists()
+
+
+def test_the_embedded_default_makes_its_var_0700_with_its_database_and_secret(tmp_path):
+    settings_in_subprocess(tmp_path, "settings.SECRET_KEY[:0]")
+
+    assert stat.S_IMODE((tmp_path / "var").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "var" / "db.sqlite3").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "var" / "secret_key").stat().st_mode) == 0o600
+
+
+def test_the_web_process_makes_static_root_in_its_var_kept_0700(tmp_path):
+    root = var.ensure_static_root(tmp_path / "var" / "staticfiles", tmp_path / "var")
+
+    assert root.is_dir() and stat.S_IMODE((tmp_path / "var").stat().st_mode) == 0o700
+
+
 def test_the_sqlite_database_and_its_journal_files_are_0600(tmp_path):
     path = var.ensure_private_file(tmp_path / "db.sqlite3")
     old = tmp_path / "old.sqlite3"

@@ -5,7 +5,12 @@ Through the real ASGI stack and the Redis channel layer; heartbeats every 2 s in
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -17,6 +22,8 @@ from reviewdesk.accounts.roles import REVIEWERS
 from tests.reviewdesk.desk.test_desk_socket import ORIGIN, communicator, in_thread, session_headers
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def with_origin(headers, origin: bytes):
@@ -77,7 +84,8 @@ def test_a_bad_frame_gets_an_error_message_and_the_socket_stays_open(personas, f
     [
         (b"http://127.0.0.1:8000", True),
         (b"http://localhost:8000", True),
-        (b"https://127.0.0.1:8000", True),
+        (b"https://127.0.0.1:8000", False),  # the embedded default is served over http only
+        (b"https://localhost:8000", False),
         (b"http://127.0.0.1", False),  # port 80, not the served port
         (b"http://127.0.0.1:9000", False),
         (b"ftp://127.0.0.1:8000", False),
@@ -90,10 +98,58 @@ def test_the_origin_must_match_the_allow_list_exactly_scheme_host_and_port(
     personas, settings, origin, accepted
 ):
     assert [
-        f"{scheme}://{host}:8000"
-        for host in ("127.0.0.1", "localhost", "testserver")
-        for scheme in ("http", "https")
+        f"http://{host}:8000" for host in ("127.0.0.1", "localhost", "testserver")
     ] == settings.DESK_WS_ALLOWED_ORIGINS
+    headers = with_origin(session_headers(personas.alice), origin)
+
+    async def scenario():
+        comm = communicator(headers)
+        connected, _ = await comm.connect()
+        assert connected is accepted
+        if connected:
+            await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def default_origins_of_a_desk_started_with(**env: str) -> list[str]:
+    """DESK_WS_ALLOWED_ORIGINS as a desk process started with `env` computes it from settings."""
+    environ = {k: v for k, v in os.environ.items() if k not in {"DESK_WS_ALLOWED_ORIGINS", "PORT"}}
+    code = (
+        "from django.conf import settings; import json; print(json.dumps(settings.DESK_WS_ALLOWED_ORIGINS))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {code}"],
+        env={**environ, "DJANGO_SETTINGS_MODULE": "reviewdesk.settings", **env},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    ("origin", "accepted"),
+    [
+        (b"https://localhost", True),
+        (b"https://localhost:443", True),
+        (b"http://localhost", False),  # same host, the scheme the desk is not served on
+        (b"http://localhost:8000", False),
+        (b"https://localhost:8000", True),  # ALLOWED_HOSTS on PORT, in the served scheme
+    ],
+)
+def test_a_desk_served_over_https_accepts_sockets_from_https_origins_only(
+    personas, settings, origin, accepted
+):
+    """The default list as a desk started with an https DESK_PUBLIC_URL computes it (a real
+    settings import in a child process), then sockets through the real ASGI stack. The host is
+    localhost: Channels' host check reads ALLOWED_HOSTS once, when the application is built."""
+    origins = default_origins_of_a_desk_started_with(
+        DESK_PUBLIC_URL="https://localhost", DJANGO_ALLOWED_HOSTS="localhost"
+    )
+    assert origins == ["https://localhost", "https://localhost:8000"]
+    settings.DESK_WS_ALLOWED_ORIGINS = origins
     headers = with_origin(session_headers(personas.alice), origin)
 
     async def scenario():

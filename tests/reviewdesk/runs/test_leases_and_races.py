@@ -78,6 +78,27 @@ def test_the_lease_is_renewed_while_the_worker_holds_the_run(personas, settings)
     assert not keeper.lost.is_set()
 
 
+def test_a_run_under_a_live_lease_cannot_be_claimed_by_a_second_claim(personas):
+    """A duplicate of the task (a redelivery, the sweeper, a double decision) claims a run
+    whose worker still holds a live lease: it gets nothing, and the live worker keeps the run,
+    its epoch and its attempt. The claim's one-statement path takes queued runs only, so this
+    is the locked read's "the lease has expired" comparison."""
+    run = queued_run(personas)
+    live = run_claim(run_id=run.id, worker="live")
+    assert live is not None
+    held = Run.objects.values("status", "lease_epoch", "lease_expires_at").get(pk=run.pk)
+    assert held["lease_expires_at"] > timezone.now()
+
+    assert run_claim(run_id=run.id, worker="duplicate") is None
+
+    assert Run.objects.values("status", "lease_epoch", "lease_expires_at").get(pk=run.pk) == held
+    assert [(a.worker, a.status) for a in run.attempts.order_by("number")] == [("live", "running")]
+
+    expire_lease(run)  # control: the same claim takes the run once the lease has expired
+    taken = run_claim(run_id=run.id, worker="duplicate")
+    assert taken is not None and taken.lease_epoch == live.lease_epoch + 1
+
+
 def test_a_poison_run_is_failed_after_its_workers_die_too_often(personas, settings):
     settings.DESK_MAX_LOST_ATTEMPTS = 3
     run = queued_run(personas)

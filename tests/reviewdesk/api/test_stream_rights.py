@@ -77,6 +77,38 @@ def test_a_stream_opened_with_a_session_ends_when_the_user_logs_out(personas):
     assert b"after-logout" not in body
 
 
+async def until(condition, timeout: float = 10) -> None:
+    """Wait until `condition()` holds, failing after `timeout` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "the condition never held"
+        await asyncio.sleep(0.01)
+
+
+def test_a_stream_opened_with_a_session_ends_when_the_users_password_changes(personas):
+    """The session row survives a password change; the session's auth hash, checked at every
+    poll here, no longer matches, and the stream ends (it is not cut off by the test)."""
+    browser = Client()
+    browser.force_login(personas.carol)
+    cookie = f"sessionid={browser.cookies['sessionid'].value}".encode()
+    call = StreamCall("/api/v1/stream", [(b"cookie", cookie)])
+
+    def change_password():
+        carol = User.objects.get(pk=personas.carol.pk)
+        carol.set_password("an entirely new passphrase")
+        carol.save()
+
+    async def main():
+        task = call.start()
+        await until(lambda: b"keep-alive" in call.body())  # a poll has checked the session
+        await sync_to_async(change_password)()
+        await asyncio.wait_for(task, timeout=10)
+
+    asyncio.run(main())
+    assert call.status == 200
+    assert call.body().endswith(b"event: end\ndata: {}\n\n")
+
+
 def test_a_session_stream_carries_on_while_the_session_holds(personas):
     browser = Client()
     browser.force_login(personas.carol)

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, User
 from django.contrib.sessions.models import Session
 from django.utils import timezone
 
@@ -115,6 +115,31 @@ def test_a_socket_is_closed_at_once_when_its_user_logs_out(personas, settings):
     async def scenario():
         comm = await connected_with_snapshot(headers)
         await in_thread(lambda: Session.objects.all().delete())()  # what logout does to the session
+
+        closed = await comm.receive_output(timeout=5)
+        assert closed["type"] == "websocket.close" and closed["code"] == 4403
+
+    async_to_sync(scenario)()
+
+
+def change_password(user) -> None:
+    """What a password change does to the user row (Django's views keep the changing session
+    alive with update_session_auth_hash; every other session's hash no longer matches)."""
+    user = User.objects.get(pk=user.pk)
+    user.set_password("an entirely new passphrase")
+    user.save()
+
+
+def test_a_socket_is_closed_at_once_when_its_users_password_changes(personas, settings):
+    """The session row is untouched by a password change: only the session's auth hash, compared
+    at the re-check pushed when the user row is saved, can close the socket within the 5 s
+    waited here (the heartbeat is an hour away)."""
+    settings.DESK_WS_HEARTBEAT_SECONDS = 3600
+    headers = session_headers(personas.alice)
+
+    async def scenario():
+        comm = await connected_with_snapshot(headers)
+        await in_thread(lambda: change_password(personas.alice))()
 
         closed = await comm.receive_output(timeout=5)
         assert closed["type"] == "websocket.close" and closed["code"] == 4403

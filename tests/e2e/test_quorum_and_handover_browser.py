@@ -6,7 +6,6 @@ command only after the second approval. Hand-over: the card moves to the colleag
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -98,8 +97,9 @@ def test_two_reviewers_on_two_pages_approve_execute_and_only_then_it_runs(
     # ...and so does the card on a third reviewer's desk.
     expect(card.locator(".quorum")).to_have_text("1 of 2", timeout=10_000)
 
-    # One approval is not enough: the worker was given nothing to run.
-    time.sleep(2)
+    # One approval is not enough: the worker was given nothing to run. Not judged after a pause
+    # (a resume arriving after it would pass): the attempts the run ends with, below, show that
+    # no worker took the run between the two votes.
     after_one = get_run(live_stack, carol, run["id"])
     assert after_one["status"] == "input_required"
     assert after_one["side_effects"] == []
@@ -123,6 +123,13 @@ def test_two_reviewers_on_two_pages_approve_execute_and_only_then_it_runs(
     assert decided["quorum"]["approved_by"] == ["alice", "bob"]
     assert decided["decision"]["reviewer"] == "bob"
     assert effect["decision"] == decided["decision"]["id"]
+    # Every attempt after the one that raised the request began after bob's vote: alice's
+    # vote alone had the run claimed by no worker (a claim is an attempt, even one that ran
+    # nothing), so nothing could have run on one approval.
+    later = final["attempts"][len(after_one["attempts"]) :]
+    assert later, final["attempts"]
+    bobs_vote = decided["decision"]["decided_at"]  # sortable RFC 3339, as the attempts' times
+    assert all(a["started_at"] >= bobs_vote for a in later), (bobs_vote, final["attempts"])
 
 
 def test_a_hand_over_in_the_browser_moves_the_card_to_the_colleagues_desk_live(

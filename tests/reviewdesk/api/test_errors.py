@@ -121,7 +121,11 @@ def test_a_body_that_is_not_utf8_is_400_malformed_json(carol, nothing_changes):
     assert_problem(post_raw(carol, "/api/v1/runs", b'{"agent": "\xff"}'), 400, "malformed_json")
 
 
-@pytest.mark.parametrize("depth", [66, 100_000], ids=["just past the limit", "past the decoder's recursion"])
+@pytest.mark.parametrize(
+    "depth",
+    [65, 66, 100_000],
+    ids=["the first refused depth", "past the limit", "past the decoder's recursion"],
+)
 def test_json_nested_past_the_limit_is_400_too_deep_never_a_500(carol, nothing_changes, depth):
     raw = (
         ("[" * depth + "]" * depth).encode()
@@ -131,7 +135,10 @@ def test_json_nested_past_the_limit_is_400_too_deep_never_a_500(carol, nothing_c
     assert_problem(post_raw(carol, "/api/v1/runs", raw), 400, "too_deep")
 
 
-def test_json_exactly_at_the_depth_limit_is_accepted(carol):
+def test_json_exactly_at_the_depth_limit_is_accepted(carol, settings):
+    """DESK_JSON_MAX_DEPTH (64) levels, counting the body: the last accepted depth; 65 is the
+    first refused (above)."""
+    assert settings.DESK_JSON_MAX_DEPTH == 64
     body = {**VALID, "metadata": nested(63)}  # the body itself is the 64th level
     response = carol.post("/api/v1/runs", body, format="json")
     assert response.status_code == 201, response.json()

@@ -7,6 +7,7 @@ carrying other users' runs at once."""
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -15,7 +16,7 @@ from django.db import transaction
 from django.test import Client
 
 from reviewdesk.accounts.services import token_create
-from reviewdesk.events.services import event_emit
+from reviewdesk.events.services import event_emit, latest_seq
 from reviewdesk.runs.services import run_submit
 from tests.conftest import SEND_EMAIL_SCRIPT
 from tests.reviewdesk.api.sse import StreamCall
@@ -44,17 +45,37 @@ def emit(run, status: str) -> None:
         event_emit(type="run.updated", data={"status": status}, run_id=run.id)
 
 
+async def until(condition, timeout: float = 10) -> None:
+    """Wait until `condition()` holds, failing after `timeout` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "the condition never held"
+        await asyncio.sleep(0.01)
+
+
+KEEP_ALIVE = re.compile(rb": keep-alive seq=(\d+)\n")
+
+
+def covered(body: bytes) -> int:
+    """The furthest sequence a keep-alive says the stream's scans have covered (-1: none yet)."""
+    return max((int(seq) for seq in KEEP_ALIVE.findall(body)), default=-1)
+
+
 def streamed(headers: list[tuple[bytes, bytes]], meanwhile) -> bytes:
     """GET /api/v1/stream through reviewdesk.asgi.application while `meanwhile` (a sync
-    callable) runs; the body sent until the stream ended or a second had passed."""
+    callable) runs; the body sent until the stream ended, or until a keep-alive said its scans
+    covered every event `meanwhile` wrote. Not "what came within a second": the keep-alive is
+    sent by a poll that checked the stream's rights (at every poll here) and then scanned past
+    those events, so an event missing from the body by then was withheld, not late."""
     call = StreamCall("/api/v1/stream", headers)
 
     async def main():
         task = call.start()
-        await asyncio.sleep(0.5)
+        await until(lambda: call.status is not None)
         assert call.status == 200, call.sent
         await sync_to_async(meanwhile)()
-        await asyncio.wait({task}, timeout=1.0)
+        written = await sync_to_async(latest_seq)()
+        await until(lambda: task.done() or covered(call.body()) >= written)
         task.cancel()
 
     asyncio.run(main())
@@ -75,6 +96,30 @@ def test_a_stream_opened_with_a_session_ends_when_the_user_logs_out(personas):
     body = streamed([(b"cookie", cookie)], log_out_then_emit)
     assert b"event: end" in body
     assert b"after-logout" not in body
+
+
+def test_a_stream_opened_with_a_session_ends_when_the_users_password_changes(personas):
+    """The session row survives a password change; the session's auth hash, checked at every
+    poll here, no longer matches, and the stream ends (it is not cut off by the test)."""
+    browser = Client()
+    browser.force_login(personas.carol)
+    cookie = f"sessionid={browser.cookies['sessionid'].value}".encode()
+    call = StreamCall("/api/v1/stream", [(b"cookie", cookie)])
+
+    def change_password():
+        carol = User.objects.get(pk=personas.carol.pk)
+        carol.set_password("an entirely new passphrase")
+        carol.save()
+
+    async def main():
+        task = call.start()
+        await until(lambda: b"keep-alive" in call.body())  # a poll has checked the session
+        await sync_to_async(change_password)()
+        await asyncio.wait_for(task, timeout=10)
+
+    asyncio.run(main())
+    assert call.status == 200
+    assert call.body().endswith(b"event: end\ndata: {}\n\n")
 
 
 def test_a_session_stream_carries_on_while_the_session_holds(personas):
@@ -109,7 +154,7 @@ def ended_after(headers: list[tuple[bytes, bytes]], meanwhile) -> tuple[bytes, f
     async def main() -> float | None:
         loop = asyncio.get_running_loop()
         task = call.start()
-        await asyncio.sleep(0.5)
+        await until(lambda: call.status is not None)
         assert call.status == 200, call.sent
         await sync_to_async(meanwhile)()
         done_at = loop.time()

@@ -12,7 +12,7 @@ from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus, Decision
 from reviewdesk.lib.errors import Conflict
 from reviewdesk.runs.models import Run
-from tests.reviewdesk.lib.test_writers_lock import WAIT, Holder, Writer
+from tests.reviewdesk.lib.test_writers_lock import Holder, Writer, seen_waiting
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -80,7 +80,7 @@ def test_a_rival_decision_waits_for_the_first_to_commit_then_finds_the_call_deci
         )
     )
     second.start()
-    waited = not second.done.wait(WAIT)
+    waited = seen_waiting(second)
     first.release.set()
     first.join(30)
     assert second.done.wait(30)

@@ -229,3 +229,47 @@ def test_an_answer_holding_a_nul_from_the_desk_page_is_refused_not_a_500(
     assert response.status_code == 200
     assert "Null characters are not allowed." in response.content.decode()
     assert not Decision.objects.filter(request=question).exists()
+
+
+ANY_JSON = {"question": "What shape?", "schema": {"type": "array"}}  # the page's JSON textarea
+
+
+def nested_list(levels: int) -> str:
+    """A JSON array `levels` containers deep, counting itself."""
+    return "[" * levels + "]" * levels
+
+
+def answer_from_the_desk_page(client, question, text: str):
+    return client.post(
+        f"/approvals/{question.id}/",
+        {"checkpoint_id": str(question.checkpoint_id), "verdict": "answer", "answer": text},
+        follow=True,
+    )
+
+
+def test_an_answer_from_the_desk_page_at_the_depth_limit_is_taken(interrupted_run, personas, settings):
+    """DESK_JSON_MAX_DEPTH levels (64), counting the answer itself: the last accepted depth."""
+    assert settings.DESK_JSON_MAX_DEPTH == 64
+    _run, question = interrupted_run(asking(**ANY_JSON))
+    client = Client()
+    client.force_login(personas.alice)
+
+    response = answer_from_the_desk_page(client, question, nested_list(64))
+
+    assert response.status_code == 200
+    assert json.dumps(Decision.objects.get(request=question).answer) == nested_list(64)
+
+
+def test_an_answer_from_the_desk_page_one_level_past_the_limit_is_refused(interrupted_run, personas):
+    """65 levels, the first refused depth: the page says why, and nothing is decided."""
+    _run, question = interrupted_run(asking(**ANY_JSON))
+    client = Client()
+    client.force_login(personas.alice)
+
+    response = answer_from_the_desk_page(client, question, nested_list(65))
+
+    assert response.status_code == 200
+    assert "the answer nests deeper than 64 levels" in response.content.decode()
+    assert not Decision.objects.filter(request=question).exists()
+    question.refresh_from_db()
+    assert question.status == "pending"

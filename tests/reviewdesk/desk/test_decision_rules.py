@@ -248,7 +248,11 @@ def test_a_good_decision_through_either_entry_changes_what_the_others_keep(
     assert approval.run.status == RunStatus.QUEUED and task_queue.length() == 1
 
 
-@pytest.mark.parametrize("levels", [80, 5000], ids=["past the documented depth", "past the decoder's own"])
+@pytest.mark.parametrize(
+    "levels",
+    [64, 80, 5000],
+    ids=["the first refused depth", "past the documented depth", "past the decoder's own"],
+)
 def test_the_desk_form_refuses_arguments_nested_too_deep_and_decides_nothing(
     levels, pending, personas, task_queue, django_capture_on_commit_callbacks
 ):

@@ -43,6 +43,22 @@ def in_thread(fn):
     return sync_to_async(call, thread_sensitive=False)
 
 
+MARKER = "test.marker"
+
+
+def push_marker(*user_ids: int) -> None:
+    """A desk event to these users' groups (none: every reviewer's), after everything pushed
+    before it. A group's messages reach a socket in the order they were published, and the
+    socket handles each before the next: once it has the marker, it has handled all that came
+    before it on that group, which proves what it did not do better than a pause would."""
+    from django.db import transaction
+
+    from reviewdesk.events.services import event_emit
+
+    with transaction.atomic():
+        event_emit(type=MARKER, data={}, audience=list(user_ids))
+
+
 async def receive_until(comm: WebsocketCommunicator, type_: str, timeout: float = 10) -> dict:
     """Next message of `type_`, skipping heartbeats and other types."""
     deadline = asyncio.get_running_loop().time() + timeout
@@ -219,10 +235,16 @@ def test_an_assigned_approval_reaches_its_reviewer_and_admins_only(personas, int
             message = await receive_until(socks[name], "approval.created")
             assert message["data"]["id"] == str(approval.id)
         # alice is a reviewer, but not this one's: she must never see it, pushed or replayed.
-        # (Pushes go out in one loop, so bob's copy arriving means alice's would have too.)
+        # Markers after it on each group a push to her could take (hers, every reviewer's):
+        # by the time both reach her socket, any copy of the approval would have come first.
         alice_sock = socks["alice"]
-        while not await alice_sock.receive_nothing(timeout=0.5):
-            assert (await alice_sock.receive_json_from())["type"] != "approval.created"
+        await in_thread(push_marker)(personas.alice.pk)
+        await in_thread(push_marker)()
+        for _ in range(2):
+            message = await alice_sock.receive_json_from(timeout=10)
+            while message["type"] != MARKER:
+                assert message["type"] != "approval.created"
+                message = await alice_sock.receive_json_from(timeout=10)
         await alice_sock.send_json_to({"type": "replay", "after": 0})
         message = await alice_sock.receive_json_from(timeout=5)
         while message["type"] != "replay.done":

@@ -14,12 +14,20 @@ from pathlib import Path
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, User
 from django.contrib.sessions.models import Session
 from django.utils import timezone
 
 from reviewdesk.accounts.roles import REVIEWERS
-from tests.reviewdesk.desk.test_desk_socket import ORIGIN, communicator, in_thread, session_headers
+from tests.reviewdesk.desk.test_desk_socket import (
+    MARKER,
+    ORIGIN,
+    communicator,
+    in_thread,
+    push_marker,
+    receive_until,
+    session_headers,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -178,6 +186,31 @@ def test_a_socket_is_closed_at_once_when_its_user_logs_out(personas, settings):
     async_to_sync(scenario)()
 
 
+def change_password(user) -> None:
+    """What a password change does to the user row (Django's views keep the changing session
+    alive with update_session_auth_hash; every other session's hash no longer matches)."""
+    user = User.objects.get(pk=user.pk)
+    user.set_password("an entirely new passphrase")
+    user.save()
+
+
+def test_a_socket_is_closed_at_once_when_its_users_password_changes(personas, settings):
+    """The session row is untouched by a password change: only the session's auth hash, compared
+    at the re-check pushed when the user row is saved, can close the socket within the 5 s
+    waited here (the heartbeat is an hour away)."""
+    settings.DESK_WS_HEARTBEAT_SECONDS = 3600
+    headers = session_headers(personas.alice)
+
+    async def scenario():
+        comm = await connected_with_snapshot(headers)
+        await in_thread(lambda: change_password(personas.alice))()
+
+        closed = await comm.receive_output(timeout=5)
+        assert closed["type"] == "websocket.close" and closed["code"] == 4403
+
+    async_to_sync(scenario)()
+
+
 def test_a_socket_is_closed_at_the_next_heartbeat_once_its_session_expires(personas, settings):
     """An expiring session changes no row a signal sees: the heartbeat's own check closes it."""
     settings.DESK_WS_HEARTBEAT_SECONDS = 1
@@ -232,7 +265,10 @@ def test_another_sessions_socket_of_the_same_user_stays_open_after_one_logs_out(
 
         closed = await gone.receive_output(timeout=5)
         assert closed["type"] == "websocket.close" and closed["code"] == 4403
-        assert await kept.receive_nothing(timeout=1)
+        # The re-check reached both sockets over alice's group; a marker sent after it on the
+        # same group reaches `kept` only once it has handled the re-check, and open.
+        await in_thread(push_marker)(personas.alice.pk)
+        await receive_until(kept, MARKER)
         await kept.disconnect()
 
     async_to_sync(scenario)()

@@ -9,6 +9,7 @@ transaction, and again in the next one, whether the last committed or rolled bac
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from django.db import connection, connections, transaction
@@ -25,7 +26,7 @@ pytestmark = [
     pytest.mark.skipif("connection.vendor != 'postgresql'", reason="SQLite serialises every writer"),
 ]
 
-WAIT = 0.5  # how long a blocked writer is given to (wrongly) get through
+BLOCKED_WITHIN = 10  # seconds for the second writer to be seen waiting (at once, unless broken)
 
 
 class Holder(threading.Thread):
@@ -74,13 +75,36 @@ class Writer(threading.Thread):
             connections.close_all()
 
 
+def a_writer_is_blocked() -> bool:
+    """Whether a backend of this test database is waiting on a lock another one holds: the
+    server's own word that a writer waits, where "it has not finished yet" could only mean
+    that it is slow."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity"
+            " WHERE datname = current_database() AND cardinality(pg_blocking_pids(pid)) > 0)"
+        )
+        return bool(cursor.fetchone()[0])
+
+
+def seen_waiting(second: Writer) -> bool:
+    """Whether `second` is seen blocked by a lock before it finishes (False once it finished
+    without waiting, or after BLOCKED_WITHIN seconds)."""
+    deadline = time.monotonic() + BLOCKED_WITHIN
+    while not second.done.is_set() and time.monotonic() < deadline:
+        if a_writer_is_blocked():
+            return not second.done.is_set()
+        time.sleep(0.01)
+    return False
+
+
 def waits_for(holder: Holder, write) -> Writer:
     """Start `write` while `holder` holds its transaction open; check it waits for the
     holder's commit, release the holder, and return the second writer once it is done."""
     assert holder.written.wait(30) and holder.error is None, holder.error
     second = Writer(write)
     second.start()
-    waited = not second.done.wait(WAIT)
+    waited = seen_waiting(second)
     holder.release.set()
     holder.join(30)
     assert second.done.wait(30) and second.error is None, second.error

@@ -213,6 +213,44 @@ def test_control_the_attempt_that_wrote_pending_confirms_its_effect(approved_ema
     assert (effect.status, effect.result) == ("confirmed", {"sent": True})
 
 
+# --- ledger resume_retry ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", ["pending", "confirmed", "unknown"])
+def test_a_resume_retry_leaves_a_row_that_is_not_retrying_alone(approved_email, status):
+    """`resume_retry` flips only a `retrying` row back to pending: a row that is pending (a try
+    under way), confirmed (it happened) or unknown (a human decides) is not this retry's to
+    take, and the answer is False so the gate does not run the effect again."""
+    run, approval, decision = approved_email
+    attempt = run_claim(run_id=run.id, worker="w")
+    key = write_pending(attempt, approval, decision)
+    SideEffect.objects.filter(idempotency_key=key).update(status=status)
+    before = SideEffect.objects.values("status", "attempt_id", "updated_at").get(idempotency_key=key)
+
+    ledger = host(attempt).ledger
+    with ledger.atomic():
+        resumed = ledger.resume_retry(key)
+
+    assert resumed is False
+    assert SideEffect.objects.values("status", "attempt_id", "updated_at").get(idempotency_key=key) == before
+
+
+def test_control_a_resume_retry_takes_a_retrying_row_for_this_attempt(approved_email):
+    run, approval, decision = approved_email
+    stale = run_claim(run_id=run.id, worker="stale")
+    key = write_pending(stale, approval, decision)
+    SideEffect.objects.filter(idempotency_key=key).update(status="retrying")
+    expire_lease(run)
+    current = run_claim(run_id=run.id, worker="current")
+
+    ledger = host(current).ledger
+    with ledger.atomic():
+        assert ledger.resume_retry(key) is True
+
+    effect = SideEffect.objects.get(idempotency_key=key)
+    assert (effect.status, effect.attempt_id) == ("pending", current.pk)
+
+
 # --- lease renewal ------------------------------------------------------------------------
 
 

@@ -6,10 +6,11 @@ The fences themselves, each with its negative control, are in test_fences.py.
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
-from django.db import connections
+from django.db import connection, connections
 from django.utils import timezone
 
 from agents.registry import Agent, get_agent, register
@@ -73,9 +74,31 @@ def test_the_lease_is_renewed_while_the_worker_holds_the_run(personas, settings)
     attempt = run_claim(run_id=run.id, worker="w")
     first = Run.objects.get(pk=run.pk).lease_expires_at
     with LeaseKeeper(attempt, cancel_epoch=0) as keeper:
-        threading.Event().wait(1.2)
-    assert Run.objects.get(pk=run.pk).lease_expires_at > first
+        renewed = wait_until(lambda: Run.objects.get(pk=run.pk).lease_expires_at > first)
+    assert renewed
+    # Leaving the keeper waits for a renewal under way: the last one's outcome is final here.
     assert not keeper.lost.is_set()
+
+
+def test_a_run_under_a_live_lease_cannot_be_claimed_by_a_second_claim(personas):
+    """A duplicate of the task (a redelivery, the sweeper, a double decision) claims a run
+    whose worker still holds a live lease: it gets nothing, and the live worker keeps the run,
+    its epoch and its attempt. The claim's one-statement path takes queued runs only, so this
+    is the locked read's "the lease has expired" comparison."""
+    run = queued_run(personas)
+    live = run_claim(run_id=run.id, worker="live")
+    assert live is not None
+    held = Run.objects.values("status", "lease_epoch", "lease_expires_at").get(pk=run.pk)
+    assert held["lease_expires_at"] > timezone.now()
+
+    assert run_claim(run_id=run.id, worker="duplicate") is None
+
+    assert Run.objects.values("status", "lease_epoch", "lease_expires_at").get(pk=run.pk) == held
+    assert [(a.worker, a.status) for a in run.attempts.order_by("number")] == [("live", "running")]
+
+    expire_lease(run)  # control: the same claim takes the run once the lease has expired
+    taken = run_claim(run_id=run.id, worker="duplicate")
+    assert taken is not None and taken.lease_epoch == live.lease_epoch + 1
 
 
 def test_a_poison_run_is_failed_after_its_workers_die_too_often(personas, settings):
@@ -206,17 +229,41 @@ def test_two_reviewers_deciding_at_once_one_wins(personas, interrupted_run):
 
 
 def _hold_then(lock_taken: threading.Event, first, then):
-    """Run `first` inside a transaction that holds the run lock for a moment, then `then`."""
+    """Run `first` inside a transaction that holds the run lock until the other side is seen
+    waiting for it, then `then`. On PostgreSQL the wait is observed (the other backend blocked
+    by this one), so the race below is the one named, not a late arrival. SQLite serialises
+    writing transactions and shows no waiter: there the outcome must hold in whichever order
+    it admits the two."""
     from django.db import transaction
 
     def body():
         with transaction.atomic():
             result = first()
             lock_taken.set()
-            threading.Event().wait(0.3)  # the other side is now blocked on the lock
+            if connection.vendor == "postgresql":
+                assert wait_until(another_backend_waits_on_me, seconds=10), "the other side never waited"
             return then(result)
 
     return body
+
+
+def another_backend_waits_on_me() -> bool:
+    """Whether a PostgreSQL backend is blocked by a lock this thread's connection holds."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pg_backend_pid() = ANY (pg_blocking_pids(pid)))"
+        )
+        return bool(cursor.fetchone()[0])
+
+
+def wait_until(predicate, seconds: float = 5.0) -> bool:
+    """Whether `predicate()` holds within `seconds`, asked every 20 ms."""
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def test_a_decision_holding_the_lock_beats_the_expiry_waiting_for_it(personas, interrupted_run):

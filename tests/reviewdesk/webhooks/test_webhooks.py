@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 from django.utils import timezone
 
 from reviewdesk.accounts.roles import SUBMITTERS
-from reviewdesk.webhooks.models import WebhookDelivery, WebhookEndpoint
+from reviewdesk.events.models import DeskEvent
+from reviewdesk.webhooks.models import DispatchCursor, WebhookDelivery, WebhookEndpoint
 from reviewdesk.webhooks.services import webhook_deliver, webhooks_dispatch
 from tests.conftest import SEND_EMAIL_SCRIPT, make_user
 from tests.reviewdesk.webhooks.conftest import wait_for
@@ -97,12 +97,18 @@ def test_a_failing_receiver_is_retried_with_backoff_then_disabled_and_a_resend_r
     # A third run event is not sent to a disabled endpoint, nor made a delivery by the sweep's
     # dispatch (which reads the log whether or not an event's commit woke it): with another
     # endpoint live, so that the dispatch does read the event, not skip a log nobody listens to.
+    # Proved by the dispatch cursor, not by waiting a while: once the worker has run the third
+    # run to its question (its event committed) and a dispatch has moved the cursor past that
+    # event, any delivery it made would be a row by now; there is none, so nothing can be sent.
     register(carol, receiver.url + "?decided", "approval.decided")
-    submit(carol)
-    time.sleep(1)
-    webhooks_dispatch()
-    assert len(receiver.requests) == 6
+    third = submit(carol)
+    wait_for(lambda: carol.get(f"/api/v1/runs/{third}").json()["status"] == "input_required")
+    seq = DeskEvent.objects.filter(run_id=third).latest("id").id
+    webhooks_dispatch()  # waits for a dispatch the event's commit started, if one holds the cursor
+    assert DispatchCursor.objects.get().seq >= seq
+    assert WebhookDelivery.objects.count() == 2  # the first two runs': none for any endpoint since
     assert WebhookDelivery.objects.filter(endpoint_id=hook).count() == 2
+    assert len(receiver.requests) == 6  # both deliveries failed for good: none is sent again
 
     receiver.status = 204
     resent = carol.post(f"/api/v1/webhooks/{hook}/deliveries/{deliveries[-1]['id']}/resend", format="json")
@@ -196,8 +202,15 @@ def test_only_the_runs_owner_hears_of_it_and_only_the_owner_sees_the_webhook(
     carols_receiver_hook = register(carol, receiver.url + "?carol", "run.input_required").json()["id"]
     submit(carol)
     (request,) = receiver.wait_for(1)
-    time.sleep(0.5)
-    assert len(receiver.requests) == 1 and request.headers["Desk-Event"] == "run.input_required"
+    assert request.headers["Desk-Event"] == "run.input_required"
+    # Not "nothing else arrived within a moment": carol's delivery was made in the dispatch
+    # that moved the cursor past the event, as any delivery to sam would have been; it is the
+    # event's only delivery, and once it is delivered nothing else can reach the receiver.
+    (delivery,) = WebhookDelivery.objects.all()
+    assert str(delivery.endpoint_id) == carols_receiver_hook
+    assert DispatchCursor.objects.get().seq >= delivery.event_seq
+    wait_for(lambda: WebhookDelivery.objects.filter(pk=delivery.pk, status="delivered").exists())
+    assert len(receiver.requests) == 1
     assert WebhookDelivery.objects.filter(endpoint_id=sams).count() == 0
 
     assert sam.get(f"/api/v1/webhooks/{carols_receiver_hook}/deliveries").status_code == 404

@@ -330,6 +330,7 @@ def test_the_audit_page_shows_the_chain_intact_then_broken(decided, personas, se
     has the rest: anchors, beat's full check)."""
     settings.DESK_AUDIT_ANCHOR_FILE = tmp_path / "audit_anchors.jsonl"
     settings.DESK_AUDIT_CHECK_FILE = tmp_path / "audit_check.json"
+    settings.DESK_AUDIT_SWEEP_FILE = tmp_path / "audit_sweep.json"
     client = logged_in(personas.admin)
     rows = AuditEvent.objects.count()
     assert (

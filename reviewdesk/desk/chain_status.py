@@ -36,6 +36,14 @@ class ChainStatus:
     kind: str  # INTACT, UNCHECKED or BROKEN
     text: str
 
+    @property
+    def lines(self) -> list[str]:
+        """The text a clause at a time, each with its separator: the page sets them one under
+        another (what was checked now, swept, checked in full), and the text reads and copies
+        as it is."""
+        parts = self.text.split("; ")
+        return [f"{part}; " for part in parts[:-1]] + parts[-1:]
+
 
 def chain_status() -> ChainStatus:
     """Check the rows since the newest anchor now, read the last sweep's and the last full

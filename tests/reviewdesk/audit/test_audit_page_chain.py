@@ -53,7 +53,7 @@ def chain_line(client: Client) -> tuple[str, str]:
     """(the status line's flash class, its text) on the audit page."""
     page = client.get(reverse("audit")).content.decode()
     kind, text = re.search(r'<p class="flash (\w+)" id="chain-status">(.*?)</p>', page, re.S).groups()
-    return kind, html.unescape(text)
+    return kind, html.unescape(re.sub(r"<[^>]+>", "", text))  # its clauses are set a line each
 
 
 def shown(moment: datetime | str) -> str:

@@ -334,14 +334,14 @@ def test_the_audit_page_shows_the_chain_intact_then_broken(decided, personas, se
     client = logged_in(personas.admin)
     rows = AuditEvent.objects.count()
     assert (
-        f'<p class="flash success" id="chain-status">Hash chain intact: all {rows} rows (no anchor yet) checked now.</p>'
-        in client.get(reverse("audit")).content.decode()
+        f'<p class="flash success" id="chain-status"><span class="chain-line">Hash chain intact: all {rows} rows '
+        "(no anchor yet) checked now.</span></p>" in client.get(reverse("audit")).content.decode()
     )
     victim = AuditEvent.objects.order_by("id")[2]
     AuditEvent.objects.filter(id=victim.id).update(actor_name="mallory")
     assert (
-        f'<p class="flash error" id="chain-status">Hash chain broken at row {victim.id}: its hash does not match '
-        "its contents (edited, or recomputed without the key) (checked now).</p>"
+        f'<p class="flash error" id="chain-status"><span class="chain-line">Hash chain broken at row {victim.id}: '
+        "its hash does not match its contents (edited, or recomputed without the key) (checked now).</span></p>"
         in client.get(reverse("audit")).content.decode()
     )
 

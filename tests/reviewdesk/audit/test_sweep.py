@@ -16,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.test import Client
 from django.urls import reverse
@@ -29,6 +30,7 @@ from reviewdesk.audit.services import audit_record
 from reviewdesk.audit.sweep import audit_sweep, sweep_read
 from reviewdesk.audit.tasks import anchor, check, sweep
 from reviewdesk.audit.verification import audit_check_recent
+from reviewdesk.celery import app
 from reviewdesk.desk.chain_status import chain_status, describe
 
 pytestmark = pytest.mark.django_db
@@ -90,6 +92,25 @@ def chain_line(client: Client) -> tuple[str, str]:
 def lap(rows: int, window: int) -> int:
     """Sweeps in one lap round a chain of `rows` rows: the bound docs/audit.md states."""
     return math.ceil(rows / window)
+
+
+def test_beat_runs_the_sweep_every_minute_and_a_worker_knows_the_task():
+    entry = settings.CELERY_BEAT_SCHEDULE["audit-sweep"]
+    assert entry == {"task": "audit.sweep", "schedule": float(settings.DESK_AUDIT_SWEEP_SECONDS)}
+    assert (settings.DESK_AUDIT_SWEEP_SECONDS, settings.DESK_AUDIT_SWEEP_ROWS) == (60, 20_000)
+    assert "audit.sweep" in app.tasks
+
+
+def test_the_task_says_what_it_walked_and_records_it_signed_and_replaced_whole(sweep_file):
+    rows = record(3)
+
+    told = sweep()
+
+    assert told == f"audit sweep: rows {rows[0].pk}-{rows[2].pk} intact; next after row 0"
+    assert json.loads(sweep_file.read_text())["key_id"].startswith("ed25519:")
+    assert [p.name for p in sweep_file.parent.iterdir() if p.name.startswith(".audit_sweep")] == []
+    AuditEvent.objects.filter(pk=rows[1].pk).update(actor_name="mallory")
+    assert sweep() == f"audit sweep: rows {rows[0].pk}-{rows[1].pk}: BROKEN at row {rows[1].pk}: {EDITED}"
 
 
 def test_an_old_row_edited_with_sql_is_broken_on_the_page_within_one_lap_at_the_default_settings(

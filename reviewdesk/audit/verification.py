@@ -1,10 +1,11 @@
 """Walking the audit chain: the whole of it, the rows since its newest anchor, and anchoring.
 
 See chain.py for the hash rules, anchors.py for the anchor file and check_record.py for the
-last full check's record. Three checks walk the chain: `audit_check`, the whole of it (beat's
+last full check's record. Four checks walk the chain: `audit_check`, the whole of it (beat's
 `audit.check`, `verify_audit`); `audit_anchor`, the rows since the newest anchor before it
 anchors the head (beat's `audit.anchor`); `audit_check_recent`, the same rows, for the audit
-page. What each catches, and what none can, is written in docs/audit.md.
+page; `audit_check_window`, a window of rows anywhere in it (beat's `audit.sweep`, sweep.py).
+What each catches, and what none can, is written in docs/audit.md.
 """
 
 from __future__ import annotations

@@ -12,9 +12,10 @@ A reviewer's pages (desk page, runs page, runs API, a run's page and API, as ali
 page of runs, so their baseline is a full page of history (200 runs), not the empty database:
 a page of 50 rows beside a page of 5 would measure the page, not the history. The audit page
 (9h, as the admin) is timed the same way: each side after beat's anchor task has run
-(`audit_anchor`, as beat does every minute) and then SINCE_ANCHOR more cycles, so that both
-walk the same few rows since the newest anchor, with the record of a full check (beat's
-`audit.check`, run once before the history) to show. What 9h isolates is the history, whose
+(`audit_anchor`, as beat does every minute, and a sweep, `audit_sweep`, whose record the page
+reads) and then SINCE_ANCHOR more cycles, so that both walk the same few rows since the newest
+anchor, with the record of a full check (beat's `audit.check`, run once before the history) to
+show. What 9h isolates is the history, whose
 audit rows the page must not walk whole; what a load costs beside it grows with the rows written
 since the newest anchor (docs/audit.md).
 
@@ -88,13 +89,16 @@ SINCE_ANCHOR = 3
 
 
 async def after_an_anchor(http: httpx.AsyncClient, sock: Socket, people) -> None:
-    """Beat's anchor task, then SINCE_ANCHOR cycles: the audit rows the page walks on a load."""
+    """Beat's anchor task and a sweep (so the page reads a recent sweep's record, as it does
+    while beat runs), then SINCE_ANCHOR cycles: the audit rows the page walks on a load."""
     from asgiref.sync import sync_to_async
 
     from bench.cycle import one_cycle
+    from reviewdesk.audit.sweep import audit_sweep
     from reviewdesk.audit.verification import audit_anchor
 
     assert (await sync_to_async(audit_anchor)()).intact
+    assert (await sync_to_async(audit_sweep)()).intact
     for _ in range(SINCE_ANCHOR):
         await one_cycle(http, sock, people, 30)
 

@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.conf import settings
 
 from agents.decisions import key_id_for, rfc3339_signed, sign_payload, signature_valid
@@ -44,10 +45,6 @@ class CheckRecord:
     rows: int
     anchors: int
     last_anchor: Anchor | None  # the newest anchor the walk matched (None when broken, or none yet)
-
-
-class CheckRecordInvalid(Exception):
-    """The record file is not a check record, or its signature does not verify."""
 
 
 def check_record_path() -> Path:
@@ -88,22 +85,27 @@ PAYLOAD_FIELDS = (
 
 
 def check_record_write(record: CheckRecord, *, create_key: bool = True) -> bool:
-    """Sign `record` and replace the file with it, whole or not at all: written to a temporary
-    file beside it, flushed to disk, then renamed over it (a reader sees the old record or the
-    new one, never half of either). The file keeps the mode and owner the one it replaces had
-    (an operator's 0640 for a web tier in the worker's group survives every check).
+    """Sign `record` and replace the file with it (`signed_file_replace`).
 
     A record already there from a check that began later is kept (two checks at once: the
     later one's word stands); returns whether `record` was written. `create_key=False`: refuse
     (AnchorKeyMissing) rather than make an anchor key where there is none."""
     key = anchor_private_key(create=create_key)
     payload = _payload(record, key_id=key_id_for(key.public_key()))
-    data = json.dumps({**payload, "signature": sign_payload(key, payload)}, sort_keys=True) + "\n"
-    path = check_record_path()
     with contextlib.suppress(CheckRecordInvalid):
         current = check_record_read()
         if current is not None and current.at > record.at:
             return False
+    signed_file_replace(check_record_path(), payload, key)
+    return True
+
+
+def signed_file_replace(path: Path, payload: dict[str, Any], key: Ed25519PrivateKey) -> None:
+    """Sign `payload` with `key` and replace the file with it, whole or not at all: written to a
+    temporary file beside it, flushed to disk, then renamed over it (a reader sees the old
+    content or the new, never half of either). The file keeps the mode and owner the one it
+    replaces had (an operator's 0640 for a web tier in the worker's group survives every write)."""
+    data = json.dumps({**payload, "signature": sign_payload(key, payload)}, sort_keys=True) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # 0600
     try:
@@ -121,7 +123,6 @@ def check_record_write(record: CheckRecord, *, create_key: bool = True) -> bool:
         os.fsync(directory)  # the rename itself survives a crash
     finally:
         os.close(directory)
-    return True
 
 
 def _keep_mode_and_owner(fd: int, path: Path) -> None:
@@ -140,28 +141,52 @@ def check_record_read() -> CheckRecord | None:
 
     Raises CheckRecordInvalid when the file is malformed, signed by a key that is not among
     the anchor public keys, or its signature does not verify."""
+    payload = signed_file_read(
+        check_record_path(),
+        kind=RECORD_KIND,
+        version=RECORD_VERSION,
+        fields=PAYLOAD_FIELDS,
+        what="a full check",
+    )
+    return None if payload is None else _record(payload)  # as signed, so as written
+
+
+class SignedFileInvalid(Exception):
+    """A signed record file (`signed_file_read`) is malformed, unreadable or badly signed."""
+
+
+# The record of the last full check is not one, or its signature does not verify.
+CheckRecordInvalid = SignedFileInvalid
+
+
+def signed_file_read(
+    path: Path, *, kind: str, version: int, fields: tuple[str, ...], what: str
+) -> dict[str, Any] | None:
+    """The signed fields of the record of `what` at `path` (its `kind` and `version`), once the
+    signature verifies under one of the anchor public keys; None when there is no file.
+
+    Raises SignedFileInvalid when the file cannot be read, is not such a
+    record, is signed by an unknown key, or its signature does not verify."""
     try:
-        text = check_record_path().read_bytes().decode()
+        text = path.read_bytes().decode()
     except FileNotFoundError:
         return None
     except (OSError, UnicodeError) as exc:  # unreadable here: say so on the page, not a 500
-        raise CheckRecordInvalid(f"cannot be read ({type(exc).__name__}: {exc})") from None
+        raise SignedFileInvalid(f"cannot be read ({type(exc).__name__}: {exc})") from None
     try:
         entry = json.loads(text)
-        payload = {name: entry[name] for name in PAYLOAD_FIELDS}
+        payload = {name: entry[name] for name in fields}
         key_id, signature = str(entry["key_id"]), str(entry["signature"])
     except (ValueError, KeyError, TypeError):
-        raise CheckRecordInvalid("not a record of a full check") from None
-    if payload["kind"] != RECORD_KIND or payload["v"] != RECORD_VERSION:
-        raise CheckRecordInvalid(
-            f"not a record of a full check (kind {payload['kind']!r}, v {payload['v']!r})"
-        )
+        raise SignedFileInvalid(f"not a record of {what}") from None
+    if payload["kind"] != kind or payload["v"] != version:
+        raise SignedFileInvalid(f"not a record of {what} (kind {payload['kind']!r}, v {payload['v']!r})")
     public_key = anchor_public_keys().get(key_id)
     if public_key is None:
-        raise CheckRecordInvalid(f"signed by unknown key {key_id}")
+        raise SignedFileInvalid(f"signed by unknown key {key_id}")
     if not signature_valid(public_key, payload, signature):
-        raise CheckRecordInvalid("bad signature")
-    return _record(payload)  # as signed, so as check_record_write wrote it
+        raise SignedFileInvalid("bad signature")
+    return payload
 
 
 def _record(payload: dict[str, Any]) -> CheckRecord:

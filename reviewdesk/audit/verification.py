@@ -1,10 +1,11 @@
 """Walking the audit chain: the whole of it, the rows since its newest anchor, and anchoring.
 
 See chain.py for the hash rules, anchors.py for the anchor file and check_record.py for the
-last full check's record. Three checks walk the chain: `audit_check`, the whole of it (beat's
+last full check's record. Four checks walk the chain: `audit_check`, the whole of it (beat's
 `audit.check`, `verify_audit`); `audit_anchor`, the rows since the newest anchor before it
 anchors the head (beat's `audit.anchor`); `audit_check_recent`, the same rows, for the audit
-page. What each catches, and what none can, is written in docs/audit.md.
+page; `audit_check_window`, a window of rows anywhere in it (beat's `audit.sweep`, sweep.py).
+What each catches, and what none can, is written in docs/audit.md.
 """
 
 from __future__ import annotations
@@ -239,6 +240,47 @@ def audit_check_recent() -> RecentCheck:
     except _Broken as broken:
         return RecentCheck(False, broken.row_id, broken.problem, 0, since)
     return RecentCheck(True, None, "", walked.count - (since.count if since is not None else 0), since)
+
+
+@dataclass(frozen=True)
+class WindowCheck:
+    """What `audit_check_window` found: the rows it walked (`first`..`last` by id, None when
+    there were none), whether the chain goes on past `last`, and the first bad row."""
+
+    intact: bool
+    first_bad: int | None
+    problem: str
+    first: int | None
+    last: int | None
+    more: bool
+
+
+def audit_check_window(after: int, limit: int) -> WindowCheck:
+    """The next `limit` rows after id `after` (all rows from the start at 0), each by the full
+    walk's rule: its link to the row before it (read from the table, whatever the window), its
+    hash, and the unkeyed rows' bounds. The sweep (sweep.py) moves this window round the chain,
+    so that an edit or a deletion anywhere shows within one lap. Anchor lines are not read here
+    beyond the newest (its row id bounds the unkeyed rows, as in `_walk`): the full check reads
+    them all."""
+    try:
+        latest = newest_anchor()
+    except AnchorFileInvalid as exc:
+        return WindowCheck(False, None, str(exc), None, None, True)
+    before = AuditEvent.objects.filter(pk__lte=after).order_by("-id").only("hash", "version").first()
+    prev = before.hash if before is not None else GENESIS
+    keyed_seen = before is not None and before.version == ChainVersion.KEYED
+    plain_until = latest.last_id if latest is not None else None
+    boundary = plain_boundary()
+    first = last = None
+    for row in AuditEvent.objects.filter(pk__gt=after).order_by("id")[:limit].iterator():
+        problem = _row_problem(row, prev, keyed_seen, plain_until, boundary)
+        if problem is not None:
+            return WindowCheck(False, row.id, problem, first if first is not None else row.id, row.id, True)
+        keyed_seen = keyed_seen or row.version == ChainVersion.KEYED
+        prev, last = row.hash, row.id
+        first = row.id if first is None else first
+    more = last is not None and AuditEvent.objects.filter(pk__gt=last).exists()
+    return WindowCheck(True, None, "", first, last, more)
 
 
 def audit_anchor() -> AuditReport:

@@ -38,9 +38,10 @@ def _flush_retrying_a_deadlock(original):
         result = flush(self)
         # The anchor file vouches for rows of the database just emptied: it goes with them, or
         # the next test's chain would be reported as rows "anchored, then deleted". So does the
-        # last full check's record, which speaks of those rows.
+        # last full check's record, which speaks of those rows, and the last sweep's.
         Path(settings.DESK_AUDIT_ANCHOR_FILE).unlink(missing_ok=True)
         Path(settings.DESK_AUDIT_CHECK_FILE).unlink(missing_ok=True)
+        Path(settings.DESK_AUDIT_SWEEP_FILE).unlink(missing_ok=True)
         return result
 
     def flush(self):

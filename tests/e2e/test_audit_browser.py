@@ -1,5 +1,5 @@
 """The audit page in headless Chromium, against daphne and a Celery worker: the chain's line
-says what was checked now and when in full, the admin filters by actor and action, the filters
+says what was checked now, what beat's sweep walked and when, and when the chain was checked in full, the admin filters by actor and action, the filters
 stay in the URL, and the CSV export holds exactly the rows the page shows."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pytest
 from django.core.management import call_command
 
 from reviewdesk.accounts.services import token_create
+from reviewdesk.audit.sweep import audit_sweep
 from reviewdesk.audit.verification import audit_anchor
 from tests.conftest import SEND_EMAIL_SCRIPT
 from tests.e2e.conftest import http, wait_for_run
@@ -55,20 +56,24 @@ def test_the_admin_filters_the_audit_by_actor_and_action_and_exports_what_the_pa
     rejected = wait_for_run(live_stack, carol, rejected_run, "input_required")["approvals"][0]
     decide(live_stack, bob, approved, "approve")
     decide(live_stack, alice, rejected, "reject")
-    # Beat's two audit tasks, in this process (the stack runs no beat): an anchor over the
-    # head, then the full check, recorded where the web process reads it (the same var/).
+    # Beat's three audit tasks, in this process (the stack runs no beat): an anchor over the
+    # head, the full check and a sweep, recorded where the web process reads them (the same var/).
     assert off_the_loop(audit_anchor).intact
     off_the_loop(lambda: call_command("verify_audit", "--record"))
+    assert off_the_loop(audit_sweep).intact
 
     page = log_in(browser, live_stack, "admin", "/audit/")
     page.wait_for_selector("#chain-status")
     assert page.get_attribute("#chain-status", "class") == "flash success"
     when = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
     assert re.fullmatch(
-        rf"Hash chain intact: the [\d,]+ rows? since the last anchor \(row \d+ at {when}\) checked now; "
+        rf"Hash chain intact: (?:the [\d,]+ rows? since the last anchor \(row \d+ at {when}\)|"
+        rf"the last anchor \(row \d+ at {when}\), with no row since,) checked now; "
+        rf"rows \d+\u2013\d+ swept at {when} \(every row to row \d+ swept since {when}\); "
         rf"the whole chain \([\d,]+ rows\) checked in full at {when}\.",
         page.text_content("#chain-status").strip(),
     ), page.text_content("#chain-status")
+    shoot(page, "audit-chain")
     page.fill("#filter-actor", "bob")
     page.fill("#filter-action", "decision.")
     page.click("#audit-filters button[type=submit]")

@@ -199,7 +199,8 @@ def _subject_url(event: AuditEvent) -> str:
 def audit_page(request: HttpRequest) -> HttpResponse:
     """The audit trail for admins: filtered, a page at a time, each decision's signature
     checked as it is shown, and the chain's status (the rows since the newest anchor checked
-    now, the whole chain as beat's last full check found it: desk/chain_status.py)."""
+    now, the window beat's last sweep walked and when, the whole chain as beat's last full check
+    found it: desk/chain_status.py)."""
     _require_admin(request)
     context: dict = {"chain": chain_status(), "filters": {}, "page": None, "error": ""}
     try:

@@ -1,9 +1,10 @@
 """The audit page's line on the hash chain, as the admin reads it.
 
 On each load the page checks only what is new: the newest anchor (its line's signature), its
-row, and the rows after it. For the rest it shows beat's last full check (`audit.check`), as
-recorded, signed, outside the database, with its time; it never calls the whole chain intact
-on less. An attacker edits the database here, as in test_verify_audit.py.
+row, and the rows after it. For the rest it shows beat's last sweep (`audit.sweep`, a window of
+rows round the chain) and last full check (`audit.check`), as recorded, signed, outside the
+database, with their times; it never calls the whole chain intact on less. An attacker edits
+the database here, as in test_verify_audit.py.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from reviewdesk.audit.chain import plain_hash, row_fields
 from reviewdesk.audit.check_record import check_record_read
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.audit.services import audit_record
-from reviewdesk.audit.tasks import anchor, check
+from reviewdesk.audit.sweep import sweep_read
+from reviewdesk.audit.tasks import anchor, check, sweep
 from reviewdesk.desk import chain_status
 from tests.reviewdesk.audit.test_verify_audit import legacy_rows
 
@@ -51,7 +53,7 @@ def chain_line(client: Client) -> tuple[str, str]:
     """(the status line's flash class, its text) on the audit page."""
     page = client.get(reverse("audit")).content.decode()
     kind, text = re.search(r'<p class="flash (\w+)" id="chain-status">(.*?)</p>', page, re.S).groups()
-    return kind, html.unescape(text)
+    return kind, html.unescape(re.sub(r"<[^>]+>", "", text))  # its clauses are set a line each
 
 
 def shown(moment: datetime | str) -> str:
@@ -74,17 +76,30 @@ def full_check_at() -> str:
     return shown(check_record_read().at)
 
 
+def swept(first: AuditEvent, last: AuditEvent) -> str:
+    """The line's words on the last sweep, which walked `first` to `last` and ended a lap there."""
+    record = sweep_read()
+    return (
+        f"rows {first.pk}\N{EN DASH}{last.pk} swept at {shown(record.at)} "
+        f"(every row to row {last.pk} swept since {shown(record.lap_done)})"
+    )
+
+
+NO_SWEEP = "no sweep of the older rows recorded yet: beat's audit.sweep runs every minute"
+
+
 def test_the_admin_reads_what_was_checked_now_and_when_the_whole_chain_was_checked_in_full(
     admin, anchor_file
 ):
-    record(3)
+    rows = record(3)
     anchor()
     check()
+    sweep()
     record(2)
 
     assert chain_line(admin) == (
         "success",
-        f"Hash chain intact: {since_anchor(anchor_file, '2 rows')} checked now; "
+        f"Hash chain intact: {since_anchor(anchor_file, '2 rows')} checked now; {swept(rows[0], rows[2])}; "
         f"the whole chain (3 rows) checked in full at {full_check_at()}.",
     )
 
@@ -105,15 +120,16 @@ def test_a_row_edited_after_the_newest_anchor_shows_broken_at_that_row_now(admin
     assert chain_line(admin) == ("error", f"Hash chain broken at row {victim.pk}: {EDITED} (checked now).")
 
 
-def test_a_row_edited_before_the_newest_anchor_shows_with_the_next_full_check_and_its_time(
-    admin, anchor_file
-):
-    """Until the next full check the page vouches for the whole chain only as that check saw it,
-    with its time; after it, the row is named broken, with the check's time."""
+def test_a_row_edited_before_the_newest_anchor_shows_with_the_next_sweep_and_its_time(admin, anchor_file):
+    """Until the next sweep the page vouches for the older rows only as the last sweep and the
+    last full check saw them, with their times; after it, the row is named broken, with the
+    sweep's time, and with the full check's too once that has run."""
     rows = record(4)
     anchor()
     check()
     seen_at = full_check_at()
+    sweep()
+    was_swept = swept(rows[0], rows[3])
     record(1)
     anchor()
     record(1)
@@ -121,8 +137,17 @@ def test_a_row_edited_before_the_newest_anchor_shows_with_the_next_full_check_an
 
     assert chain_line(admin) == (
         "success",
-        f"Hash chain intact: {since_anchor(anchor_file, '1 row')} checked now; "
+        f"Hash chain intact: {since_anchor(anchor_file, '1 row')} checked now; {was_swept}; "
         f"the whole chain (4 rows) checked in full at {seen_at}.",
+    )
+
+    sweep()
+
+    swept_at = shown(sweep_read().at)
+    assert chain_line(admin) == (
+        "error",
+        f"Hash chain broken at row {rows[1].pk}: {EDITED} (the sweep at {swept_at}); "
+        f"{since_anchor(anchor_file, '1 row')} is intact, checked now.",
     )
 
     check()
@@ -130,6 +155,7 @@ def test_a_row_edited_before_the_newest_anchor_shows_with_the_next_full_check_an
     assert chain_line(admin) == (
         "error",
         f"Hash chain broken at row {rows[1].pk}: {EDITED} (the full check at {full_check_at()}); "
+        f"Hash chain broken at row {rows[1].pk}: {EDITED} (the sweep at {swept_at}); "
         f"{since_anchor(anchor_file, '1 row')} is intact, checked now.",
     )
 
@@ -207,7 +233,8 @@ def test_without_a_valid_full_check_the_whole_chain_is_not_called_intact(
     }[record_state]
     assert kind == "warning"
     assert text.startswith(
-        f"Hash chain not yet checked in full: {since_anchor(anchor_file, '1 row')} is intact, checked now; {why}"
+        f"Hash chain not yet checked in full: {since_anchor(anchor_file, '1 row')} is intact, checked now; "
+        f"{NO_SWEEP}; {why}"
     )
     assert text.endswith(f": {RUN_THE_FULL_CHECK}.")
 
@@ -215,9 +242,11 @@ def test_without_a_valid_full_check_the_whole_chain_is_not_called_intact(
 def test_a_full_check_long_overdue_is_no_longer_taken_for_the_whole_chain(admin, anchor_file, settings):
     """Beat's full check stopped (two of its intervals gone by): the line turns amber and says
     since when, where a green "intact" would vouch for rows nobody has checked since."""
-    record(3)
+    rows = record(3)
     anchor()
     check()
+    settings.DESK_AUDIT_SWEEP_SECONDS = 3 * 3600  # the sweep is not overdue at any time below
+    sweep()
     record(1)
     seen_at = full_check_at()
     settings.DESK_AUDIT_CHECK_SECONDS = 3600
@@ -231,13 +260,16 @@ def test_a_full_check_long_overdue_is_no_longer_taken_for_the_whole_chain(admin,
     assert kind == "warning"
     assert text == (
         f"Hash chain not checked in full since {seen_at} (3 rows intact then; beat's audit.check should "
-        f"run every hour): {since_anchor(anchor_file, '1 row')} is intact, checked now; {RUN_THE_FULL_CHECK}."
+        f"run every hour): {since_anchor(anchor_file, '1 row')} is intact, checked now; "
+        f"{swept(rows[0], rows[2])}; {RUN_THE_FULL_CHECK}."
     )
 
 
 def describe_at(now: datetime) -> tuple[str, str]:
     """The status line as the page would say it at `now`."""
-    status = chain_status.describe(verification.audit_check_recent(), check_record_read(), "", now=now)
+    status = chain_status.describe(
+        verification.audit_check_recent(), check_record_read(), "", sweep=sweep_read(), now=now
+    )
     return status.kind, status.text
 
 
@@ -248,6 +280,7 @@ def test_the_page_checks_the_newest_anchor_line_and_hashes_only_the_rows_from_it
         rows = record(6)
         anchor()
     check()
+    sweep()
     newer = record(3)
     hashed, verified = [], []
     row_hash, signature_valid = verification.row_hash, anchors.signature_valid
@@ -296,12 +329,14 @@ def test_a_row_no_hash_can_cover_is_named_broken_not_a_crash(admin, anchor_file)
     assert f"BROKEN at row {after.pk}: its contents cannot be hashed" in anchor()
 
 
-def test_a_record_dated_in_the_future_is_not_taken_for_a_full_check(admin, anchor_file):
+def test_a_record_dated_in_the_future_is_not_taken_for_a_full_check(admin, anchor_file, settings):
     """A worker whose clock runs ahead signs a time still to come: believed, it would keep the
     line green that much longer past it."""
     record(2)
     anchor()
     check()
+    settings.DESK_AUDIT_SWEEP_SECONDS = 3600  # the sweep is not overdue at any time below
+    sweep()
     record(1)
     later = check_record_read().at + timedelta(minutes=10)
 
@@ -310,6 +345,8 @@ def test_a_record_dated_in_the_future_is_not_taken_for_a_full_check(admin, ancho
     assert kind == "warning"
     assert text.startswith(
         f"Hash chain not yet checked in full: {since_anchor(anchor_file, '1 row')} is intact, checked now; "
+        f"the record of the last sweep is not valid (it is dated {shown(sweep_read().at)}, in the future): "
+        "wait for beat's audit.sweep; "
         f"the record of the last full check is not valid (it is dated {full_check_at()}, in the future)"
     )
     assert describe_at(later)[0] == "success"
@@ -352,14 +389,15 @@ def test_broken_now_and_at_the_last_full_check_says_both(admin):
 
 
 def test_no_row_since_the_newest_anchor_is_said_as_such(admin, anchor_file):
-    record(2)
+    rows = record(2)
     anchor()
     check()
+    sweep()
     line = newest_line(anchor_file)
 
     assert chain_line(admin)[1].startswith(
         f"Hash chain intact: the last anchor (row {line['last_id']} at {shown(line['at'])}), with no row "
-        "since, checked now; the whole chain (2 rows) checked in full at"
+        f"since, checked now; {swept(rows[0], rows[1])}; the whole chain (2 rows) checked in full at"
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import stat
 
 import pytest
+from django.db import connection
 
 from reviewdesk.audit.keys import AuditKeyMissing, audit_key, audit_key_problem
 from reviewdesk.audit.models import AuditEvent
@@ -20,6 +21,22 @@ def test_a_keyed_row_moved_to_another_id_fails():
     AuditEvent.objects.filter(pk=first.pk).update(id=first.pk + 10)
     report = audit_check()
     assert (report.intact, report.first_bad) == (False, first.pk + 10)
+
+
+def test_a_keyed_row_whose_actor_id_was_edited_fails(personas):
+    """The actor's name is kept beside the id (renames keep the name): an edit of the id alone,
+    pinning the action on another user with the name left as it was, is caught by the hash."""
+    row = audit_record(actor=personas.alice, action="test.step", subject_type="run", subject_id=1)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {AuditEvent._meta.db_table} SET actor_id = %s WHERE id = %s", [personas.bob.pk, row.pk]
+        )
+    assert AuditEvent.objects.get(pk=row.pk).actor_name == "alice"
+
+    report = audit_check()
+
+    assert (report.intact, report.first_bad) == (False, row.pk)
+    assert report.problem.startswith("its hash does not match its contents")
 
 
 def test_the_key_file_is_created_0600_and_the_environment_overrides_it(settings, tmp_path):

@@ -330,17 +330,18 @@ def test_the_audit_page_shows_the_chain_intact_then_broken(decided, personas, se
     has the rest: anchors, beat's full check)."""
     settings.DESK_AUDIT_ANCHOR_FILE = tmp_path / "audit_anchors.jsonl"
     settings.DESK_AUDIT_CHECK_FILE = tmp_path / "audit_check.json"
+    settings.DESK_AUDIT_SWEEP_FILE = tmp_path / "audit_sweep.json"
     client = logged_in(personas.admin)
     rows = AuditEvent.objects.count()
     assert (
-        f'<p class="flash success" id="chain-status">Hash chain intact: all {rows} rows (no anchor yet) checked now.</p>'
-        in client.get(reverse("audit")).content.decode()
+        f'<p class="flash success" id="chain-status"><span class="chain-line">Hash chain intact: all {rows} rows '
+        "(no anchor yet) checked now.</span></p>" in client.get(reverse("audit")).content.decode()
     )
     victim = AuditEvent.objects.order_by("id")[2]
     AuditEvent.objects.filter(id=victim.id).update(actor_name="mallory")
     assert (
-        f'<p class="flash error" id="chain-status">Hash chain broken at row {victim.id}: its hash does not match '
-        "its contents (edited, or recomputed without the key) (checked now).</p>"
+        f'<p class="flash error" id="chain-status"><span class="chain-line">Hash chain broken at row {victim.id}: '
+        "its hash does not match its contents (edited, or recomputed without the key) (checked now).</span></p>"
         in client.get(reverse("audit")).content.decode()
     )
 

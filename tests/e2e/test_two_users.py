@@ -115,6 +115,7 @@ def settings_env(paths: dict[str, Path], port: int) -> dict[str, str]:
         "DESK_AUDIT_ANCHOR_FILE": str(paths["audit"] / "audit_anchors.jsonl"),
         "DESK_AUDIT_ANCHOR_KEYS_FILE": str(paths["audit"] / "audit_anchor_keys.json"),
         "DESK_AUDIT_CHECK_FILE": str(paths["audit"] / "audit_check.json"),
+        "DESK_AUDIT_SWEEP_FILE": str(paths["audit"] / "audit_sweep.json"),
         # The test's own queue and channel prefix; scripted models drive the run (off by default
         # in production).
         "DESK_CELERY_QUEUE": f"{settings.CELERY_TASK_DEFAULT_QUEUE}-two-users",

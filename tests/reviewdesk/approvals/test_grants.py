@@ -241,7 +241,7 @@ def test_an_endswith_domain_grant_cannot_send_mail_to_another_domain(personas, m
     approve_with_grant(personas, match={"to": {"endswith": "@example.com"}})
     run = run_until_it_stops(personas, email_script(to="evil@evil.org (x@example.com"))
     assert not run.approvals.exists()  # the call is invalid: no reviewer is asked, and no grant used
-    assert not Grant.objects.filter(uses__gt=0).exists()
+    assert not GrantUse.objects.exists()
     assert mailoutbox == []
 
 

@@ -3,10 +3,11 @@
 Revoking a grant signs a revocation with the desk's key (`agents.grants.revocation_payload`),
 stores it on the grant's row and appends it to DESK_GRANT_REVOCATIONS_FILE, in the revoke's
 transaction: the web tier writes the file, workers only read it. Before a grant is used (and
-before a call it allowed is tried again) the gate's ledger asks `grant_revoked`: the row's
-`revoked_at`, the row's signed revocation, and the pinned ones. A database writer can clear the
-row's columns; the file is beyond its reach, as the device-key revocations `trust pin` writes
-are (docs/device-keys.md). A record that does not verify under the keyring revokes nothing.
+before a call it allowed is tried again) the gate's ledger reads the row's `revoked_at` and
+asks `grant_signed_revoked`: the row's signed revocation, and the pinned ones. A database
+writer can clear the row's columns; the file is beyond its reach, as the device-key
+revocations `trust pin` writes are (docs/device-keys.md). A record that does not verify under
+the keyring revokes nothing.
 
 The file is append-only JSON lines, each `{"payload": {...}, "signature": "..."}`, each written
 after a newline of its own so a line cut short by a crash cannot swallow the next one.
@@ -105,12 +106,11 @@ def pinned_revocations(grant_id: str, path: Path | None = None) -> list[SignedRe
     return list(cached[1].get(str(grant_id), ()))
 
 
-def grant_revoked(grant: Grant) -> bool:
-    """Whether the grant is revoked by its row or by a signed revocation, stored or pinned,
-    whatever its row's `revoked_at` says. A file that cannot be read counts as revoked: the gate
-    then asks a human rather than trust a grant whose revocation it cannot see."""
-    if grant.revoked_at is not None:
-        return True
+def grant_signed_revoked(grant: Grant) -> bool:
+    """Whether a signed revocation, stored on the grant's row or pinned in the file, revokes the
+    grant, whatever the row's `revoked_at` says (the caller's query reads that). A pinned file
+    that cannot be read counts as a revocation: the gate then asks a human rather than trust a
+    grant whose revocation it cannot see."""
     keyring = signing.FileKeyring()
     stored = (
         [SignedRevocation(payload=grant.revocation, signature=grant.revocation_signature)]

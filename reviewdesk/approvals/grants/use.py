@@ -1,11 +1,11 @@
 """The gate's half of standing grants: the live grants for a call, the one whose signed match
 and grantor fit it, and its use. A use locks the grant's row, re-reads it (unrevoked, unexpired,
-no signed revocation stored or pinned: `revocations.grant_revoked`), counts its use rows against
-the signed limit and writes the next one: two workers racing for the last use cannot both win
-(the lock, and the unique use number behind it), and a revocation stops the very next call. Any
-refusal, a use row the database refuses included, is a `False` the gate turns into GrantRefused,
-so the call asks a human. Whatever the scope, a grant is used only on runs its grantor could
-decide (four eyes, assignment)."""
+and no signed revocation stored or pinned: `revocations.grant_signed_revoked`), counts its use
+rows against the signed limit and writes the next one: two workers racing for the last use
+cannot both win (the lock, and the unique use number behind it), and a revocation stops the
+very next call. Any refusal, a use row the database refuses included, is a `False` the gate
+turns into GrantRefused, so the call asks a human. Whatever the scope, a grant is used only on
+runs its grantor could decide (four eyes, assignment)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from agents.grants import SignedGrant, grant_mismatch
 from agents.ledger import CallBinding
 from agents.state import CallState
 from reviewdesk.approvals.access import may_review_run
-from reviewdesk.approvals.grants.revocations import grant_revoked
+from reviewdesk.approvals.grants.revocations import grant_signed_revoked
 from reviewdesk.approvals.lifecycle.routing import named_for_call
 from reviewdesk.approvals.models import (
     Grant,
@@ -78,7 +78,7 @@ def grant_is_live(grant_id: str) -> bool:
     """Neither revoked (by its row or a signed revocation) nor expired now, its uses aside
     (see `Ledger.grant_live`)."""
     grant = Grant.objects.filter(pk=grant_id, revoked_at__isnull=True, expires_at__gt=timezone.now()).first()
-    return grant is not None and not grant_revoked(grant)
+    return grant is not None and not grant_signed_revoked(grant)
 
 
 def grant_use(*, grant_id: str, binding: CallBinding, max_uses: int, attempt: Attempt | None) -> bool:
@@ -98,7 +98,7 @@ def grant_use(*, grant_id: str, binding: CallBinding, max_uses: int, attempt: At
         .filter(pk=grant_id, revoked_at__isnull=True, expires_at__gt=now)
         .first()
     )
-    if grant is None or grant_revoked(grant):
+    if grant is None or grant_signed_revoked(grant):
         return False
     used = GrantUse.objects.filter(grant=grant).count()
     if used >= max_uses:

@@ -22,6 +22,11 @@ A missing argument, or one of the wrong type for its operator, never matches.
 
 A grant payload says `"type": "grant"` and has no `decision_id`; a decision's has
 no `type` and no `grant_id`: neither verifies as the other.
+
+Revoking a grant signs a revocation with the same key (`"type": "grant-revocation"`: the
+grant id, who revoked it and when). The ledger refuses a grant that any revocation it holds
+names and that verifies under the keyring (`revokes`), whatever the grant's row says: clearing
+a database column does not bring back a consent its grantor withdrew.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ from agents.state import CallState, CallStatus
 
 GRANT_PAYLOAD_TYPE = "grant"
 GRANT_PAYLOAD_VERSION = 1
+REVOCATION_PAYLOAD_TYPE = "grant-revocation"
+REVOCATION_PAYLOAD_VERSION = 1
 MATCH_EXACT = "exact"
 MATCH_CONSTRAINTS = "constraints"
 
@@ -67,6 +74,14 @@ class SignedGrant:
     payload: dict[str, Any]
     signature: str  # base64
     key_id: str
+
+
+@dataclass(frozen=True)
+class SignedRevocation:
+    """A grant's revocation as stored and pinned: its payload and the desk key's signature."""
+
+    payload: dict[str, Any]
+    signature: str  # base64
 
 
 class GrantRefused(DecisionRefused):
@@ -204,6 +219,32 @@ def grant_payload(
         "nonce": nonce if nonce is not None else secrets.token_hex(16),
         "key_id": key_id,
     }
+
+
+def revocation_payload(
+    *, grant_id: str, revoked_by: str, revoked_at: datetime, key_id: str
+) -> dict[str, Any]:
+    """The payload a grant revocation's signature covers: which grant, who ended it, when."""
+    return {
+        "type": REVOCATION_PAYLOAD_TYPE,
+        "version": REVOCATION_PAYLOAD_VERSION,
+        "grant_id": str(grant_id),
+        "revoked_by": revoked_by,
+        "revoked_at": rfc3339_signed(revoked_at),
+        "key_id": key_id,
+    }
+
+
+def revokes(revocation: SignedRevocation, grant_id: str, *, keyring: Keyring) -> bool:
+    """Whether `revocation` revokes the grant `grant_id`: it names it and verifies under a key of
+    the keyring. Anything else (another grant, a forged or damaged record) revokes nothing."""
+    payload = revocation.payload
+    if not isinstance(payload, dict) or payload.get("type") != REVOCATION_PAYLOAD_TYPE:
+        return False
+    if payload.get("grant_id") != str(grant_id):
+        return False
+    public_key = keyring.public_key(str(payload.get("key_id")))
+    return public_key is not None and signature_valid(public_key, payload, str(revocation.signature))
 
 
 def grant_mismatch(

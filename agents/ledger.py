@@ -98,12 +98,15 @@ class Ledger(Protocol):
 
     def use_grant(self, grant_id: str, *, binding: CallBinding, max_uses: int) -> bool:
         """Count one use of the grant for this call, with the ledger row: False when the grant
-        is revoked, expired or has `max_uses` uses already (compare-and-set, race-safe)."""
+        is revoked (by its row or by a signed revocation, whatever the row says), expired or
+        has `max_uses` uses already, and when the use cannot be recorded (race-safe: two uses
+        never both take a last one). False, never an error: the gate asks a human instead."""
         ...
 
     def grant_live(self, grant_id: str) -> bool:
-        """Whether the grant is neither revoked nor expired now (its uses aside): asked before an
-        external call it allowed is tried again, whose use its first try counted."""
+        """Whether the grant is neither revoked (as for `use_grant`) nor expired now, its uses
+        aside: asked before an external call it allowed is tried again, whose use its first try
+        counted."""
         ...
 
     def adopt(self, key: str) -> None:

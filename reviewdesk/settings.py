@@ -209,6 +209,12 @@ DESK_TOOL_WORLD = env_str("DESK_TOOL_WORLD", "reviewdesk.demo.world.DjangoDemoWo
 # public keyring. Both default to files created under var/ on first use.
 DESK_SIGNING_KEY_FILE = Path(env_str("DESK_SIGNING_KEY_FILE", str(VAR_DIR / "signing_key.pem")))
 DESK_VERIFY_KEYS_FILE = Path(env_str("DESK_VERIFY_KEYS_FILE", str(VAR_DIR / "verify_keys.json")))
+# Grant revocations, signed with the signing key and appended here by the web tier as it revokes:
+# workers read it (read-only is enough) before every use of a grant, so a revocation holds even
+# when a database writer clears the grant's row. On several web hosts, keep it on storage they share.
+DESK_GRANT_REVOCATIONS_FILE = Path(
+    env_str("DESK_GRANT_REVOCATIONS_FILE", str(VAR_DIR / "grant_revocations.jsonl"))
+)
 # Device keys: the admin public keys workers pin, written by `manage.py trust pin`
 # and read-only for workers; endorsements of reviewers' own keys must chain to one of them.
 DESK_TRUST_FILE = Path(env_str("DESK_TRUST_FILE", str(VAR_DIR / "trust.json")))

@@ -1,5 +1,8 @@
 from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
+from reviewdesk.approvals.grants.access import grants_with_uses
 from reviewdesk.approvals.models import ApprovalRequest, Decision, Grant
 from reviewdesk.lib.admin import ReadOnlyAdmin
 
@@ -25,3 +28,6 @@ class GrantAdmin(ReadOnlyAdmin):
     list_display = ("id", "tool", "scope", "uses", "max_uses", "expires_at", "granted_by", "revoked_at")
     list_filter = ("scope", "tool")
     list_select_related = ("granted_by",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Grant]:
+        return grants_with_uses(super().get_queryset(request))  # `uses` counts its use rows

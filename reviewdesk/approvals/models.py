@@ -246,8 +246,11 @@ class Grant(models.Model):
     """A standing approval ("always allow"), signed with the desk's key like a decision.
 
     The signed `payload` is what the gate trusts; the columns repeat it for queries and
-    pages. `uses` only grows, by a conditional UPDATE bounded by the signed `max_uses`
-    (approvals.grants.use.grant_use); `revoked_at` ends it at once, because every use re-reads it.
+    pages. Its uses are its `GrantUse` rows, counted under the grant row's lock against the
+    signed `max_uses` (approvals.grants.use.grant_use): no counter of its own to drift from them.
+    Revoking sets `revoked_at` and stores the signed `revocation`, also pinned in
+    DESK_GRANT_REVOCATIONS_FILE (approvals.grants.revocations): every use re-reads all three, so
+    clearing the columns does not bring a revoked grant back.
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -264,7 +267,6 @@ class Grant(models.Model):
     arguments = models.JSONField(null=True, blank=True)
     constraints = models.JSONField(null=True, blank=True)
     max_uses = models.PositiveIntegerField()
-    uses = models.PositiveIntegerField(default=0)
     expires_at = models.DateTimeField()
     granted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="grants")
     created_at = models.DateTimeField()
@@ -275,15 +277,14 @@ class Grant(models.Model):
     payload = models.JSONField()
     signature = models.TextField()
     key_id = models.CharField(max_length=64)
+    # The revocation's signed payload and signature (agents.grants.revocation_payload), or none.
+    revocation = models.JSONField(null=True, blank=True)
+    revocation_signature = models.TextField(blank=True)
 
     class Meta:
         ordering = ["-created_at"]
         constraints = [
             models.CheckConstraint(condition=models.Q(scope__in=GrantScope.values), name="grant_scope_valid"),
-            # The database refuses a use beyond the limit even if a service forgot to ask.
-            models.CheckConstraint(
-                condition=models.Q(uses__lte=models.F("max_uses")), name="grant_uses_within_limit"
-            ),
             models.CheckConstraint(condition=models.Q(max_uses__gte=1), name="grant_max_uses_positive"),
         ]
         indexes = [models.Index(fields=["tool", "revoked_at", "expires_at"])]
@@ -291,9 +292,18 @@ class Grant(models.Model):
     def __str__(self) -> str:
         return f"grant {self.pk} for {self.tool} ({self.scope})"
 
+    @property
+    def uses(self) -> int:
+        """How many calls it allowed: its use rows, as counted for a list (`use_count`, see
+        approvals.grants.access.grants_with_uses), else counted now."""
+        counted = self.__dict__.get("use_count")
+        return int(counted) if counted is not None else self.grant_uses.count()
+
 
 class GrantUse(models.Model):
-    """One call a grant allowed, written with its ledger row: one use per call, ever."""
+    """One call a grant allowed, written with its ledger row: one use per call, ever. The rows
+    are the count of its uses, numbered 1 to max_uses: a second row with a number taken (two
+    uses racing, or rows tampered with) is refused by the database, and the gate asks a human."""
 
     grant = models.ForeignKey(Grant, on_delete=models.PROTECT, related_name="grant_uses")
     run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="grant_uses")

@@ -21,7 +21,7 @@ from django.db import connection
 from django.utils import timezone
 
 from agents.state import CallState
-from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus, Decision, Grant, GrantScope
+from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus, Decision, Grant, GrantScope, GrantUse
 from reviewdesk.lib.db import prefetched_as
 from reviewdesk.lib.db_rows import (
     Columns,
@@ -95,7 +95,9 @@ def grants_live_for(*, run: Run, tool: str) -> list[Grant]:
         f"SELECT {g.sql}, {u.sql} FROM {table(Grant)} g "
         f"JOIN {table(user_model)} u ON u.{column(user_model, 'id')} = g.{column(Grant, 'granted_by')} "
         f"WHERE g.{column(Grant, 'revoked_at')} IS NULL AND g.{column(Grant, 'expires_at')} > %s "
-        f"AND g.{column(Grant, 'uses')} < g.{column(Grant, 'max_uses')} AND g.{column(Grant, 'tool')} = %s "
+        # Its uses are its use rows (the unique (grant, number) index answers the count).
+        f"AND (SELECT COUNT(*) FROM {table(GrantUse)} gu WHERE gu.{column(GrantUse, 'grant')} = g.{column(Grant, 'id')}) "
+        f"< g.{column(Grant, 'max_uses')} AND g.{column(Grant, 'tool')} = %s "
         f"AND ((g.{column(Grant, 'scope')} = %s AND g.{column(Grant, 'run')} = %s) "
         f"OR (g.{column(Grant, 'scope')} = %s AND g.{column(Grant, 'agent')} = %s) OR g.{column(Grant, 'scope')} = %s) "
         # Newest first, as the ORM's query came (Grant.Meta.ordering): the caller's sort is

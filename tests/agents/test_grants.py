@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from agents.canonical import sha256_hex
-from agents.gate import ApprovalGate, CallBinding, GrantRefused
-from agents.grants import constraint_errors, constraints_match
+from agents.decisions import sign_payload
+from agents.gate import ApprovalGate, CallBinding, GrantRefused, TransientFailure
+from agents.grants import SignedRevocation, constraint_errors, constraints_match, revocation_payload, revokes
 from agents.loop import Finished, Waiting, advance
 from agents.providers.scripted import ScriptedProvider
 from agents.registry import get_agent
@@ -26,7 +27,7 @@ from agents.testing.host import InMemoryHost
 from agents.testing.keys import StaticKeyring, generate_signing_key, sign_decision, sign_grant
 from agents.testing.ledger import InMemoryLedger
 from agents.testing.world import RecordingWorld
-from agents.tools import ToolContext
+from agents.tools import ToolContext, ToolUnavailable
 
 DEMO = get_agent("demo")
 SEND_EMAIL = DEMO.tool("send_email")
@@ -274,6 +275,58 @@ def test_a_revoked_grant_is_refused_at_its_use():
     with pytest.raises(GrantRefused, match="revoked"):
         desk.run(grant)
     assert desk.world.emails == []
+
+
+def test_a_grant_for_one_tool_is_refused_for_another_whose_arguments_share_its_field_names():
+    """A pattern over `to` and an exact argument hash say nothing of the tool: the signed tool
+    name does. Another grantable tool taking the same fields (here a text message) is refused."""
+    send_sms = replace(SEND_EMAIL, name="send_sms")
+    desk = Gate()
+    pattern = desk.grant(arguments=None, constraints={"to": {"endswith": "@example.com"}}, max_uses=5)
+    with pytest.raises(GrantRefused, match="another tool"):
+        desk.run(pattern, tool=send_sms, call="call_0_0")
+    with pytest.raises(GrantRefused, match="another tool"):
+        desk.run(desk.grant(), tool=send_sms, call="call_0_1")  # the same arguments, hash and all
+    assert desk.world.emails == [] and desk.ledger.rows == {} and desk.ledger.grant_uses == {}
+    assert desk.run(pattern, call="call_0_2")["sent"] is True  # its own tool: allowed
+
+
+def test_a_retry_under_a_grant_that_has_since_expired_is_refused_and_sends_nothing():
+    """The first try of a granted email failed certainly unsent (its use counted); by its retry
+    the grant's signed expiry has passed. The ledger here knows nothing of expiry (only
+    revocations), so it is the gate's own check of the signed payload that refuses it."""
+    desk = Gate()
+    grant = desk.grant(expires_at=NOW + timedelta(minutes=5))
+
+    def unavailable(arguments, ctx):
+        raise ToolUnavailable("mail server down")
+
+    with pytest.raises(TransientFailure):
+        desk.run(grant, tool=replace(SEND_EMAIL, func=unavailable))
+    assert desk.ledger.rows[f"{RUN}:call_0_0"].status == "retrying"
+    desk.gate.now = lambda: NOW + timedelta(minutes=6)
+    with pytest.raises(GrantRefused, match="expired"):
+        desk.run(grant)
+    assert desk.world.emails == [] and desk.ledger.rows[f"{RUN}:call_0_0"].status == "retrying"
+
+
+def test_a_revocation_revokes_only_the_grant_it_names_and_only_when_its_signature_verifies():
+    key, key_id = generate_signing_key()
+    keyring = StaticKeyring.of(key)
+    payload = revocation_payload(grant_id="g-1", revoked_by="alice", revoked_at=NOW, key_id=key_id)
+    signed = SignedRevocation(payload=payload, signature=sign_payload(key, payload))
+    assert payload["type"] == "grant-revocation" and payload["revoked_at"] == "2030-01-02T03:04:05Z"
+    assert revokes(signed, "g-1", keyring=keyring)
+    assert not revokes(signed, "g-2", keyring=keyring)  # another grant's
+    forged = SignedRevocation(payload={**payload, "grant_id": "g-2"}, signature=signed.signature)
+    assert not revokes(forged, "g-2", keyring=keyring)  # the signature covers the grant id
+    other, other_id = generate_signing_key()
+    unknown = {**payload, "key_id": other_id}
+    assert not revokes(SignedRevocation(unknown, sign_payload(other, unknown)), "g-1", keyring=keyring)
+    grant = sign_grant(key, key_id=key_id, tool="send_email", run_id=RUN, arguments=EMAIL, grant_id="g-1")
+    assert not revokes(
+        SignedRevocation(grant.payload, grant.signature), "g-1", keyring=keyring
+    )  # no revocation
 
 
 # --- the loop -------------------------------------------------------------------------

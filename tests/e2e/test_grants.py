@@ -1,6 +1,7 @@
 """Standing grants on real processes (daphne, a Celery worker on Redis): a grant is used exactly
 up to its limit and then a human is asked again; revoking a grant while its run is running
-stops it at the very next call."""
+stops it at the very next call; a revoked grant whose row a database writer cleared stays
+revoked for the worker."""
 
 from __future__ import annotations
 
@@ -114,6 +115,36 @@ def test_revoking_a_grant_mid_run_stops_it_at_the_next_call(live_stack, personas
     final = wait_for_run(live_stack, carol, run_id)
     assert final["status"] == "succeeded", final["error"]
     assert len(outbox_for(run_id)) == 3
+
+
+def test_a_revoked_grant_whose_row_a_database_writer_cleared_still_asks_a_human(live_stack, personas):
+    """The review's attack, on real processes: revoke through the API, then clear the grant's
+    row with a plain UPDATE (`revoked_at`, and the signed copy the row keeps). The row says the
+    grant is live, yet the next matching email waits for a reviewer: the worker found the
+    revocation the web process pinned in the revocations file, and it verifies."""
+    from reviewdesk.approvals.models import Grant
+
+    _, carol = token_create(user=personas.carol, scopes=["submit"])
+    _, alice = token_create(user=personas.alice, scopes=["review"])
+    scripted = {"provider": "scripted", "script": ONE_EMAIL}
+    first = submit(live_stack, carol, scripted)
+    decision = approve(
+        live_stack, alice, pending_approval(live_stack, carol, first), {"scope": "agent", "max_uses": 5}
+    )
+    grant_id = decision["grant"]["id"]
+    assert wait_for_run(live_stack, carol, first)["status"] == "succeeded"
+    status, revoked = http("POST", f"{live_stack.url}/api/v1/grants/{grant_id}/revoke", token=alice)
+    assert status == 200 and revoked["status"] == "revoked", revoked
+
+    cleared = Grant.objects.filter(pk=grant_id).update(
+        revoked_at=None, revoked_by=None, revocation=None, revocation_signature=""
+    )
+    assert cleared == 1 and the_grant(live_stack, alice, grant_id)["status"] == "live"
+
+    second = submit(live_stack, carol, scripted)
+    approval = pending_approval(live_stack, carol, second)
+    assert approval["tool"] == "send_email" and outbox_for(second) == []
+    assert the_grant(live_stack, alice, grant_id)["uses"] == 0
 
 
 def test_a_reviewer_grants_from_the_approval_page_with_the_g_key_and_the_grants_page_revokes_it(

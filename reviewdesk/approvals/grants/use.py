@@ -1,7 +1,10 @@
 """The gate's half of standing grants: the live grants for a call, the one whose signed match
-and grantor fit it, and its use, one conditional UPDATE that counts a use only while the grant
-is unrevoked, unexpired and under its signed limit (two workers racing for the last use cannot
-both win; a revocation stops the very next call). Whatever the scope, a grant is used only on
+and grantor fit it, and its use. A use locks the grant's row, re-reads it (unrevoked, unexpired,
+and no signed revocation stored or pinned: `revocations.grant_signed_revoked`), counts its use
+rows against the signed limit and writes the next one: two workers racing for the last use
+cannot both win (the lock, and the unique use number behind it), and a revocation stops the
+very next call. Any refusal, a use row the database refuses included, is a `False` the gate
+turns into GrantRefused, so the call asks a human. Whatever the scope, a grant is used only on
 runs its grantor could decide (four eyes, assignment)."""
 
 from __future__ import annotations
@@ -9,13 +12,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import F
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agents.grants import SignedGrant, grant_mismatch
 from agents.ledger import CallBinding
 from agents.state import CallState
 from reviewdesk.approvals.access import may_review_run
+from reviewdesk.approvals.grants.revocations import grant_signed_revoked
 from reviewdesk.approvals.lifecycle.routing import named_for_call
 from reviewdesk.approvals.models import (
     Grant,
@@ -71,34 +75,48 @@ def signed_grant(grant_id: str) -> SignedGrant | None:
 
 
 def grant_is_live(grant_id: str) -> bool:
-    """Neither revoked nor expired now, its uses aside (see `Ledger.grant_live`)."""
-    return Grant.objects.filter(pk=grant_id, revoked_at__isnull=True, expires_at__gt=timezone.now()).exists()
+    """Neither revoked (by its row or a signed revocation) nor expired now, its uses aside
+    (see `Ledger.grant_live`)."""
+    grant = Grant.objects.filter(pk=grant_id, revoked_at__isnull=True, expires_at__gt=timezone.now()).first()
+    return grant is not None and not grant_signed_revoked(grant)
 
 
 def grant_use(*, grant_id: str, binding: CallBinding, max_uses: int, attempt: Attempt | None) -> bool:
     """Count one use of the grant for this call; False when it is revoked, expired or has
-    `max_uses` (the signed limit) uses already. Audited with the grant that allowed the call.
+    `max_uses` (the signed limit) uses already, or when the database refuses the use row.
+    Audited with the grant that allowed the call.
 
-    Lock precondition: the caller's transaction also writes the call's ledger row, so the
-    use and the row commit together. The conditional UPDATE takes the grant row's lock and
-    re-checks its condition after any concurrent use commits (PostgreSQL re-evaluates the
-    WHERE on the updated row; SQLite's IMMEDIATE transactions serialise writers).
+    Lock precondition: the caller's transaction also writes the call's ledger row, so the use
+    and the row commit together. The grant row's lock (FOR UPDATE on PostgreSQL; SQLite's
+    IMMEDIATE transactions serialise writers) holds a concurrent use until this one commits,
+    and it then counts this one's row.
     """
     now = timezone.now()
-    counted = Grant.objects.filter(
-        pk=grant_id, revoked_at__isnull=True, expires_at__gt=now, uses__lt=max_uses
-    ).update(uses=F("uses") + 1)
-    if counted != 1:
-        return False
-    grant = Grant.objects.select_related("granted_by").get(pk=grant_id)
-    GrantUse.objects.create(
-        grant=grant,
-        run_id=binding.run_id,
-        tool_call_id=binding.tool_call_id,
-        idempotency_key=binding.idempotency_key,
-        number=grant.uses,
-        used_at=now,
+    grant = (
+        Grant.objects.select_for_update(of=("self",))
+        .select_related("granted_by")
+        .filter(pk=grant_id, revoked_at__isnull=True, expires_at__gt=now)
+        .first()
     )
+    if grant is None or grant_signed_revoked(grant):
+        return False
+    used = GrantUse.objects.filter(grant=grant).count()
+    if used >= max_uses:
+        return False
+    try:
+        with transaction.atomic():  # a savepoint: a refused row leaves the caller's transaction usable
+            GrantUse.objects.create(
+                grant=grant,
+                run_id=binding.run_id,
+                tool_call_id=binding.tool_call_id,
+                idempotency_key=binding.idempotency_key,
+                number=used + 1,
+                used_at=now,
+            )
+    except IntegrityError:
+        # The number is taken (use rows renumbered or deleted by hand) or this call was counted
+        # already: refused like any grant the ledger will not count, so a human is asked.
+        return False
     audit_record(
         actor=None,
         action="grant.used",
@@ -109,7 +127,7 @@ def grant_use(*, grant_id: str, binding: CallBinding, max_uses: int, attempt: At
             "tool_call_id": binding.tool_call_id,
             "tool": binding.tool,
             "attempt": attempt.number if attempt else None,
-            "use": grant.uses,
+            "use": used + 1,
             "max_uses": grant.max_uses,
             "granted_by": grant.granted_by.get_username(),
         },

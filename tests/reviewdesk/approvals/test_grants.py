@@ -8,7 +8,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.db import connections, transaction
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from agents.ledger import CallBinding
@@ -141,6 +141,17 @@ def test_a_use_after_revocation_is_refused_by_the_row(personas):
 
 
 @pytest.mark.django_db
+def test_a_grant_revoked_by_its_row_alone_is_refused(personas):
+    """Grants revoked before revocations were signed have `revoked_at` and nothing signed: the
+    row alone still refuses them."""
+    grant = approve_with_grant(personas, match="exact")
+    Grant.objects.filter(pk=grant.pk).update(revoked_at=timezone.now(), revoked_by=personas.alice)
+    binding = CallBinding(str(grant.approval.run_id), None, "call_x", "send_email")
+    assert grant_use(grant_id=str(grant.id), binding=binding, max_uses=10, attempt=None) is False
+    assert run_until_it_stops(personas).status == RunStatus.INPUT_REQUIRED
+
+
+@pytest.mark.django_db
 def test_a_use_past_expiry_is_refused_by_the_row(personas):
     grant = approve_with_grant(personas, match="exact")
     Grant.objects.filter(pk=grant.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
@@ -241,7 +252,7 @@ def test_an_endswith_domain_grant_cannot_send_mail_to_another_domain(personas, m
     approve_with_grant(personas, match={"to": {"endswith": "@example.com"}})
     run = run_until_it_stops(personas, email_script(to="evil@evil.org (x@example.com"))
     assert not run.approvals.exists()  # the call is invalid: no reviewer is asked, and no grant used
-    assert not Grant.objects.filter(uses__gt=0).exists()
+    assert not GrantUse.objects.exists()
     assert mailoutbox == []
 
 
@@ -361,3 +372,127 @@ def test_of_two_grants_alike_in_scope_and_expiry_the_newest_is_used_as_the_orm_o
     # Both cover the first run's very call: the newest of them is the one matched.
     call = CallState("c", "send_email", EMAIL, CallStatus.AWAITING)
     assert grant_matching_call(run=run, call=call) == str(newer.id)
+
+
+@pytest.mark.django_db
+def test_use_rows_renumbered_by_hand_make_the_next_use_ask_a_human_not_fail_the_run(personas, mailoutbox):
+    """The review's attack on the use count: with the records of uses tampered (here a use row
+    renumbered, so the next use's number is taken) the next use's row is refused by the
+    database. That was an internal error that failed the run; it is a refused grant, and the
+    call asks a human."""
+    grant = approve_with_grant(personas, match="exact", max_uses=3)
+    assert run_until_it_stops(personas).status == RunStatus.SUCCEEDED
+    GrantUse.objects.filter(grant=grant).update(number=2)
+
+    run = run_until_it_stops(personas)
+    assert run.status == RunStatus.INPUT_REQUIRED, (run.status, run.error)
+    assert run.approvals.filter(status=ApprovalStatus.PENDING, tool="send_email").count() == 1
+    assert len(mailoutbox) == 1 and GrantUse.objects.filter(grant=grant).count() == 1
+
+
+@pytest.mark.django_db
+def test_a_grants_uses_are_its_use_rows(personas):
+    """No counter of its own: the count the lists show is the rows'."""
+    from reviewdesk.approvals.grants.access import grants_with_uses
+
+    grant = approve_with_grant(personas, match="exact", max_uses=3)
+    run_until_it_stops(personas)
+    run_until_it_stops(personas)
+    assert "uses" not in {f.name for f in Grant._meta.get_fields()}
+    assert grants_with_uses(Grant.objects.filter(pk=grant.pk)).get().uses == 2
+    GrantUse.objects.filter(grant=grant, number=2).delete()
+    assert grants_with_uses(Grant.objects.filter(pk=grant.pk)).get().uses == 1 == grant.uses
+
+
+def email_that_fails_once_then_retries(personas, monkeypatch, settings, **grant):
+    """(grant, run): a first run approved with `grant`, then a run whose granted email failed
+    certainly unsent (the mail server refused the connection), its row `retrying`, ready to retry."""
+    from reviewdesk.demo.world import DjangoDemoWorld
+
+    settings.DESK_TOOL_RETRY_INLINE_SECONDS = 0  # a transient failure releases the run at once
+    made = approve_with_grant(personas, scope="agent", max_uses=5, **grant)
+    run_execute(run_id=Run.objects.get(approvals__grants=made).id, worker="test")
+    send = DjangoDemoWorld.send_email
+
+    def refused(self, **arguments):
+        raise ConnectionRefusedError("mail server down")
+
+    monkeypatch.setattr(DjangoDemoWorld, "send_email", refused)
+    run = run_until_it_stops(personas)
+    assert list(SideEffect.objects.filter(run=run).values_list("status", flat=True)) == ["retrying"]
+    monkeypatch.setattr(DjangoDemoWorld, "send_email", send)
+    Run.objects.filter(pk=run.pk).update(next_attempt_at=None)
+    return made, run
+
+
+@pytest.mark.django_db
+def test_an_email_whose_grant_expired_before_its_retry_is_not_sent_and_asks_a_human(
+    personas, mailoutbox, monkeypatch, settings
+):
+    """A grant expires between its email's failed first try and the retry (a short grant, and
+    the clock passing its signed expiry): the retry sends nothing and a reviewer is asked."""
+    expires = timezone.now() + timedelta(seconds=4)
+    _, run = email_that_fails_once_then_retries(
+        personas, monkeypatch, settings, expires_at=expires.isoformat()
+    )
+    mailoutbox.clear()
+    time.sleep(max(0.0, (expires - timezone.now()).total_seconds()) + 0.1)
+    run_execute(run_id=run.id, worker="test")
+    run.refresh_from_db()
+    assert mailoutbox == []
+    assert run.status == RunStatus.INPUT_REQUIRED, run.error
+    assert run.approvals.filter(status=ApprovalStatus.PENDING, tool="send_email").count() == 1
+
+
+@pytest.mark.django_db
+def test_an_email_whose_grant_row_says_expired_at_its_retry_is_not_sent(
+    personas, mailoutbox, monkeypatch, settings
+):
+    """The retry asks the ledger whether the grant still lives, not only the signed payload the
+    gate verified a moment before: a grant whose row says expired (its `expires_at` moved into
+    the past, as it is the instant a grant expires between those two reads) allows no retry."""
+    grant, run = email_that_fails_once_then_retries(personas, monkeypatch, settings)
+    mailoutbox.clear()
+    Grant.objects.filter(pk=grant.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    run_execute(run_id=run.id, worker="test")
+    run.refresh_from_db()
+    assert mailoutbox == []
+    assert run.status == RunStatus.INPUT_REQUIRED, run.error
+
+
+def backends_waiting_for_a_lock() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="SQLite serialises every writer")
+def test_a_use_that_waits_on_another_uses_lock_counts_after_it_with_the_next_number(personas):
+    """Two uses of a grant with two uses left, on two real connections: the second waits on the
+    grant's row until the first commits, then counts its row and takes use 2. Both count (without
+    the lock both would count none, take number 1, and the second would be refused)."""
+    from tests.reviewdesk.lib.test_writers_lock import Holder, Writer
+
+    grant = approve_with_grant(personas, match="exact", max_uses=2)
+
+    def use(call_id):
+        binding = CallBinding(str(grant.approval.run_id), None, call_id, "send_email")
+        return lambda: grant_use(grant_id=str(grant.id), binding=binding, max_uses=2, attempt=None)
+
+    first = Holder(use("call_a"))
+    first.start()
+    assert first.written.wait(30) and first.error is None and first.result is True, first.error
+    second = Writer(use("call_b"))
+    second.start()
+    deadline = time.monotonic() + 30
+    while backends_waiting_for_a_lock() < 1:  # the second use is blocked behind the first
+        assert time.monotonic() < deadline and not second.done.is_set(), "the second use never waited"
+        time.sleep(0.02)
+    first.release.set()
+    first.join(30)
+    assert second.done.wait(30) and second.error is None, second.error
+    assert second.result is True
+    assert sorted(GrantUse.objects.filter(grant=grant).values_list("number", flat=True)) == [1, 2]

@@ -94,6 +94,7 @@ def layout(django_db_setup, redis_server):
             "web_var": install(lib / "web", 0o700, web),
             "worker_var": install(lib / "worker", 0o700, worker),
             "audit": install(lib / "audit", 0o755, worker),
+            "grants": install(lib / "grants", 0o755, web),
         }
         yield users, (python, python_env), paths, two_users.project_tree(root)
 
@@ -116,6 +117,7 @@ def settings_env(paths: dict[str, Path], port: int) -> dict[str, str]:
         "DESK_AUDIT_ANCHOR_KEYS_FILE": str(paths["audit"] / "audit_anchor_keys.json"),
         "DESK_AUDIT_CHECK_FILE": str(paths["audit"] / "audit_check.json"),
         "DESK_AUDIT_SWEEP_FILE": str(paths["audit"] / "audit_sweep.json"),
+        "DESK_GRANT_REVOCATIONS_FILE": str(paths["grants"] / "grant_revocations.jsonl"),
         # The test's own queue and channel prefix; scripted models drive the run (off by default
         # in production).
         "DESK_CELERY_QUEUE": f"{settings.CELERY_TASK_DEFAULT_QUEUE}-two-users",

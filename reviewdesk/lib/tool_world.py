@@ -40,5 +40,7 @@ def sandbox_config() -> SandboxConfig:
         memory_bytes=settings.DESK_SANDBOX_MEMORY_MB << 20,
         file_size_bytes=settings.DESK_SANDBOX_FILE_MB << 20,
         max_processes=settings.DESK_SANDBOX_PROCESSES,
+        scratch_bytes=settings.DESK_SANDBOX_SCRATCH_MB << 20,
+        keep_seconds=settings.DESK_SANDBOX_KEEP_HOURS * 3600,
         bwrap=settings.DESK_SANDBOX_BWRAP,
     )

@@ -150,6 +150,8 @@ def test_an_approved_command_cannot_read_or_list_another_runs_directory(approved
     first, _ = approved_command("echo 'the other run' > private.txt")
     theirs = Path(settings.DESK_RUNS_DIR) / str(first.id)
     assert (theirs / "private.txt").read_text() == "the other run\n"
+    # The files the first run's call left are kept in its directory; its scratch is gone.
+    assert not (theirs.parent / f"{first.id}.scratch").exists()
 
     _, result = approved_command(
         f"cat {theirs}/private.txt; ls {settings.DESK_RUNS_DIR}; echo > {theirs}/planted"
@@ -211,3 +213,61 @@ def test_an_approved_command_with_a_bidi_override_is_refused_and_never_runs(appr
 
     assert result == {"error": "command refused: it contains control or format characters (U+202E)"}
     assert not (Path(settings.DESK_RUNS_DIR) / str(run.id) / "pwned").exists()
+
+
+# 40 files of 1 MB, each under the 2 MB file cap, 40 MB together: over the 8 MB scratch cap.
+MANY_FILES_UNDER_THE_FILE_CAP = (
+    "for i in $(seq 40); do head -c 1000000 /dev/zero > f$i || exit; done; echo wrote all"
+)
+
+
+def disk_used(path: Path) -> int:
+    return sum(p.lstat().st_blocks * 512 for p in path.rglob("*")) if path.exists() else 0
+
+
+def test_an_approved_command_writing_many_files_under_the_file_cap_is_stopped_at_the_total_cap(
+    approved_command, mode, settings, api_as, personas
+):
+    settings.DESK_SANDBOX_FILE_MB, settings.DESK_SANDBOX_SCRATCH_MB = 2, 8
+    runs_dir = Path(settings.DESK_RUNS_DIR)
+
+    run, result = approved_command(MANY_FILES_UNDER_THE_FILE_CAP)
+
+    assert result == {
+        "error": "command killed: its files passed the scratch space's 8 MiB limit; nothing it wrote was kept"
+    }
+    # Nothing left behind: no scratch directory, and none of its files kept for the run.
+    assert disk_used(runs_dir / str(run.id)) == 0
+    assert not any(p.name.endswith(".scratch") for p in runs_dir.iterdir())
+    # The run's record of the call says it failed, in the API as on the run page.
+    [effect] = api_as(personas.carol).get(f"/api/v1/runs/{run.id}").json()["side_effects"]
+    assert (effect["status"], effect["outcome"]) == ("confirmed", "failed")
+
+
+def test_an_approved_command_that_exits_1_is_a_failed_call_whose_output_the_agent_still_reads(
+    approved_command, mode, api_as, personas, client
+):
+    run, result = approved_command("echo some output; echo the reason >&2; exit 1")
+
+    assert (result["exit_code"], result["outcome"]) == (1, "failed")
+    assert (result["stdout"], result["stderr"]) == ("some output\n", "the reason\n")
+    shown = api_as(personas.carol).get(f"/api/v1/runs/{run.id}").json()
+    [effect] = shown["side_effects"]
+    assert (effect["status"], effect["outcome"]) == ("confirmed", "failed")
+    # The agent went on: the model read the result, and the run ended as the model said.
+    assert shown["status"] == "succeeded" and shown["output"] == "Done."
+    assert any(
+        '"exit_code": 1' in str(m.get("content")) for m in shown["messages"] if m.get("role") == "tool"
+    )
+    client.force_login(personas.carol)
+    page = client.get(f"/runs/{run.id}/").content.decode()
+    assert '<span class="outcome failed">failed</span>' in page
+    assert "Effect execute confirmed (failed)" in page
+
+
+def test_an_approved_command_that_exits_0_is_a_succeeded_call(approved_command, mode, api_as, personas):
+    run, result = approved_command("echo fine")
+
+    assert (result["exit_code"], result["outcome"]) == (0, "succeeded")
+    [effect] = api_as(personas.carol).get(f"/api/v1/runs/{run.id}").json()["side_effects"]
+    assert effect["outcome"] == "succeeded"

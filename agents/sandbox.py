@@ -207,11 +207,8 @@ def prepare_scratch(workdir: Path, run_id: str) -> None:
             # shared one (sticky, like /tmp) or someone else's. A mistaken workdir of /tmp once
             # left the machine's /tmp 0700 and owned by a run uid.
             info = path.lstat()
-            if (
-                not stat.S_ISDIR(info.st_mode)
-                or info.st_mode & stat.S_ISVTX
-                or info.st_uid not in (os.geteuid(), run_owner)
-            ):
+            foreign = info.st_uid not in (os.geteuid(), run_owner)
+            if not stat.S_ISDIR(info.st_mode) or info.st_mode & stat.S_ISVTX or foreign:
                 raise SandboxUnavailable(f"{path} is not a run's scratch directory")
     if scratch.exists():  # a call of this run that died with its worker
         keep_outputs(scratch, workdir)

@@ -190,7 +190,7 @@ def scratch_of(workdir: Path) -> Path:
     return workdir.with_name(workdir.name + SCRATCH_SUFFIX)
 
 
-def prepare_scratch(workdir: Path, run_id: str) -> None:
+def prepare_scratch(workdir: Path, run_id: str, config: SandboxConfig | None = None) -> None:
     """Check the run's directory and create the call's scratch (0700) from it, under a root
     directory that lists nothing (0711). A leftover scratch of this run's own is salvaged first."""
     root = workdir.parent
@@ -210,10 +210,9 @@ def prepare_scratch(workdir: Path, run_id: str) -> None:
             foreign = info.st_uid not in (os.geteuid(), run_owner)
             if not stat.S_ISDIR(info.st_mode) or info.st_mode & stat.S_ISVTX or foreign:
                 raise SandboxUnavailable(f"{path} is not a run's scratch directory")
-    if scratch.exists():  # a call of this run that died with its worker
-        keep_outputs(scratch, workdir)
-        remove_tree(scratch)
-    scratch.mkdir(mode=0o700)
+    if scratch.exists():  # a call of this run that died with its worker, unless one is live
+        _sweep_scratch(scratch, config or SandboxConfig())
+    scratch.mkdir(mode=0o700)  # FileExistsError while another call of this run holds it
     os.chmod(scratch, 0o700)
     if workdir.exists():
         _copy_tree(workdir, scratch)
@@ -230,7 +229,7 @@ def prepare_scratch(workdir: Path, run_id: str) -> None:
 
 def _entries(top: Path) -> Iterator[tuple[os.DirEntry[str], os.stat_result]]:
     """Every entry under `top`, depth first, never following a link."""
-    stack = [top]
+    stack, opened = [top], set()
     while stack:
         try:
             with os.scandir(stack.pop()) as listing:
@@ -242,7 +241,16 @@ def _entries(top: Path) -> Iterator[tuple[os.DirEntry[str], os.stat_result]]:
                     if stat.S_ISDIR(info.st_mode):
                         stack.append(Path(entry.path))
                     yield entry, info
-        except (FileNotFoundError, NotADirectoryError, PermissionError):
+        except PermissionError as exc:
+            # A directory the command made unreadable (as the worker's own uid, when not root):
+            # opened up and read again, or its contents would escape the cap and the copy back.
+            if exc.filename and exc.filename not in opened:
+                opened.add(exc.filename)
+                with contextlib.suppress(OSError):
+                    os.chmod(exc.filename, 0o700)
+                    stack.append(Path(exc.filename))
+            continue
+        except (FileNotFoundError, NotADirectoryError):
             continue
 
 
@@ -278,7 +286,8 @@ def remove_tree(top: Path) -> None:
     def writable_then_retry(function: Callable[..., Any], path: str, _: Any) -> None:
         with contextlib.suppress(OSError):
             os.chmod(os.path.dirname(path), 0o700)
-            os.chmod(path, 0o700, follow_symlinks=False)
+            if not os.path.islink(path):
+                os.chmod(path, 0o700)
         with contextlib.suppress(FileNotFoundError):
             function(path)
 
@@ -543,7 +552,7 @@ def run_sandboxed(
     scratch = scratch_of(workdir)
     with _nothing_ran("the run's scratch directory could not be prepared"):  # mkdir, copy, chown
         sweep_leftovers(workdir.parent, config)
-        prepare_scratch(workdir, run_id)
+        prepare_scratch(workdir, run_id, config)
     try:
         with contextlib.ExitStack() as held:
             with _nothing_ran("the run's scratch directory could not be locked"):

@@ -510,3 +510,19 @@ def test_a_shared_runs_directory_is_never_swept(runs_root):
     sh("true", root=runs_root, mode=SandboxMode.BASIC, keep_seconds=60)
 
     assert someone_elses.exists() and stale.exists()
+
+
+def test_a_second_call_of_a_run_whose_call_is_live_does_not_start_and_leaves_the_live_one_be(runs_root):
+    """A stale worker's call still running (its lease expired): the new call is a start failure,
+    retried later, never a salvage of the live call's scratch."""
+    live = runs_root / f"run-1{sandbox.SCRATCH_SUFFIX}"
+    live.mkdir(mode=0o700)
+    (live / "working").write_text("busy\n")
+
+    with (
+        sandbox._scratch_held(live),
+        pytest.raises(sandbox.SandboxStartFailed, match="could not be prepared"),
+    ):
+        sh("touch ran", root=runs_root, mode=SandboxMode.BASIC, run_id="run-1")
+
+    assert left_in(runs_root) == [live.name, f"{live.name}/working"]

@@ -38,7 +38,9 @@ Two modes add to that (`SandboxConfig.mode`; the desk's DESK_SANDBOX):
   127.0.0.1:6379, the database server); only the unix sockets under the 0700
   var/ stay out of reach. Run as a non-root user, it cannot change uid either:
   the command then reads whatever that user can, and a `setsid` child escapes
-  the group kill. Use ``bwrap`` in production.
+  the group kill. Files it writes in the host's world-writable directories
+  (/tmp, /var/tmp, /dev/shm) are outside the scratch: neither capped nor
+  removed. Use ``bwrap`` in production.
 
 Scratch: `run_sandboxed(workdir=DESK_RUNS_DIR/<run id>)` keeps the run's files in
 `workdir`, which the command never sees. The call runs in `<workdir>.scratch`, a

@@ -148,9 +148,27 @@ def execute(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     except SandboxStartFailed as exc:  # no process ever ran: safe to try again
         logger.warning("run %s: %s", ctx.run_id, exc)
         raise ToolUnavailable("the command could not be started (the worker's log says why)") from None
+    if completed.scratch_exceeded:
+        raise ToolError(
+            f"command killed: its files passed the scratch space's {ctx.sandbox.scratch_bytes >> 20} MiB "
+            "limit; nothing it wrote was kept"
+        )
     if completed.timed_out:
         raise ToolError(f"command timed out after {ctx.timeout_seconds}s")
-    return {"exit_code": completed.exit_code, "stdout": completed.stdout, "stderr": completed.stderr}
+    # A command that exited non-zero ran: the model reads how, and the run records a failed call.
+    result: dict[str, Any] = {
+        "exit_code": completed.exit_code,
+        "outcome": "succeeded" if completed.exit_code == 0 else "failed",
+        "stdout": completed.stdout,
+        "stderr": completed.stderr,
+        "files": [
+            {"path": f.path, "bytes": f.bytes, **({"text": f.text} if f.text is not None else {})}
+            for f in completed.files
+        ],
+    }
+    if completed.files_not_listed:
+        result["files_not_listed"] = completed.files_not_listed
+    return result
 
 
 REFUND_APPROVAL_ABOVE = Decimal(100)
@@ -269,7 +287,8 @@ SANDBOX_SHOWN = {
 def sandbox_limits_text(config: SandboxConfig) -> str:
     return (
         f"CPU {config.cpu_seconds} s, memory {config.memory_bytes >> 20} MiB, "
-        f"files {config.file_size_bytes >> 20} MiB, {config.max_processes} processes; environment: PATH, LANG, HOME only"
+        f"files {config.file_size_bytes >> 20} MiB each, {config.scratch_bytes >> 20} MiB in all, "
+        f"{config.max_processes} processes; environment: PATH, LANG, HOME only"
     )
 
 
@@ -282,7 +301,7 @@ def preview_execute(arguments: Mapping[str, Any], ctx: ToolContext) -> dict[str,
         "title": "Shell command, run as soon as you approve (irreversible)",
         "rows": [
             ["Shell", "sh -c"],
-            ["Working directory", str(ctx.workdir)],
+            ["Working directory", f"a scratch copy of {ctx.workdir}, removed when the command ends"],
             ["Time limit", f"{ctx.timeout_seconds:g} s, then the command is killed"],
             ["Sandbox", SANDBOX_SHOWN[ctx.sandbox.mode]],
             ["Sandbox limits", sandbox_limits_text(ctx.sandbox)],
@@ -352,7 +371,10 @@ DEMO = register(
             ),
             Tool(
                 name="execute",
-                description="Run a shell command in the run's working directory.",
+                description=(
+                    "Run a shell command in the run's working directory (what earlier commands left "
+                    "there). The result lists the files it leaves; a non-zero exit is a failed call."
+                ),
                 parameters={
                     "type": "object",
                     "properties": {"command": {"type": "string", "minLength": 1}},

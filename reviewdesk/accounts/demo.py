@@ -1,4 +1,4 @@
-"""The demo users and their password: what `seed_demo` creates and `make run` prints."""
+"""The demo users and their password: what `seed_demo` creates, and where `make run` says it is."""
 
 from __future__ import annotations
 
@@ -29,11 +29,29 @@ DEMO_USERS = (
 )
 
 
+def demo_password_file() -> Path:
+    return Path(settings.VAR_DIR) / "demo_password"
+
+
 def demo_password() -> str:
-    """$DESK_DEMO_PASSWORD, else one generated on first run and kept in var/."""
-    return os.environ.get("DESK_DEMO_PASSWORD") or var.read_or_create_secret(
-        Path(settings.VAR_DIR) / "demo_password", nbytes=9
-    )
+    """$DESK_DEMO_PASSWORD, else one generated on first run and kept in var/demo_password (0600)."""
+    if os.environ.get("DESK_DEMO_PASSWORD"):
+        return os.environ["DESK_DEMO_PASSWORD"]
+    path = demo_password_file()
+    password = var.read_or_create_secret(path, nbytes=9)
+    # Made 0600, as a file of an older desk or an operator's copy may not be.
+    if path.stat().st_mode & 0o077:
+        os.chmod(path, 0o600)
+    return password
+
+
+def demo_password_whereabouts() -> str:
+    """Where the demo password is, for what `make run` prints: never the password itself, which
+    would then sit in every log and terminal scrollback the output reaches (issue 34, attack 6)."""
+    if os.environ.get("DESK_DEMO_PASSWORD"):
+        return "$DESK_DEMO_PASSWORD"
+    demo_password()  # created on first run, 0600
+    return f"in {demo_password_file()} (mode 0600)"
 
 
 @transaction.atomic

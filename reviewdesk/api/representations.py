@@ -81,6 +81,7 @@ def run_detail(
                 "tool_call_id": e.tool_call_id,
                 "tool": e.tool,
                 "status": e.status,
+                "outcome": e.outcome,  # succeeded, failed, or null until confirmed
                 "result": e.result,
                 "external_ref": e.external_ref or None,
                 "retries": e.retries,  # transient failures so far

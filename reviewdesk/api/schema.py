@@ -158,6 +158,12 @@ class SideEffectSerializer(serializers.Serializer):
     tool_call_id = serializers.CharField()
     tool = serializers.CharField()
     status = serializers.ChoiceField(choices=EffectStatus.values)
+    outcome = serializers.ChoiceField(
+        choices=["succeeded", "failed"],
+        allow_null=True,
+        help_text="how the call ended once confirmed: failed when its result says so (a tool error, "
+        "a command that exited non-zero); null while pending or unknown",
+    )
     result = ANY_JSON(allow_null=True)
     external_ref = serializers.CharField(allow_null=True)
     decision = serializers.UUIDField(allow_null=True)

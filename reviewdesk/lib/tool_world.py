@@ -8,13 +8,14 @@ with its own agents names its own class, so the core apps import no demo code.
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from agents.sandbox import SandboxConfig, SandboxMode
+from agents.sandbox import SandboxConfig, SandboxMode, SandboxUnavailable, chosen_mode, run_uid
 
 
 @lru_cache(maxsize=8)
@@ -40,5 +41,34 @@ def sandbox_config() -> SandboxConfig:
         memory_bytes=settings.DESK_SANDBOX_MEMORY_MB << 20,
         file_size_bytes=settings.DESK_SANDBOX_FILE_MB << 20,
         max_processes=settings.DESK_SANDBOX_PROCESSES,
+        scratch_bytes=settings.DESK_SANDBOX_SCRATCH_MB << 20,
+        keep_seconds=settings.DESK_SANDBOX_KEEP_HOURS * 3600,
         bwrap=settings.DESK_SANDBOX_BWRAP,
     )
+
+
+def sandbox_problem() -> str | None:
+    """Why shell commands will be refused on this machine (DESK_SANDBOX=bwrap, the default with
+    DEBUG off, where bubblewrap cannot run), naming the setting; None when they can run."""
+    config = sandbox_config()
+    if config.mode != SandboxMode.BWRAP:
+        return None
+    try:
+        chosen_mode(config, as_uid=run_uid("probe") if os.geteuid() == 0 else None)
+    except SandboxUnavailable as exc:
+        return str(exc)
+    except OSError as exc:  # the probe's directory
+        return f"bubblewrap could not be probed: {exc}"
+    return None
+
+
+def sandbox_status() -> str:
+    """One line for the launcher: the mode commands run in, or why they are refused."""
+    problem = sandbox_problem()
+    if problem:
+        return f"REFUSED: {problem}"
+    return {
+        SandboxMode.BWRAP: "bubblewrap (DESK_SANDBOX=bwrap)",
+        SandboxMode.AUTO: "bubblewrap where it can run, else basic (DESK_SANDBOX=auto)",
+        SandboxMode.BASIC: "basic, without namespaces (DESK_SANDBOX=basic)",
+    }[SandboxMode(settings.DESK_SANDBOX)]

@@ -5,6 +5,8 @@ import uuid
 from django.conf import settings
 from django.db import models
 
+from agents.tools import call_failed
+
 
 class RunStatus(models.TextChoices):
     QUEUED = "queued"
@@ -195,6 +197,15 @@ class SideEffect(models.Model):
                 name="side_effect_status_valid",
             ),
         ]
+
+    @property
+    def outcome(self) -> str | None:
+        """How the call ended: "failed" when its result says so (`agents.tools.call_failed`: a
+        tool error, a command that exited non-zero), else "succeeded"; None until it is confirmed.
+        `status` says whether the effect happened, this whether it did what was asked."""
+        if self.status != EffectStatus.CONFIRMED:
+            return None
+        return "failed" if call_failed(self.result) else "succeeded"
 
 
 class FollowUp(models.Model):

@@ -1,5 +1,7 @@
 """`make run`: the embedded Redis (unless REDIS_URL), the ASGI server, a Celery
-worker and beat as children; prints the URL and logins; Ctrl+C stops them all."""
+worker and beat as children; prints the URL and logins (the usernames, and where the
+password is kept: never the password, which would sit in every log the output reaches)
+and how shell commands will be sandboxed; Ctrl+C stops them all."""
 
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ def main() -> int:
     django.setup()
     from django.conf import settings
 
-    from reviewdesk.accounts.demo import demo_password
+    from reviewdesk.accounts.demo import demo_password_whereabouts
     from reviewdesk.approvals.signing import ensure_keys
+    from reviewdesk.lib.tool_world import sandbox_status
     from reviewdesk.serve import embedded
 
     host = os.environ.get("HOST", "127.0.0.1")
@@ -48,7 +51,9 @@ def main() -> int:
     mode = "embedded SQLite + Redis" if settings.EMBEDDED_REDIS_SOCKET else "DATABASE_URL / REDIS_URL"
     print(
         f"\nReview Desk is running at http://{host}:{port}/  ({mode}, signing key {key_id})\n"
-        f"  reviewers: alice, bob, dave (finance)   submitter: carol   admin: admin   password: {demo_password()}\n"
+        f"  reviewers: alice, bob, dave (finance)   submitter: carol   admin: admin\n"
+        f"  password: {demo_password_whereabouts()}\n"
+        f"  shell commands: {sandbox_status()}\n"
         "  API token: .venv/bin/python manage.py create_token carol --scope submit\n"
         "  Ctrl+C stops everything.\n",
         flush=True,

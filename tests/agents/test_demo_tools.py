@@ -40,8 +40,22 @@ def context(workdir: Path, **options) -> ToolContext:
 def test_execute_runs_the_command_in_the_runs_working_directory(tmp_path):
     result = EXECUTE.run({"command": "echo hi > note.txt && cat note.txt"}, context(tmp_path / "run"))
 
-    assert result == {"exit_code": 0, "stdout": "hi\n", "stderr": ""}
+    assert result == {
+        "exit_code": 0,
+        "outcome": "succeeded",
+        "stdout": "hi\n",
+        "stderr": "",
+        "files": [{"path": "note.txt", "bytes": 3, "text": "hi\n"}],
+    }
     assert (tmp_path / "run" / "note.txt").read_text() == "hi\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # its scratch is gone
+
+
+def test_a_command_that_exits_non_zero_says_it_failed_and_still_gives_the_model_its_output(tmp_path):
+    result = EXECUTE.run({"command": "echo partial; echo why >&2; exit 3"}, context(tmp_path / "run"))
+
+    assert (result["exit_code"], result["outcome"]) == (3, "failed")
+    assert (result["stdout"], result["stderr"]) == ("partial\n", "why\n")
 
 
 def test_execute_gives_up_after_the_timeout_its_context_carries(tmp_path):
@@ -131,10 +145,14 @@ def test_execute_refuses_every_character_the_desk_flags_as_invisible(tmp_path, c
 def test_the_execute_preview_shows_the_sandbox_and_limits_it_will_run_under(tmp_path):
     from agents.sandbox import SandboxConfig, SandboxMode
 
-    sandbox = SandboxConfig(mode=SandboxMode.BASIC, cpu_seconds=7, memory_bytes=256 << 20, max_processes=9)
+    sandbox = SandboxConfig(
+        mode=SandboxMode.BASIC, cpu_seconds=7, memory_bytes=256 << 20, max_processes=9, scratch_bytes=32 << 20
+    )
     shown = dict(EXECUTE.preview({"command": "ls"}, context(tmp_path, sandbox=sandbox))["rows"])
     assert shown["Sandbox"].startswith("a user id of its own")
-    assert shown["Sandbox limits"].startswith("CPU 7 s, memory 256 MiB, files 64 MiB, 9 processes")
+    assert shown["Sandbox limits"].startswith(
+        "CPU 7 s, memory 256 MiB, files 64 MiB each, 32 MiB in all, 9 processes"
+    )
 
 
 def test_a_command_that_cannot_start_is_a_start_failure_not_an_unknown_effect(tmp_path):

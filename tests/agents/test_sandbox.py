@@ -347,3 +347,182 @@ def test_a_workdir_that_is_not_a_runs_own_is_refused_and_left_as_it_was(runs_roo
         prepare_scratch(workdir, "run-1")
     after = workdir.stat()
     assert (after.st_mode, after.st_uid) == (before.st_mode, before.st_uid)
+
+
+# --- The scratch space: a total cap, and nothing left behind (issue 34, attack 3) ----------
+# The attack: files each under the per-file cap (RLIMIT_FSIZE), as many as it takes to fill the
+# worker's disk; and the scratch of earlier calls still on disk afterwards.
+# 200 files of 1 MB: a bounded stand-in for "until the disk is full", 25 times the cap of 8 MB.
+FILL_THE_DISK = 'for i in $(seq 200); do head -c 1000000 /dev/zero > "f$i" || break; done; echo "wrote $i"'
+CAPS = {"scratch_bytes": 8 << 20, "file_size_bytes": 2 << 20}
+
+
+def left_in(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_command_filling_the_disk_with_files_under_the_file_cap_is_killed_at_the_total_cap(runs_root, mode):
+    run_id = str(uuid.uuid4())
+    sh("echo kept > earlier.txt", root=runs_root, mode=mode, run_id=run_id, **CAPS)
+
+    result = sh(FILL_THE_DISK, root=runs_root, mode=mode, run_id=run_id, timeout=30, **CAPS)
+
+    # Killed by the watcher while it writes (no "wrote" line), long before the time limit.
+    assert result.scratch_exceeded and not result.timed_out, result
+    assert "wrote" not in result.stdout
+    # Nothing it wrote was kept; the run's directory is as the earlier call left it; no scratch.
+    assert left_in(runs_root) == [run_id, f"{run_id}/earlier.txt"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_what_a_command_writes_after_the_watchers_last_look_counts_too(runs_root, mode, monkeypatch):
+    monkeypatch.setattr(sandbox, "WATCH_SECONDS", 3600)  # the watcher never looks: only the end does
+    run_id = str(uuid.uuid4())
+
+    result = sh(
+        "for i in $(seq 12); do head -c 1000000 /dev/zero > f$i; done; echo done",
+        root=runs_root,
+        mode=mode,
+        run_id=run_id,
+        **CAPS,
+    )
+
+    assert result.stdout == "done\n" and result.scratch_exceeded
+    assert left_in(runs_root) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_million_empty_files_count_against_the_cap(runs_root, mode):
+    result = sh("mkdir d && cd d && seq 100000 | xargs touch; echo done", root=runs_root, mode=mode, **CAPS)
+
+    assert result.scratch_exceeded, result
+    assert left_in(runs_root) == []
+
+
+@pytest.mark.skipif(not BWRAP_HERE, reason=f"bubblewrap cannot run here: {BWRAP_PROBLEM}")
+def test_in_bwrap_tmp_is_held_to_the_scratch_size_by_the_kernel(runs_root):
+    result = sh(
+        "for i in $(seq 12); do head -c 1000000 /dev/zero > /tmp/f$i || exit 9; done",
+        root=runs_root,
+        mode=SandboxMode.BWRAP,
+        **CAPS,
+    )
+
+    assert result.exit_code == 9 and "No space left" in result.stderr, result
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    "ending", ["exits 0", "exits 1", "times out", "is killed"], ids=["ok", "failed", "timeout", "killed"]
+)
+def test_the_calls_scratch_is_removed_however_the_call_ends_and_its_files_are_kept(runs_root, mode, ending):
+    run_id = str(uuid.uuid4())
+    command = {
+        "exits 0": "echo out > out.txt",
+        "exits 1": "echo out > out.txt; exit 1",
+        "times out": "echo out > out.txt; sleep 30",
+        "is killed": "echo out > out.txt; kill -9 $$",
+    }[ending]
+
+    result = sh(command, root=runs_root, mode=mode, run_id=run_id, timeout=1 if ending == "times out" else 20)
+
+    assert result.timed_out == (ending == "times out")
+    assert left_in(runs_root) == [run_id, f"{run_id}/out.txt"]
+    assert (runs_root / run_id / "out.txt").read_text() == "out\n"
+    assert (runs_root / run_id).stat().st_uid == os.geteuid()  # the worker's: the command never sees it
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_result_names_the_files_left_with_the_text_of_small_ones_within_limits(runs_root, mode):
+    run_id = str(uuid.uuid4())
+
+    result = sh(
+        "mkdir -p a; echo small > a/note.txt; head -c 5000 /dev/zero > big; "
+        "for i in $(seq 60); do : > n$i; done; ln -s /etc/passwd link; mkfifo fifo",
+        root=runs_root,
+        mode=mode,
+        run_id=run_id,
+    )
+
+    by_path = {f.path: f for f in result.files}
+    assert by_path["a/note.txt"] == sandbox.LeftFile(path="a/note.txt", bytes=6, text="small\n")
+    assert by_path["big"] == sandbox.LeftFile(path="big", bytes=5000, text=None)
+    assert len(result.files) == sandbox.LISTED_FILES and result.files_not_listed == 62 - sandbox.LISTED_FILES
+    # Regular files and directories only, listed or copied back: a link is never followed.
+    assert "link" not in by_path and "fifo" not in by_path
+    kept = {p.name for p in (runs_root / run_id).iterdir()}
+    assert {"a", "big", "n60"} <= kept and not {"link", "fifo"} & kept
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_next_call_of_the_run_finds_what_the_last_one_left(runs_root, mode):
+    run_id = str(uuid.uuid4())
+    sh("echo one >> log", root=runs_root, mode=mode, run_id=run_id)
+
+    result = sh("echo two >> log; cat log", root=runs_root, mode=mode, run_id=run_id)
+
+    assert result.stdout == "one\ntwo\n"
+
+
+def test_a_scratch_left_by_a_dead_worker_is_salvaged_into_its_run_and_removed_by_the_next_call(runs_root):
+    dead = runs_root / f"dead-run{sandbox.SCRATCH_SUFFIX}"
+    dead.mkdir(mode=0o700)
+    (dead / "evidence").write_text("it ran\n")
+
+    sh("true", root=runs_root, mode=SandboxMode.BASIC)
+
+    assert (runs_root / "dead-run" / "evidence").read_text() == "it ran\n"
+    assert not dead.exists()
+
+
+def test_a_live_calls_scratch_is_left_alone_by_another_calls_sweep(runs_root):
+    live = runs_root / f"live-run{sandbox.SCRATCH_SUFFIX}"
+    live.mkdir(mode=0o700)
+    (live / "working").write_text("busy\n")
+
+    with sandbox._scratch_held(live):  # as run_sandboxed holds it while its command runs
+        sh("true", root=runs_root, mode=SandboxMode.BASIC)
+        assert (live / "working").read_text() == "busy\n"
+        assert not (runs_root / "live-run").exists()
+
+
+def test_runs_directories_untouched_past_the_keep_time_are_removed(runs_root):
+    old, recent = runs_root / "old-run", runs_root / "recent-run"
+    for path in (old, recent):
+        path.mkdir(mode=0o700)
+        (path / "file").write_text("x")
+    os.utime(old, (1, 1))
+
+    sh("true", root=runs_root, mode=SandboxMode.BASIC, keep_seconds=3600)
+
+    assert not old.exists() and (recent / "file").exists()
+
+
+def test_a_shared_runs_directory_is_never_swept(runs_root):
+    runs_root.chmod(0o1777)  # DESK_RUNS_DIR=/tmp, say: not every entry is a run's
+    someone_elses = runs_root / "someone-elses"
+    someone_elses.mkdir()
+    os.utime(someone_elses, (1, 1))
+    stale = runs_root / f"x{sandbox.SCRATCH_SUFFIX}"
+    stale.mkdir(mode=0o700)
+
+    sh("true", root=runs_root, mode=SandboxMode.BASIC, keep_seconds=60)
+
+    assert someone_elses.exists() and stale.exists()
+
+
+def test_a_second_call_of_a_run_whose_call_is_live_does_not_start_and_leaves_the_live_one_be(runs_root):
+    """A stale worker's call still running (its lease expired): the new call is a start failure,
+    retried later, never a salvage of the live call's scratch."""
+    live = runs_root / f"run-1{sandbox.SCRATCH_SUFFIX}"
+    live.mkdir(mode=0o700)
+    (live / "working").write_text("busy\n")
+
+    with (
+        sandbox._scratch_held(live),
+        pytest.raises(sandbox.SandboxStartFailed, match="could not be prepared"),
+    ):
+        sh("touch ran", root=runs_root, mode=SandboxMode.BASIC, run_id="run-1")
+
+    assert left_in(runs_root) == [live.name, f"{live.name}/working"]

@@ -15,8 +15,13 @@ attack over TCP runs in `bwrap` only.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import socket
+import subprocess
+import sys
+import threading
 import uuid
 from pathlib import Path
 from urllib.parse import urlparse
@@ -150,6 +155,8 @@ def test_an_approved_command_cannot_read_or_list_another_runs_directory(approved
     first, _ = approved_command("echo 'the other run' > private.txt")
     theirs = Path(settings.DESK_RUNS_DIR) / str(first.id)
     assert (theirs / "private.txt").read_text() == "the other run\n"
+    # The files the first run's call left are kept in its directory; its scratch is gone.
+    assert not (theirs.parent / f"{first.id}.scratch").exists()
 
     _, result = approved_command(
         f"cat {theirs}/private.txt; ls {settings.DESK_RUNS_DIR}; echo > {theirs}/planted"
@@ -211,3 +218,156 @@ def test_an_approved_command_with_a_bidi_override_is_refused_and_never_runs(appr
 
     assert result == {"error": "command refused: it contains control or format characters (U+202E)"}
     assert not (Path(settings.DESK_RUNS_DIR) / str(run.id) / "pwned").exists()
+
+
+# 40 files of 1 MB, each under the 2 MB file cap, 40 MB together: over the 8 MB scratch cap.
+MANY_FILES_UNDER_THE_FILE_CAP = (
+    "for i in $(seq 40); do head -c 1000000 /dev/zero > f$i || exit; done; echo wrote all"
+)
+
+
+def disk_used(path: Path) -> int:
+    return sum(p.lstat().st_blocks * 512 for p in path.rglob("*")) if path.exists() else 0
+
+
+def test_an_approved_command_writing_many_files_under_the_file_cap_is_stopped_at_the_total_cap(
+    approved_command, mode, settings, api_as, personas
+):
+    settings.DESK_SANDBOX_FILE_MB, settings.DESK_SANDBOX_SCRATCH_MB = 2, 8
+    runs_dir = Path(settings.DESK_RUNS_DIR)
+
+    run, result = approved_command(MANY_FILES_UNDER_THE_FILE_CAP)
+
+    assert result == {
+        "error": "command killed: its files passed the scratch space's 8 MiB limit; nothing it wrote was kept"
+    }
+    # Nothing left behind: no scratch directory, and none of its files kept for the run.
+    assert disk_used(runs_dir / str(run.id)) == 0
+    assert not any(p.name.endswith(".scratch") for p in runs_dir.iterdir())
+    # The run's record of the call says it failed, in the API as on the run page.
+    [effect] = api_as(personas.carol).get(f"/api/v1/runs/{run.id}").json()["side_effects"]
+    assert (effect["status"], effect["outcome"]) == ("confirmed", "failed")
+
+
+def test_an_approved_command_that_exits_1_is_a_failed_call_whose_output_the_agent_still_reads(
+    approved_command, mode, api_as, personas, client
+):
+    run, result = approved_command("echo some output; echo the reason >&2; exit 1")
+
+    assert (result["exit_code"], result["outcome"]) == (1, "failed")
+    assert (result["stdout"], result["stderr"]) == ("some output\n", "the reason\n")
+    shown = api_as(personas.carol).get(f"/api/v1/runs/{run.id}").json()
+    [effect] = shown["side_effects"]
+    assert (effect["status"], effect["outcome"]) == ("confirmed", "failed")
+    # The agent went on: the model read the result, and the run ended as the model said.
+    assert shown["status"] == "succeeded" and shown["output"] == "Done."
+    assert any(
+        '"exit_code": 1' in str(m.get("content")) for m in shown["messages"] if m.get("role") == "tool"
+    )
+    client.force_login(personas.carol)
+    page = client.get(f"/runs/{run.id}/").content.decode()
+    assert '<span class="outcome failed">failed</span>' in page
+    assert "Effect execute confirmed (failed)" in page
+
+
+def test_an_approved_command_that_exits_0_is_a_succeeded_call(approved_command, mode, api_as, personas):
+    run, result = approved_command("echo fine")
+
+    assert (result["exit_code"], result["outcome"]) == (0, "succeeded")
+    [effect] = api_as(personas.carol).get(f"/api/v1/runs/{run.id}").json()["side_effects"]
+    assert effect["outcome"] == "succeeded"
+
+
+# --- With DEBUG off, bwrap or nothing, unless an operator names basic (issue 34, attack 6) ---
+# The attack: where bubblewrap could not run, `auto` fell back to `basic` without a word, and
+# the command reached a desk service over loopback.
+
+
+@pytest.fixture
+def loopback_service():
+    """A TCP service on 127.0.0.1 (a desk, a Redis), counting who connects."""
+    server = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                accepted.append(server.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], accepted
+    stop.set()
+    thread.join()
+    server.close()
+    for conn in accepted:
+        conn.close()
+
+
+CONNECT = (
+    'python3 -c \'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 2);'
+    ' print("connected")\' {port}'
+)
+
+
+@pytest.mark.skipif("DESK_SANDBOX" in os.environ, reason="the suite was given DESK_SANDBOX: not the default")
+def test_with_debug_off_and_no_bubblewrap_the_default_refuses_commands_instead_of_falling_back(
+    approved_command, settings, loopback_service, caplog
+):
+    assert not settings.DEBUG
+    settings.DESK_SANDBOX_BWRAP = "/nonexistent/bwrap"  # bubblewrap cannot run here
+    port, accepted = loopback_service
+
+    run, result = approved_command(CONNECT.format(port=port) + "; touch ran")
+
+    assert result == {"error": "the sandbox cannot run commands on this worker (its log says why)"}
+    assert "DESK_SANDBOX=basic" in caplog.text  # the worker's log names the setting that allows it
+    assert not (Path(settings.DESK_RUNS_DIR) / str(run.id) / "ran").exists()
+    # No process ran, so none connected: the listener's thread is joined before this is read.
+    assert accepted == []
+
+
+def test_basic_named_by_the_operator_runs_the_command_without_bubblewrap(approved_command, settings):
+    settings.DESK_SANDBOX, settings.DESK_SANDBOX_BWRAP = "basic", "/nonexistent/bwrap"
+
+    _, result = approved_command("echo ran")
+
+    assert (result["exit_code"], result["stdout"]) == (0, "ran\n")
+
+
+@pytest.mark.parametrize("production", [True, False], ids=["production", "embedded default"])
+def test_the_system_check_says_commands_will_be_refused_and_names_the_setting(settings, production):
+    from reviewdesk.runs.checks import sandbox_runs_here
+
+    settings.DESK_SANDBOX, settings.DESK_SANDBOX_BWRAP = "bwrap", "/nonexistent/bwrap"
+    settings.DESK_PRODUCTION = production
+
+    [message] = sandbox_runs_here()
+
+    assert message.id == ("runs.E001" if production else "runs.W001")
+    assert "DESK_SANDBOX=basic" in message.msg and "/nonexistent/bwrap" in message.msg
+    settings.DESK_SANDBOX = "basic"
+    assert sandbox_runs_here() == []
+
+
+@pytest.mark.parametrize(
+    ("environment", "mode"),
+    [({}, "bwrap"), ({"DJANGO_DEBUG": "1"}, "auto"), ({"DESK_SANDBOX": "basic"}, "basic")],
+    ids=["debug off", "debug on", "basic named"],
+)
+def test_the_sandbox_setting_defaults_to_bwrap_with_debug_off(environment, mode):
+    env = {k: v for k, v in os.environ.items() if k not in ("DESK_SANDBOX", "DJANGO_DEBUG")}
+    env.update(environment, DJANGO_SETTINGS_MODULE="reviewdesk.settings")
+
+    printed = subprocess.run(
+        [sys.executable, "-c", "from django.conf import settings; print(settings.DESK_SANDBOX)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+
+    assert printed.strip() == mode

@@ -122,7 +122,11 @@ def run_timeline(run: Run) -> list[TimelineEntry]:
             retries = (
                 f"after {fx.retries} transient failure{'s' if fx.retries != 1 else ''}" if fx.retries else ""
             )
-            entries.append(TimelineEntry(fx.updated_at, "effect", f"Effect {fx.tool} {fx.status}", retries))
+            # "confirmed" says the effect happened; a call that did not do what was asked says so too.
+            outcome = " (failed)" if fx.outcome == "failed" else ""
+            entries.append(
+                TimelineEntry(fx.updated_at, "effect", f"Effect {fx.tool} {fx.status}{outcome}", retries)
+            )
     return sorted(entries, key=lambda entry: entry.at)
 
 

@@ -1,4 +1,4 @@
-"""seed_demo creates the demo users with the password the launcher prints."""
+"""seed_demo creates the demo users with the password whose whereabouts the launcher prints."""
 
 from __future__ import annotations
 
@@ -12,14 +12,15 @@ from reviewdesk.accounts.roles import REVIEWERS, SUBMITTERS
 pytestmark = pytest.mark.django_db
 
 
-def test_seed_demo_creates_the_demo_users_with_the_password_the_launcher_prints(monkeypatch, capsys):
+def test_seed_demo_creates_the_demo_users_and_says_where_the_password_is_not_what_it_is(monkeypatch, capsys):
     monkeypatch.setenv("DESK_DEMO_PASSWORD", "correct horse")
 
     call_command("seed_demo")
     call_command("seed_demo")  # again: it resets, never duplicates
 
     assert demo_password() == "correct horse"
-    assert "password: correct horse" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "correct horse" not in out and "password: $DESK_DEMO_PASSWORD" in out
     users = {u.username: u for u in User.objects.prefetch_related("groups")}
     assert sorted(users) == ["admin", "alice", "bob", "carol", "dave"]
     assert {name: sorted(g.name for g in u.groups.all()) for name, u in users.items()} == {
@@ -85,3 +86,27 @@ def test_seed_demo_audits_a_password_it_resets_and_only_then(monkeypatch):
     last = AuditEvent.objects.order_by("id").last().id
     call_command("seed_demo")
     assert not AuditEvent.objects.filter(id__gt=last).exists()
+
+
+def test_seed_demo_says_the_generated_password_is_in_a_0600_file_and_never_prints_it(
+    monkeypatch, settings, tmp_path, capsys
+):
+    monkeypatch.delenv("DESK_DEMO_PASSWORD", raising=False)
+    settings.VAR_DIR = tmp_path
+
+    call_command("seed_demo")
+
+    password, out = demo_password(), capsys.readouterr().out
+    assert password not in out
+    assert f"password: in {tmp_path / 'demo_password'} (mode 0600)" in out
+    assert (tmp_path / "demo_password").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_world_readable_password_file_is_made_0600_when_read(monkeypatch, settings, tmp_path):
+    monkeypatch.delenv("DESK_DEMO_PASSWORD", raising=False)
+    settings.VAR_DIR = tmp_path
+    (tmp_path / "demo_password").write_text("from an older desk\n")
+    (tmp_path / "demo_password").chmod(0o644)
+
+    assert demo_password() == "from an older desk"
+    assert (tmp_path / "demo_password").stat().st_mode & 0o777 == 0o600

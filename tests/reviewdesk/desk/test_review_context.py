@@ -137,7 +137,7 @@ def test_a_preview_reads_the_world_and_never_acts_on_it(interrupted_run, persona
         "Left after it": "20.00",
     }
     command_rows = dict(command_answer.json()["preview"]["rows"])
-    assert command_rows["Working directory"] == str(runs_dir)
+    assert command_rows["Working directory"] == f"a scratch copy of {runs_dir}, removed when the command ends"
     assert command_rows["Time limit"].startswith(f"{settings.DESK_EXECUTE_TIMEOUT_SECONDS:g} s")
     # Nothing happened: no mail, no new refund row, no command run, no working directory made.
     assert mail.outbox == []

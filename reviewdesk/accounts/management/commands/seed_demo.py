@@ -2,7 +2,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from reviewdesk.accounts.demo import demo_users_seed
+from reviewdesk.accounts.demo import demo_password_whereabouts, demo_users_seed
 from reviewdesk.events.signals import rechecks_paused
 
 
@@ -13,7 +13,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         with rechecks_paused():
-            password = demo_users_seed()
+            demo_users_seed()
         self.stdout.write(
-            f"demo users: alice, bob, dave (reviewers; dave in finance), carol (submits runs), admin; password: {password}"
+            "demo users: alice, bob, dave (reviewers; dave in finance), carol (submits runs), admin; "
+            f"password: {demo_password_whereabouts()}"
         )

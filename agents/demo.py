@@ -191,7 +191,7 @@ def refund_needs_approval(
     """
     order_id = arguments.get("order_id")
     total = _amount(arguments.get("amount", 0))
-    if world is not None and order_id in ORDERS:
+    if world is not None and isinstance(order_id, str) and order_id in ORDERS:
         world.hold_order(order_id)
         total += world.refunded(order_id)
     for past in history:

@@ -55,9 +55,10 @@ def grant_filter_status(grants: QuerySet[Grant], status: str) -> QuerySet[Grant]
     unrevoked = grants.filter(revoked_at__isnull=True, revocation__isnull=True)
     if status == "expired":
         return unrevoked.filter(expires_at__lte=now)
+    # use_count is grants_with_uses's annotation, which the stubs cannot see on QuerySet[Grant].
     if status == "used_up":
-        return unrevoked.filter(expires_at__gt=now, use_count__gte=F("max_uses"))
-    return unrevoked.filter(expires_at__gt=now, use_count__lt=F("max_uses"))
+        return unrevoked.filter(expires_at__gt=now, use_count__gte=F("max_uses"))  # type: ignore[misc]
+    return unrevoked.filter(expires_at__gt=now, use_count__lt=F("max_uses"))  # type: ignore[misc]
 
 
 def grants_visible_to(user: User) -> QuerySet[Grant]:

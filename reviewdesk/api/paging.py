@@ -5,7 +5,8 @@ row is on exactly one page however many share a timestamp, and rows inserted whi
 client pages never shift the pages it has not read yet. `next` is null only when the
 page holds the last row. The cursor is opaque to clients (base64 of the last row's
 sort key); a cursor this API did not issue is 400 `bad_cursor`. Tampering with one
-reveals nothing: it only moves the start within the rows the user may already see.
+reveals nothing: it only moves the start within the rows the user may already see. A list held
+in memory rather than in a table (the loaded agents) pages the same way by name (`name_page`).
 
 Each list's query parameters are declared once, in `api.filters`: an unknown parameter or a bad
 value is 400 `bad_parameter`, so a typo in a filter never returns everything unfiltered.

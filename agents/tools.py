@@ -134,6 +134,21 @@ class ToolContext:
 
 
 @dataclass(frozen=True)
+class ToolSource:
+    """Where a tool comes from, as `manage.py agents` and the API show it.
+
+    A tool without one comes from its function's module (`agents.catalog.tool_source`). A tool
+    served by an MCP server carries the server's name, the digest of the pinned definition the
+    desk accepted, and what the desk last saw of the server.
+    """
+
+    kind: str  # "module" | "mcp"
+    name: str  # the module's dotted path, or the MCP server's name
+    pin: str | None = None  # MCP: the pinned definition's digest
+    state: str | None = None  # MCP: "up", "down", "pin changed", ...
+
+
+@dataclass(frozen=True)
 class Tool:
     name: str
     description: str
@@ -155,6 +170,8 @@ class Tool:
     quorum: Quorum = field(default_factory=Quorum)
     # False: no standing grant may ever allow it (irreversible or quorum tools); every call asks.
     grantable: bool = True
+    # Where it comes from; None: its function's module (see ToolSource).
+    source: ToolSource | None = None
     _validator: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

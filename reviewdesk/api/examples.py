@@ -65,3 +65,53 @@ PROBLEM_EXAMPLE = OpenApiExample(
         "code": "decided",
     },
 )
+AGENTS_EXAMPLE = OpenApiExample(
+    "the demo agent, two of its tools",
+    response_only=True,
+    status_codes=["200"],
+    value={
+        "results": [
+            {
+                "name": "demo",
+                "requires_device_keys": False,
+                "tools": [
+                    {
+                        "name": "send_email",
+                        "description": "Send an email to a customer.",
+                        "parameters": {
+                            "type": "object",
+                            "properties": {
+                                "to": {"type": "string"},
+                                "subject": {"type": "string"},
+                                "body": {"type": "string"},
+                            },
+                            "required": ["to", "subject", "body"],
+                        },
+                        "effect": "external",
+                        "approval": "always",
+                        "grantable": True,
+                        "quorum": {"required": 1, "groups": []},
+                        "requires_device_keys": False,
+                        "source": {"kind": "module", "name": "agents.demo"},
+                    },
+                    {
+                        "name": "refund_payment",
+                        "description": "Refund part or all of an order.",
+                        "parameters": {
+                            "type": "object",
+                            "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}},
+                            "required": ["order_id", "amount"],
+                        },
+                        "effect": "database",
+                        "approval": "depends",
+                        "grantable": True,
+                        "quorum": {"required": 1, "groups": []},
+                        "requires_device_keys": False,
+                        "source": {"kind": "module", "name": "agents.demo"},
+                    },
+                ],
+            }
+        ],
+        "next": None,
+    },
+)

@@ -229,4 +229,4 @@ class AuditFilters(CreatedBetween, SequencePage):
 
 
 class PageOnly(KeysetPage):
-    """A list with no filters of its own (webhooks, a webhook's deliveries)."""
+    """A list with no filters of its own (webhooks, a webhook's deliveries, the agents)."""

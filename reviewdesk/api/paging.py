@@ -5,7 +5,8 @@ row is on exactly one page however many share a timestamp, and rows inserted whi
 client pages never shift the pages it has not read yet. `next` is null only when the
 page holds the last row. The cursor is opaque to clients (base64 of the last row's
 sort key); a cursor this API did not issue is 400 `bad_cursor`. Tampering with one
-reveals nothing: it only moves the start within the rows the user may already see.
+reveals nothing: it only moves the start within the rows the user may already see. A list held
+in memory rather than in a table (the loaded agents) pages the same way by name (`name_page`).
 
 Each list's query parameters are declared once, in `api.filters`: an unknown parameter or a bad
 value is 400 `bad_parameter`, so a typo in a filter never returns everything unfiltered.
@@ -17,7 +18,7 @@ import base64
 import binascii
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -140,3 +141,32 @@ def sequence_page(request: Request, rows: QuerySet, render: Callable[[Any], dict
     page = page[:limit]
     link = next_url(request, after=str(page[-1].id)) if more else None
     return Response({"results": [render(row) for row in page], "next": link})
+
+
+def _encode_name(name: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([name]).encode()).decode().rstrip("=")
+
+
+def _decode_name(cursor: str) -> str:
+    """The name `_encode_name` wrote; anything else is 400 `bad_cursor`, as `_decode` says."""
+    try:
+        (name,) = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if not isinstance(name, str):
+            raise TypeError(name)
+        return name
+    except (ValueError, TypeError, RecursionError, binascii.Error, UnicodeDecodeError):
+        raise BadRequest("the cursor is not one this API issued", code="bad_cursor") from None
+
+
+def name_page(request: Request, names: Iterable[str], render: Callable[[str], dict[str, Any]]) -> Response:
+    """A list held in memory, not in a table (the loaded agents), in name order: the names after
+    the cursor's. Names are unique, so each is on exactly one page."""
+    limit = page_limit(request)
+    ordered = sorted(names)
+    cursor = request.query_params.get(CURSOR)
+    if cursor is not None:
+        after = _decode_name(cursor)
+        ordered = [name for name in ordered if name > after]
+    page = ordered[:limit]
+    link = next_url(request, **{CURSOR: _encode_name(page[-1])}) if len(ordered) > limit else None
+    return Response({"results": [render(name) for name in page], "next": link})

@@ -1,11 +1,14 @@
-"""How a run and a grant look in the API (the contract's field names): a run whole, with its
-approvals (their one shape is `approvals.reads.representation`'s), messages, side effects,
-attempts and thread; a standing grant with its status."""
+"""How a run, a grant and an agent look in the API (the contract's field names): a run whole,
+with its approvals (their one shape is `approvals.reads.representation`'s), messages, side
+effects, attempts and thread; a standing grant with its status; a loaded agent with its tools
+(a part of `agents.catalog`'s description)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from agents.catalog import describe_agent
+from agents.registry import Agent
 from reviewdesk.accounts.roles import is_admin
 from reviewdesk.accounts.targets import UsernamesNamed, usernames_named
 from reviewdesk.approvals.grants.access import grant_status
@@ -140,4 +143,34 @@ def grant_data(grant: Grant) -> dict[str, Any]:
         "payload": grant.payload,
         "signature": grant.signature,
         "key_id": grant.key_id,
+    }
+
+
+# What a client is told of each tool: enough to submit a run and to know which calls wait for a
+# human. The policy's function name, routes (which name reviewers) and an MCP pin stay with
+# `manage.py agents`.
+AGENT_TOOL_FIELDS = (
+    "name",
+    "description",
+    "parameters",
+    "effect",
+    "approval",
+    "grantable",
+    "quorum",
+    "requires_device_keys",
+)
+
+
+def agent_data(agent: Agent) -> dict[str, Any]:
+    described = describe_agent(agent)
+    return {
+        "name": described["name"],
+        "requires_device_keys": described["requires_device_keys"],
+        "tools": [
+            {
+                **{field: tool[field] for field in AGENT_TOOL_FIELDS},
+                "source": {"kind": tool["source"]["kind"], "name": tool["source"]["name"]},
+            }
+            for tool in described["tools"]
+        ],
     }

@@ -11,8 +11,10 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, inline_serializer
 from rest_framework import serializers
 
+from agents.tools import Effect
 from reviewdesk.accounts.models import Scope
 from reviewdesk.api.examples import (  # noqa: F401 - the views read them as doc.*_EXAMPLE
+    AGENTS_EXAMPLE,
     DECISION_EXAMPLE,
     GRANT_DECISION_EXAMPLE,
     HANDOVER_EXAMPLE,
@@ -256,7 +258,46 @@ class GrantOutSerializer(serializers.Serializer):  # a standing grant (approvals
     key_id = serializers.CharField()
 
 
+class ToolSourceOutSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["module", "mcp"])
+    name = serializers.CharField(help_text="the module's dotted path, or the MCP server's name")
+
+
+class ToolQuorumOutSerializer(serializers.Serializer):
+    required = serializers.IntegerField(help_text="how many different reviewers must approve a call")
+    groups = serializers.ListField(
+        child=serializers.CharField(), help_text="when not empty, a vote counts only from these groups"
+    )
+
+
+class AgentToolOutSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+    parameters = ANY_JSON(help_text="the arguments' JSON Schema (draft 2020-12)")
+    effect = serializers.ChoiceField(choices=[effect.value for effect in Effect])
+    approval = serializers.ChoiceField(
+        choices=["always", "never", "depends"],
+        help_text="whether a call waits for a human: always, never, or depending on its arguments "
+        "(the agent's policy decides per call; it may also read the run's earlier calls)",
+    )
+    grantable = serializers.BooleanField(help_text="whether a standing grant may allow a call")
+    quorum = ToolQuorumOutSerializer()
+    requires_device_keys = serializers.BooleanField(
+        help_text="a call runs only on a decision signed by the reviewer's device key"
+    )
+    source = ToolSourceOutSerializer(help_text="where the tool comes from: a module, or an MCP server")
+
+
+class AgentOutSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="what `agent` names when a run is submitted")
+    requires_device_keys = serializers.BooleanField(
+        help_text="every decision on this agent's calls must be signed by a device key"
+    )
+    tools = AgentToolOutSerializer(many=True)
+
+
 RunPage = page_of("RunPage", RunOutSerializer)
+AgentPage = page_of("AgentPage", AgentOutSerializer)
 GrantPage = page_of("GrantPage", GrantOutSerializer)
 ApprovalPage = page_of("ApprovalPage", ApprovalOutSerializer)
 EventPage = page_of("EventPage", EventSerializer)

@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 
 from reviewdesk.api.throttling import DecideThrottle, ResendThrottle, SubmitThrottle
-from reviewdesk.api.views import approvals, audit, base, grants, payloads, runs, threads, webhooks
+from reviewdesk.api.views import agents, approvals, audit, base, grants, payloads, runs, threads, webhooks
 
 urlpatterns = [
     path("runs", runs.RunListCreateView.as_view(throttle_classes=[SubmitThrottle]), name="api-runs"),
@@ -46,6 +46,9 @@ urlpatterns = [
         webhooks.WebhookResendView.as_view(throttle_classes=[ResendThrottle]),
         name="api-webhook-resend",
     ),
+    # The loaded agents and their tools
+    path("agents", agents.AgentListView.as_view(), name="api-agents"),
+    path("agents/<str:name>", agents.AgentDetailView.as_view(), name="api-agent"),
     # The audit trail (admins, `audit` scope)
     path("audit", audit.AuditListView.as_view(), name="api-audit"),
     re_path(r"^.*$", base.api_not_found),

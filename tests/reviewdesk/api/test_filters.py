@@ -19,6 +19,7 @@ LISTS = [
     ("/api/v1/grants", "/api/v1/grants", filters.GrantFilters, "review"),
     ("/api/v1/audit", "/api/v1/audit", filters.AuditFilters, "audit"),
     ("/api/v1/webhooks", "/api/v1/webhooks", filters.PageOnly, "submit"),
+    ("/api/v1/agents", "/api/v1/agents", filters.PageOnly, "submit"),
 ]
 
 

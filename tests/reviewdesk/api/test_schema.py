@@ -20,6 +20,7 @@ CONTRACT_PATHS = {
     "/api/v1/approvals",
     "/api/v1/approvals/{approval_id}",
     "/api/v1/approvals/{approval_id}/decision",
+    "/api/v1/agents",
 }
 
 
@@ -47,6 +48,27 @@ def test_the_grants_list_says_who_sees_which_grants_as_the_api_answers(document)
     description = document["paths"]["/api/v1/grants"]["get"]["description"]
     assert "reviewers and admins see every grant" not in description
     assert "they made" in description and "runs they may see" in description
+
+
+def test_the_agents_list_describes_each_tools_approval_as_the_api_answers_it(document):
+    """The three answers a client branches on, and the paged shape every list has."""
+    schemas = document["components"]["schemas"]
+    listed = document["paths"]["/api/v1/agents"]["get"]
+    page = listed["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    assert page == "#/components/schemas/AgentPage"
+    assert set(schemas["AgentPage"]["properties"]) == {"results", "next"}
+    assert {p["name"] for p in listed["parameters"]} == {"limit", "cursor"}
+    tool = schemas["AgentToolOut"]["properties"]
+    assert schemas[tool["approval"]["allOf"][0]["$ref"].rsplit("/", 1)[1]]["enum"] == [
+        "always",
+        "never",
+        "depends",
+    ]
+    assert listed["x-required-scopes"] == []
+    one = document["paths"]["/api/v1/agents/{name}"]["get"]
+    assert one["responses"]["200"]["content"]["application/json"]["schema"]["$ref"] == (
+        "#/components/schemas/AgentOut"
+    )
 
 
 def test_the_served_document_is_valid_openapi_3(document):

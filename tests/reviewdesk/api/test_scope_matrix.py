@@ -77,6 +77,9 @@ MATRIX: dict[str, tuple[str, dict[str, int]]] = {
     "webhooks_create": ("carol", {"none": 401, "submit": 201, "review": 403, "audit": 403, "other": 201}),
     "webhooks_deliveries": ("carol", {"none": 401, "submit": 200, "review": 403, "audit": 403, "other": 404}),
     "webhooks_resend": ("carol", {"none": 401, "submit": 202, "review": 403, "audit": 403, "other": 404}),
+    # The loaded agents: the same for every signed-in caller, any scope; nobody else.
+    "agents_list": ("carol", {"none": 401, "submit": 200, "review": 200, "audit": 200, "other": 200}),
+    "agents_get": ("carol", {"none": 401, "submit": 200, "review": 200, "audit": 200, "other": 200}),
     # The audit trail: audit scope, and an admin (olivia, with every scope but no role: forbidden).
     "audit_list": ("admin", {"none": 401, "submit": 403, "review": 403, "audit": 200, "other": 403}),
 }
@@ -190,6 +193,8 @@ REQUESTS: dict[str, Callable[[World], tuple[str, str, Any]]] = {
         f"/api/v1/webhooks/{w.webhook_id}/deliveries/{w.delivery_id}/resend",
         None,
     ),
+    "agents_list": lambda w: ("get", "/api/v1/agents", None),
+    "agents_get": lambda w: ("get", "/api/v1/agents/demo", None),
     "audit_list": lambda w: ("get", "/api/v1/audit", None),
 }
 

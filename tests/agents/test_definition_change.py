@@ -9,6 +9,8 @@ import json
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from agents.decisions import SignedDecision, Verdict
 from agents.definition import Recorded, changes, describe, digests, fingerprint, tool_changes
 from agents.loop import Finished, Waiting, advance
@@ -159,7 +161,9 @@ def test_the_fingerprint_is_stable_and_changes_with_a_schema_a_quorum_or_a_descr
 
 def test_a_change_is_said_in_words_for_each_tool():
     before = digests(STARTED)
-    assert tool_changes(before, digests(NARROWED), "refund_payment") == ["the schema of refund_payment changed"]
+    assert tool_changes(before, digests(NARROWED), "refund_payment") == [
+        "the schema of refund_payment changed"
+    ]
     assert tool_changes(before, digests(replace(STARTED, tools=(LOOKUP,))), "refund_payment") == [
         "refund_payment no longer exists"
     ]
@@ -242,8 +246,9 @@ def test_a_quorum_raised_while_one_approval_waited_asks_for_humans_again():
     assert resume(host, two) == Waiting(("call_0_0",))
 
     assert REFUNDS == []
-    assert "refund_payment now needs approvals from 2 different reviewers; this call has 1" in (
-        host.sent_back["call_0_0"]
+    assert (
+        "refund_payment now needs approvals from 2 different reviewers; this call has 1"
+        in (host.sent_back["call_0_0"])
     )
     # Two reviewers approve the new request: it runs.
     first = host.sign("call_0_0", reviewer="alice")
@@ -260,7 +265,9 @@ def test_routing_that_now_names_a_group_the_decider_is_not_in_sends_the_call_bac
     assert resume(host, finance) == Waiting(("call_0_0",))
 
     assert REFUNDS == []
-    assert "refund_payment is now routed to group:finance; alice is not among them" in host.sent_back["call_0_0"]
+    assert (
+        "refund_payment is now routed to group:finance; alice is not among them" in host.sent_back["call_0_0"]
+    )
     host.approve("call_0_0", reviewer="carol")
     assert resume(host, finance) == Finished("Done.")
     assert REFUNDS == [{"order": "A-1", "amount": 500}]
@@ -274,8 +281,9 @@ def test_device_keys_now_required_send_a_server_signed_decision_back():
 
     assert resume(host, devices) == Waiting(("call_0_0",))
 
-    assert "refund_payment now requires a decision signed by the reviewer's device key" in (
-        host.sent_back["call_0_0"]
+    assert (
+        "refund_payment now requires a decision signed by the reviewer's device key"
+        in (host.sent_back["call_0_0"])
     )
     assert REFUNDS == []
 
@@ -310,16 +318,17 @@ def test_a_ready_call_whose_arguments_no_longer_fit_goes_to_a_human():
     REFUNDS.clear()
     lenient = with_refund(approval=NEVER)
     host = DefinitionRecordingHost(lenient)
-    state_script = [{"tool_calls": [{"name": "refund_payment", "arguments": {"order": "A-1", "amount": 500}}]}]
+    state_script = [
+        {"tool_calls": [{"name": "refund_payment", "arguments": {"order": "A-1", "amount": 500}}]}
+    ]
     # Stop the loop after it committed the batch (the call ready), as a crash would.
     host.tool_context = _crash  # type: ignore[method-assign]
-    try:
+    with pytest.raises(_Crash):
         resume(host, lenient, state_script)
-    except _Crash:
-        pass
     del host.tool_context
     strict = replace(
-        NARROWED, tools=tuple(replace(t, approval=NEVER) if t.name == "refund_payment" else t for t in NARROWED.tools)
+        NARROWED,
+        tools=tuple(replace(t, approval=NEVER) if t.name == "refund_payment" else t for t in NARROWED.tools),
     )
     assert resume(host, strict, state_script) == Waiting(("call_0_0",))
     assert host.state().batch[0].status == CallStatus.AWAITING

@@ -16,7 +16,7 @@ from django.contrib.auth.models import Group
 import agents.registry
 from agents.definition import fingerprint
 from agents.registry import Agent, get_agent, register
-from agents.routing import Route
+from agents.routing import Quorum, Route
 from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.audit.models import AuditEvent
@@ -189,6 +189,30 @@ def test_routing_that_now_names_a_group_the_decider_is_not_in_sends_the_call_bac
     approval_decide(
         approval_id=again.id, reviewer=personas.bob, verdict="approve", checkpoint_id=str(again.checkpoint_id)
     )
+    run = resumed(run)
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert len(mailoutbox) == 1
+
+
+def test_a_quorum_raised_while_one_approval_waited_asks_for_the_whole_quorum(approved, personas, mailoutbox):
+    """Where the gate would have refused one approval of a quorum-2 call (and failed the run),
+    the call goes back to humans: a new request asks for two."""
+    run, _ = approved
+    register(agent_with(quorum=Quorum(approvals=2)))
+
+    run = resumed(run)
+
+    assert run.status == RunStatus.INPUT_REQUIRED, run.error
+    assert mailoutbox == []
+    again = ApprovalRequest.objects.get(run=run, status="pending")
+    assert again.required_approvals == 2
+    assert again.reason.endswith(
+        "send_email now needs approvals from 2 different reviewers; this call has 1."
+    )
+    for reviewer in (personas.alice, personas.bob):
+        approval_decide(
+            approval_id=again.id, reviewer=reviewer, verdict="approve", checkpoint_id=str(again.checkpoint_id)
+        )
     run = resumed(run)
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert len(mailoutbox) == 1

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group
+from django.test import Client
+from django.urls import reverse
 
 import agents.registry
 from agents.definition import fingerprint
@@ -64,6 +66,12 @@ def approved(started, interrupted_run, personas):
     return run, approval
 
 
+def _logged_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
 def resumed(run: Run) -> Run:
     run_execute(run_id=run.id, worker="in-process")
     run.refresh_from_db()
@@ -100,6 +108,8 @@ def test_a_schema_narrowed_while_the_call_waited_sends_it_back_to_a_human_with_t
         "schema of send_email: subject: 'Your refund' is too long."
     )
     assert first.decisions.get().consumed_at is None  # the decision given under the old one never ran
+    page = _logged_in(personas.alice).get(reverse("approval", args=[again.id]))
+    assert "the arguments no longer fit the schema of send_email" in page.content.decode()
     assert run.definition_sha256 == fingerprint(started)  # the call is open: not gone on yet
 
     approval_decide(

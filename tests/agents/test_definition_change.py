@@ -342,3 +342,34 @@ class _Crash(Exception):
 
 def _crash(call: CallState) -> ToolContext:
     raise _Crash()
+
+
+def test_the_run_records_the_new_definition_once_no_call_of_its_batch_is_open():
+    """Two calls wait; one is approved and holds under the new definition and runs; the run
+    records the new definition only when the other, raised under the old one, is settled too
+    (and checked: its decision could be one the new definition no longer accepts)."""
+    REFUNDS.clear()
+    two = [
+        {
+            "tool_calls": [
+                {"name": "refund_payment", "arguments": {"order": "A-1", "amount": 50}},
+                {"name": "refund_payment", "arguments": {"order": "A-2", "amount": 500}},
+            ]
+        },
+        {"content": "Done."},
+    ]
+    host = DefinitionRecordingHost(STARTED)
+    assert resume(host, STARTED, two) == Waiting(("call_0_0", "call_0_1"))
+    host.approve("call_0_0")
+
+    assert resume(host, NARROWED, two) == Waiting(("call_0_1",))
+    assert REFUNDS == [{"order": "A-1", "amount": 50}]
+    assert host.adopted == []  # call_0_1 is still open under a request of the old definition
+
+    host.approve("call_0_1")
+    assert resume(host, NARROWED, two) == Waiting(("call_0_1",))  # checked when decided: 500 no longer fits
+    assert "amount: 500 is greater than the maximum of 100" in host.sent_back["call_0_1"]
+    host.reject("call_0_1", "Too much.")
+    assert resume(host, NARROWED, two) == Finished("Done.")
+    assert host.adopted == [["the schema of refund_payment changed"]]
+    assert REFUNDS == [{"order": "A-1", "amount": 50}]

@@ -30,6 +30,7 @@ from agents.gate import (
     DecisionRefused,
     EffectUnknown,
     GrantRefused,
+    LedgerStatus,
     SignedDecision,
     SignedGrant,
     TransientFailure,
@@ -307,14 +308,18 @@ def _settle_batch(
         if changed is not None and runs_now and not _recheck(agent, host, state, call, decision, changed):
             continue
         tool = agent.tool(call.name)
-        if tool is None or call.arguments is None:  # _prepare made such a call invalid: it never runs
-            raise LookupError(f"{call.id} ({call.name}) has no tool or no arguments to run with")
         binding = CallBinding(
             run_id=host.run_id,
             checkpoint_id=call.checkpoint_id,
             tool_call_id=call.id,
             tool=call.name,
         )
+        if tool is None and not runs_now and _reconciled_result(host, call, binding):
+            # Its tool is gone since (a changed definition), but a reviewer confirmed what it did.
+            _commit(host, state, [], settled_one=True)
+            continue
+        if tool is None or call.arguments is None:  # _prepare made such a call invalid: it never runs
+            raise LookupError(f"{call.id} ({call.name}) has no tool or no arguments to run with")
         try:
             grant = grant_of(host, call) if call.grant_id and call.status == CallStatus.READY else None
             result = _execute_with_retries(host, tool, binding, call, decision, limits, sleep, grant)
@@ -414,6 +419,16 @@ def _recheck(
     else:
         _ask_instead(host, state, call)
     return False
+
+
+def _reconciled_result(host: Host, call: CallState, binding: CallBinding) -> bool:
+    """Settle a reconciled call from the result the ledger holds, as the gate would (without
+    the tool, which the gate needs and a changed definition removed); False when none is held."""
+    entry = host.gate.ledger.entry(binding.idempotency_key)
+    if entry is None or entry.status != LedgerStatus.CONFIRMED:
+        return False
+    call.result, call.status = entry.result, CallStatus.DONE
+    return True
 
 
 def _adopt_when_settled(host: Host, state: AgentState, changed: Drift | None) -> Drift | None:

@@ -373,3 +373,24 @@ def test_the_run_records_the_new_definition_once_no_call_of_its_batch_is_open():
     assert resume(host, NARROWED, two) == Finished("Done.")
     assert host.adopted == [["the schema of refund_payment changed"]]
     assert REFUNDS == [{"order": "A-1", "amount": 50}]
+
+
+def _refund_cut_short(arguments: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    raise ConnectionResetError("the connection dropped after the request was sent")
+
+
+def test_a_reconciled_call_whose_tool_is_gone_settles_from_the_result_a_reviewer_confirmed():
+    """The effect's outcome was unknown, a reviewer confirmed it happened; the tool is removed
+    before the run resumes: the model reads the confirmed result, nothing crashes."""
+    flaky = with_refund(func=_refund_cut_short)
+    host = DefinitionRecordingHost(flaky)
+    assert resume(host, flaky) == Waiting(("call_0_0",))
+    host.approve("call_0_0")
+    assert resume(host, flaky) == Waiting(("call_0_0",))  # unknown: a reconciliation waits
+    assert host.state().batch[0].status == CallStatus.UNKNOWN
+    host.confirm_effect("call_0_0", result={"refunded": 500, "ref": "R-9"})
+
+    assert resume(host, replace(STARTED, tools=(LOOKUP,))) == Finished("Done.")
+
+    assert results(host) == {"call_0_0": {"refunded": 500, "ref": "R-9"}}
+    assert host.adopted == [["refund_payment no longer exists"]]

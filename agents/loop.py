@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from agents.calls import call_history, prepare_batch, storable, with_run_unique_ids
+from agents.definition import DefinitionHost, Drift, drift, recheck_call
 from agents.gate import (
     ApprovalGate,
     ApprovalNeeded,
@@ -29,6 +30,7 @@ from agents.gate import (
     DecisionRefused,
     EffectUnknown,
     GrantRefused,
+    LedgerStatus,
     SignedDecision,
     SignedGrant,
     TransientFailure,
@@ -197,6 +199,9 @@ def advance(
     elif state.batch:  # v6: the open batch's calls are the log's; check them and read what it holds
         log = host.messages(state.message_count)
         state.resolve_batch(log[state.batch_position] if len(log) == state.message_count else None)
+    # Resumed under another definition of the agent: each call about to run is checked again
+    # (_settle_batch); the run records the new one once no call of its batch is open.
+    changed = _adopt_when_settled(host, state, drift(agent, host))
 
     while True:
         if state.step == Step.DONE:
@@ -237,9 +242,10 @@ def advance(
                 )
             continue
 
-        outcome = _settle_batch(agent, host, state, limits, sleep)
+        outcome = _settle_batch(agent, host, state, limits, sleep, changed)
         if outcome is not None:
             return outcome
+        changed = _adopt_when_settled(host, state, changed)
         # The batch's last result reaches a checkpoint below, as its tool message (_settle_batch).
         call_ids = [call.id for call in state.batch]
         # Tool results first: each assistant tool call gets exactly one, right after it.
@@ -262,9 +268,15 @@ def advance(
 
 
 def _settle_batch(
-    agent: Agent, host: Host, state: AgentState, limits: Limits, sleep: Callable[[float], None]
+    agent: Agent,
+    host: Host,
+    state: AgentState,
+    limits: Limits,
+    sleep: Callable[[float], None],
+    changed: Drift | None = None,
 ) -> Outcome | None:
-    """Run what can run now; None when every call of the batch has its result."""
+    """Run what can run now; None when every call of the batch has its result. `changed`: the
+    definition differs from the run's, so each call is checked again first (`_recheck`)."""
     for call in state.batch:
         decision: SignedDecision | None
         if call.status == CallStatus.READY:
@@ -291,15 +303,23 @@ def _settle_batch(
             decision = None if isinstance(answer, Reconciled) else answer
         else:
             continue
+        # A reconciled call's effect happened already: nothing of it runs, nothing to check.
+        runs_now = decision is not None or call.status == CallStatus.READY
+        if changed is not None and runs_now and not _recheck(agent, host, state, call, decision, changed):
+            continue
         tool = agent.tool(call.name)
-        if tool is None or call.arguments is None:  # _prepare made such a call invalid: it never runs
-            raise LookupError(f"{call.id} ({call.name}) has no tool or no arguments to run with")
         binding = CallBinding(
             run_id=host.run_id,
             checkpoint_id=call.checkpoint_id,
             tool_call_id=call.id,
             tool=call.name,
         )
+        if tool is None and not runs_now and _reconciled_result(host, call, binding):
+            # Its tool is gone since (a changed definition), but a reviewer confirmed what it did.
+            _commit(host, state, [], settled_one=True)
+            continue
+        if tool is None or call.arguments is None:  # _prepare made such a call invalid: it never runs
+            raise LookupError(f"{call.id} ({call.name}) has no tool or no arguments to run with")
         try:
             grant = grant_of(host, call) if call.grant_id and call.status == CallStatus.READY else None
             result = _execute_with_retries(host, tool, binding, call, decision, limits, sleep, grant)
@@ -365,6 +385,63 @@ def _execute_with_retries(
             if delay > limits.tool_retry_inline:
                 return Retrying(call_id=call.id, delay=delay, error=failure.error)
             sleep(delay)
+
+
+def _recheck(
+    agent: Agent,
+    host: Host,
+    state: AgentState,
+    call: CallState,
+    decision: SignedDecision | None,
+    changed: Drift,
+) -> bool:
+    """Check a call about to run against the definition now in force (agents/definition.py);
+    True when it holds. A call whose tool is gone fails with an error the model reads; one
+    that no longer holds goes back to a human with the reason, as a call whose policy asks
+    again does (`_ask_instead`)."""
+    assert isinstance(host, DefinitionHost)  # `drift` finds none on any other host
+    verdict = recheck_call(agent, call, decision, device_required=host.gate.device_required)
+    reason = verdict.reason
+    if reason is None and decision is not None and changed.deciders_changed(call.name):
+        reason = host.routed_elsewhere(call, decision)
+    if reason is None:
+        return True
+    if verdict.gone:
+        call.result = {"error": reason}
+        call.status = CallStatus.INVALID
+        host.call_gone(call, reason)
+        _commit(host, state, [], settled_one=True)
+        return False
+    host.call_sent_back(call, f"The agent's definition changed since this call was decided: {reason}.")
+    if call.status == CallStatus.UNKNOWN:  # a re-run: its reconciliation is asked again, as it was
+        call.checkpoint_id = str(uuid.uuid4())
+        _commit(host, state, [], [call], checkpoint_id=call.checkpoint_id)
+    else:
+        _ask_instead(host, state, call)
+    return False
+
+
+def _reconciled_result(host: Host, call: CallState, binding: CallBinding) -> bool:
+    """Settle a reconciled call from the result the ledger holds, as the gate would (without
+    the tool, which the gate needs and a changed definition removed); False when none is held."""
+    entry = host.gate.ledger.entry(binding.idempotency_key)
+    if entry is None or entry.status != LedgerStatus.CONFIRMED:
+        return False
+    call.result, call.status = entry.result, CallStatus.DONE
+    return True
+
+
+def _adopt_when_settled(host: Host, state: AgentState, changed: Drift | None) -> Drift | None:
+    """Once no call of the batch is open, the run goes on under the worker's definition: it
+    records it (later calls are checked against it) and its timeline says what changed. None
+    from then on; `changed` while a call is still open (its request may predate the change)."""
+    if changed is None or any(
+        c.status in (CallStatus.READY, CallStatus.AWAITING, CallStatus.UNKNOWN) for c in state.batch
+    ):
+        return changed
+    assert isinstance(host, DefinitionHost)
+    host.definition_adopted(sha256=changed.sha256, digests=changed.digests, changes=changed.changes())
+    return None
 
 
 def _ask_instead(host: Host, state: AgentState, call: CallState) -> None:

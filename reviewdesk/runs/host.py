@@ -31,17 +31,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 
-from agents.gate import ApprovalGate, CallBinding, SignedGrant
+from agents.definition import Recorded
+from agents.gate import ApprovalGate, CallBinding, SignedDecision, SignedGrant
 from agents.loop import DecisionState
+from agents.registry import get_agent
 from agents.state import AgentState, CallState
 from agents.tools import ToolContext
 from reviewdesk.accounts.devicekeys import DatabaseTrust
 from reviewdesk.approvals.access import may_decide_by_name
 from reviewdesk.approvals.grants.use import grant_matching_call, grantor_may_decide_by_name, signed_grant
 from reviewdesk.approvals.lifecycle.raising import approval_raise
+from reviewdesk.approvals.lifecycle.routing import named_for_call, targets_for_call
 from reviewdesk.approvals.reads.decisions import RequestDeciders, call_decision_read, reviewer_notes_for
 from reviewdesk.approvals.signing import FileKeyring, device_decision_required
+from reviewdesk.audit.services import audit_record
 from reviewdesk.lib import faults
 from reviewdesk.lib.db import atomic_appends_last
 from reviewdesk.lib.tool_world import sandbox_config, tool_world
@@ -76,6 +81,8 @@ class DatabaseHost:
         self._unsaved: list[_Step] = []  # committed by the loop, not written yet (write_unsaved)
         self._fresh = False  # nothing of the run was written when this attempt loaded it
         self._deciders: RequestDeciders | None = None  # read with the last call's decision
+        # Why a call goes back to a human, for its next request (call_sent_back), by call id.
+        self._sent_back: dict[str, str] = {}
         self.gate = ApprovalGate(
             keyring=FileKeyring(),
             ledger=self.ledger,
@@ -230,7 +237,13 @@ class DatabaseHost:
             # (agent, reviewers, TTL, input, submitter), and the caller holds the row lock that
             # approval_raise expects (no second read of the whole row).
             for call in step.raise_approvals:
-                approval_raise(run=self.run, attempt=self.attempt, checkpoint_id=checkpoint.id, call=call)
+                approval_raise(
+                    run=self.run,
+                    attempt=self.attempt,
+                    checkpoint_id=checkpoint.id,
+                    call=call,
+                    reason=self._sent_back.get(call.id),
+                )
                 raised.add(call.id)
         return raised
 
@@ -271,6 +284,67 @@ class DatabaseHost:
 
     def policy_world(self) -> Any:
         return tool_world()
+
+    # --- the definition the run goes on under (agents.definition.DefinitionHost) ------------
+    def recorded_definition(self) -> Recorded:
+        return Recorded(self.run.definition_sha256, self.run.definition_digests or None)
+
+    def definition_adopted(self, *, sha256: str, digests: dict[str, Any], changes: list[str]) -> None:
+        """Record on the run the definition it goes on under, and say on its timeline what
+        changed (an audit row of the run), fenced, with the steps kept so far."""
+        summary = "the agent's definition changed since this run started: " + "; ".join(changes)
+        with atomic_appends_last():
+            self.fence()
+            self.write_unsaved_fenced()
+            Run.objects.filter(pk=self.run.pk).update(definition_sha256=sha256, definition_digests=digests)
+            audit_record(
+                actor=None,
+                action="run.definition_changed",
+                subject_type="run",
+                subject_id=self.run.pk,
+                data={
+                    "from_sha256": self.run.definition_sha256,
+                    "to_sha256": sha256,
+                    "changes": changes,
+                    "summary": summary,
+                },
+            )
+        self.run.definition_sha256, self.run.definition_digests = sha256, digests
+
+    def call_sent_back(self, call: CallState, reason: str) -> None:
+        self._sent_back[call.id] = reason
+
+    def call_gone(self, call: CallState, reason: str) -> None:
+        """The call's tool is gone: the model reads the error; the run's timeline says so."""
+        with atomic_appends_last():
+            self.fence()
+            self.write_unsaved_fenced()
+            audit_record(
+                actor=None,
+                action="run.call_failed",
+                subject_type="run",
+                subject_id=self.run.pk,
+                data={"tool_call_id": call.id, "tool": call.name, "summary": f"{call.id}: {reason}"},
+            )
+
+    def routed_elsewhere(self, call: CallState, decision: SignedDecision) -> str | None:
+        """Whether each reviewer who decided the call would be named for it were its request
+        raised now (the routing and the quorum's groups now in force: `named_for_call`)."""
+        arguments = call.arguments or {}
+        for vote in (decision, *decision.co_decisions):
+            username = str(vote.payload.get("reviewer"))
+            user = get_user_model().objects.filter(username=username).first()
+            if user is None or not named_for_call(user, self.run, call.name, arguments):
+                named = ", ".join(targets_for_call(run=self.run, tool_name=call.name, arguments=arguments))
+                groups = _quorum_groups(self.run, call.name)
+                votes = f", votes counted from {', '.join(groups)} only" if groups else ""
+                return f"{call.name} is now routed to {named or 'any reviewer'}{votes}; {username} is not among them"
+        return None
+
+
+def _quorum_groups(run: Run, tool_name: str) -> list[str]:
+    tool = get_agent(run.agent).tool(tool_name)
+    return [f"group:{g}" for g in tool.quorum.groups] if tool is not None else []
 
 
 @dataclass(frozen=True)

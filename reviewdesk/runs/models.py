@@ -81,6 +81,12 @@ class Run(models.Model):
     retried_at_epoch = models.PositiveIntegerField(default=0)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     revision = models.PositiveIntegerField(default=0)
+    # The agent's definition the run goes on under (agents/definition.py): the one it was
+    # submitted with, until a resume under another found its waiting calls still hold. The
+    # SHA-256 of its canonical description, and a short digest of each part (to say in words
+    # what changed). Empty: a run from before definitions were recorded (unknown: checked).
+    definition_sha256 = models.CharField(max_length=64, blank=True, default="")
+    definition_digests = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True, db_index=True)
 

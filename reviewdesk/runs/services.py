@@ -16,6 +16,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
+from agents.definition import digests, fingerprint
 from agents.providers import ProviderName, model_spec_errors
 from agents.registry import UnknownAgent, get_agent
 from agents.state import SnapshotError
@@ -115,10 +116,14 @@ def run_submit(
         ]
     if errors:
         raise Invalid("the run cannot be submitted as given", errors=errors)
-    ttl = approval_ttl_seconds or get_agent(agent).approval_ttl_seconds or settings.DESK_APPROVAL_TTL_SECONDS
+    definition = get_agent(agent)
+    ttl = approval_ttl_seconds or definition.approval_ttl_seconds or settings.DESK_APPROVAL_TTL_SECONDS
     with atomic_appends_last():
         run = Run(
             agent=agent,
+            # The definition the run starts with: a resume under another checks its calls again.
+            definition_sha256=fingerprint(definition),
+            definition_digests=digests(definition),
             input=input,
             model=model,
             reviewers=reviewers,

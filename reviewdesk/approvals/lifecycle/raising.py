@@ -38,14 +38,15 @@ from reviewdesk.runs.models import Attempt, Checkpoint, Run
 
 
 def approval_raise(
-    *, run: Run, attempt: Attempt | None, checkpoint_id: Any, call: CallState
+    *, run: Run, attempt: Attempt | None, checkpoint_id: Any, call: CallState, reason: str | None = None
 ) -> ApprovalRequest:
-    """Create the request for a waiting call, audit it and tell the desk."""
+    """Create the request for a waiting call, audit it and tell the desk. `reason`: why it is
+    asked, when not the default (a call sent back after its agent's definition changed)."""
     reconcile = call.status == CallStatus.UNKNOWN
     question = not reconcile and asks_human(get_agent(run.agent).tool(call.name))
     # A reconciliation is about the effect that actually ran: with an edit, the edited arguments.
     arguments = _arguments_that_ran(run, call) if reconcile else call.arguments
-    reason = (
+    reason = reason or (
         f"{call.name} was interrupted between the ledger's pending and confirmed: it may or may "
         "not have taken effect. Check, then mark it done with a reference, re-run it, or reject it."
         if reconcile

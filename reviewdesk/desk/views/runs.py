@@ -70,11 +70,10 @@ def run_timeline(run: Run) -> list[TimelineEntry]:
     entries: list[TimelineEntry] = []
     for e in AuditEvent.objects.filter(subject_type="run", subject_id=str(run.id)).order_by("id"):
         verb = e.action.removeprefix("run.").replace("_", " ")
-        entries.append(
-            TimelineEntry(
-                e.at, "run", f"Run {verb}", "" if e.actor_name == "system" else f"by {e.actor_name}"
-            )
-        )
+        by = "" if e.actor_name == "system" else f"by {e.actor_name}"
+        # A row that says what happened in words (the agent's definition changed) shows them.
+        summary = e.data.get("summary") if isinstance(e.data, dict) else None
+        entries.append(TimelineEntry(e.at, "run", f"Run {verb}", summary if isinstance(summary, str) else by))
     for a in run.attempts.order_by("number"):
         entries.append(TimelineEntry(a.started_at, "attempt", f"Attempt #{a.number} started", a.worker))
         if a.ended_at:

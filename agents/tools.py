@@ -158,7 +158,21 @@ class Tool:
     _validator: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        jsonschema.Draft202012Validator.check_schema(self.parameters)
+        try:
+            effect = Effect(self.effect)  # also accepts the plain string
+        except ValueError:
+            kinds = ", ".join(kind.value for kind in Effect)
+            raise ValueError(
+                f"tool {self.name!r}: unknown effect kind {self.effect!r} (one of {kinds})"
+            ) from None
+        object.__setattr__(self, "effect", effect)
+        try:
+            jsonschema.Draft202012Validator.check_schema(self.parameters)
+        except jsonschema.SchemaError as exc:
+            where = "/".join(str(p) for p in exc.path) or "(root)"
+            raise ValueError(
+                f"tool {self.name!r}: its parameters are not a valid JSON Schema at {where}: {exc.message}"
+            ) from None
         object.__setattr__(self, "_validator", jsonschema.Draft202012Validator(self.parameters))
 
     @property

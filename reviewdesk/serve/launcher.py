@@ -20,6 +20,12 @@ def main() -> int:
     django.setup()
     from django.conf import settings
 
+    from reviewdesk.agent_modules.loading import refuse_to_start_if_broken
+
+    # Before anything starts: a DESK_AGENTS module that failed to load stops `make run` here,
+    # naming the module (the web, worker and beat it would start refuse the same way).
+    refuse_to_start_if_broken("run")
+
     from reviewdesk.accounts.demo import demo_password_whereabouts
     from reviewdesk.approvals.signing import ensure_keys
     from reviewdesk.lib.tool_world import sandbox_status

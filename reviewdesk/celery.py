@@ -1,4 +1,5 @@
 import os
+import sys
 
 from celery import Celery, signals
 
@@ -29,8 +30,10 @@ def _refuse_to_start_without_the_agents(process: str) -> None:
     import django
 
     django.setup()  # done already in a worker (Celery's Django fixup); beat sets it up here
-    from reviewdesk.agent_modules.loading import refuse_to_start_if_broken
+    from reviewdesk.agent_modules.loading import agents_problem, refuse_to_start_if_broken
 
+    if agents_problem() is not None:
+        sys.stderr = sys.__stderr__  # beat has redirected stderr to a logger that never writes it
     refuse_to_start_if_broken(process)
 
 

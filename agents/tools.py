@@ -124,7 +124,8 @@ class ToolContext:
     tool_call_id: str
     idempotency_key: str
     workdir: Path
-    # Host-provided services a tool may need (for the demo: `DemoWorld`).
+    # Host-provided services a tool may need: an instance of the class its agent module names
+    # in TOOL_WORLD (agents.registry), or of the host's choice (the desk's DESK_TOOL_WORLD).
     world: Any = None
     # How long the tool may wait on one blocking step (a process, a request) before giving up.
     # The desk fills it from DESK_EXECUTE_TIMEOUT_SECONDS; the default is that setting's.

@@ -56,6 +56,12 @@ def agents_problem() -> str | None:
     return _problem
 
 
+def loaded_agents_line() -> str:
+    """The agents loaded and their modules, for the launcher: `demo (agents.demo)`."""
+    shown = [f"{', '.join(m.agents) or 'no agent'} ({m.name})" for m in loaded_modules()]
+    return "; ".join(shown) or "none (DESK_AGENTS is empty)"
+
+
 def refuse_to_start_if_broken(process: str) -> None:
     """For the processes that serve or run (web, worker, beat, `make run`): exit with EX_CONFIG
     and the problem on stderr rather than start with none of the configured agents."""

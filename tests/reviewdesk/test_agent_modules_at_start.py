@@ -117,6 +117,16 @@ def test_manage_py_check_reports_the_module_and_the_problem(tmp_path, modules_di
     assert all(part in checked.stderr for part in said), checked.stderr
 
 
+def test_migrate_the_first_step_of_make_run_stops_before_it_migrates(tmp_path, modules_dir):
+    migrated = run(
+        [sys.executable, "manage.py", "migrate", "--noinput"], clean_env(tmp_path, modules_dir, "myco.agents")
+    )
+
+    assert migrated.returncode != 0
+    assert "(agent_modules.E001) DESK_AGENTS: agent module 'myco.agents'" in migrated.stderr
+    assert "Applying" not in migrated.stdout
+
+
 def test_a_healthy_set_passes_the_check(tmp_path, modules_dir):
     checked = manage_check(clean_env(tmp_path, modules_dir, "good_agents,agents.demo"))
 

@@ -117,3 +117,22 @@ def test_a_tool_names_itself_when_its_declaration_is_wrong(write_module):
         load_agents([bad])
 
     assert "tool 'act': unknown effect kind 'sideways'" in failure.value.problem
+
+
+def test_two_tools_with_one_name_in_an_agent_stop_the_load(write_module):
+    source = (
+        AGENT.format(name="twins", world="")
+        .replace("tools=(\n", "tools=(\n    TOOL,\n")
+        .replace(
+            "register(",
+            "TOOL = Tool(name='act', description='', parameters={}, effect=Effect.READ, func=noop)\nregister(",
+            1,
+        )
+    )
+    twins = write_module("twins", source=source)
+
+    with pytest.raises(AgentLoadError) as failure:
+        load_agents([twins])
+
+    assert failure.value.problem == "agent 'twins': two tools named 'act'"
+    assert agent_names() == []

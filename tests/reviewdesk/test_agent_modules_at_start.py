@@ -86,7 +86,7 @@ def clean_env(tmp_path: Path, modules_dir: Path, desk_agents: str) -> dict[str, 
     }
 
 
-def run(command: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run(command: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run to its end: a process that refuses exits in seconds; one that starts is killed at
     `timeout` and the test fails on its return code."""
     try:

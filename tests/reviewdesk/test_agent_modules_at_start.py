@@ -9,7 +9,9 @@ PYTHONPATH. A healthy module set passes the same check, so the refusal is the mo
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -83,24 +85,33 @@ def clean_env(tmp_path: Path, modules_dir: Path, desk_agents: str) -> dict[str, 
         "DESK_VAR_DIR": str(tmp_path / "var"),
         "PYTHONPATH": str(modules_dir),
         "DESK_AGENTS": desk_agents,
+        "PORT": "0",  # the launcher's daphne, were it ever to start: never a port in use
     }
 
 
 def run(command: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run to its end: a process that refuses exits in seconds; one that starts is killed at
-    `timeout` and the test fails on its return code."""
+    `timeout`, with every process it started (its own session), and the test fails."""
+    process = subprocess.Popen(
+        command,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     try:
-        return subprocess.run(
-            command,
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"{command[2:5]} started and kept running: {exc.stderr!r}")
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        _, stderr = process.communicate()
+        pytest.fail(f"{command[2:5]} started and kept running: {stderr[-2000:]!r}")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # anything it left behind
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def manage_check(env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -23,6 +23,10 @@ from agents.tools import ALWAYS, NEVER, CallHistory, Effect, Tool, ToolContext, 
 
 logger = logging.getLogger(__name__)
 
+# The world these tools act through (ToolContext.world), which the desk instantiates: a class with
+# the `DemoWorld` methods. A dotted path, not an import: this runtime module imports no Django.
+TOOL_WORLD = "reviewdesk.demo.world.DjangoDemoWorld"
+
 CUSTOMERS: dict[str, dict[str, Any]] = {
     "ada@example.com": {
         "name": "Ada Lovelace",

@@ -1,7 +1,22 @@
-"""Agents and their tools. `agents.demo` registers the demo agent."""
+"""Agents and their tools, and the modules that declare them.
+
+An agent module registers its agents when it is imported (`register(Agent(...))` at module
+level), as a Django app registers its models. Which modules a process loads is data handed in
+by the host: the desk passes its DESK_AGENTS setting to `load_agents` on every web process,
+worker and beat. Loading is all or nothing: if one module cannot be imported, or one of its
+agents fails its checks, `AgentLoadError` names the module and the problem and no agent of the
+set becomes usable.
+
+A module may also name the world its tools act through (`ToolContext.world`) by a dotted path
+in a module-level `TOOL_WORLD` string; the host decides what to do with it (the desk
+instantiates it, see reviewdesk/lib/tool_world.py).
+"""
 
 from __future__ import annotations
 
+import importlib
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -61,20 +76,120 @@ class Agent:
         return [t.spec() for t in self.tools]
 
 
+class AgentLoadError(Exception):
+    """A module of the configured set cannot be used: it names the module and the problem."""
+
+    def __init__(self, module: str, problem: str) -> None:
+        super().__init__(f"agent module {module!r}: {problem}")
+        self.module = module
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class AgentModule:
+    """One loaded module: its agents' names, and the world its tools need (a dotted path), if it says."""
+
+    name: str
+    agents: tuple[str, ...]
+    tool_world: str | None = None
+
+
+# The usable agents: the last loaded set, plus any `register`ed outside a load (a script, a test).
 _AGENTS: dict[str, Agent] = {}
+_MODULES: tuple[AgentModule, ...] = ()
+# Every agent `register`ed at import time, with the module that called `register`: a module
+# imported before `load_agents` (by a test, by another module) is not registered again.
+_DECLARED: list[tuple[str, Agent]] = []
+# While `load_agents` imports a module: the agents registered meanwhile, in order.
+_collecting: list[Agent] | None = None
 
 
 def register(agent: Agent) -> Agent:
-    _AGENTS[agent.name] = agent
+    """Declare an agent. Inside `load_agents` it joins the set being loaded, usable only once
+    the whole set has loaded; outside one (a script, a test) it is usable at once."""
+    caller = sys._getframe(1).f_globals.get("__name__", "")
+    _DECLARED.append((caller, agent))
+    if _collecting is not None:
+        _collecting.append(agent)
+    else:
+        _AGENTS[agent.name] = agent
     return agent
 
 
-def _load_builtin() -> None:
-    import agents.demo  # noqa: F401 - registers itself
+def load_agents(modules: Sequence[str]) -> tuple[AgentModule, ...]:
+    """Import `modules` and make their agents, and only theirs, the usable ones.
+
+    All or nothing: on the first module that cannot be imported, two agents with one name (in
+    one module or across two), or an agent whose tools fail their checks, AgentLoadError names
+    the module and the problem, and no agent of the set is usable (the registry is left empty,
+    so a process that goes on regardless takes no run). Returns the modules loaded."""
+    global _AGENTS, _MODULES
+    _AGENTS, _MODULES = {}, ()
+    found: dict[str, tuple[str, Agent]] = {}
+    loaded = []
+    for index, module in enumerate(modules):
+        if module in modules[:index]:
+            raise AgentLoadError(module, "listed twice in the modules to load")
+        agents = _import_agents(module)
+        for agent in agents:
+            problem = agent_problem(agent)
+            if problem:
+                raise AgentLoadError(module, f"agent {agent.name!r}: {problem}")
+            if agent.name in found:
+                other = found[agent.name][0]
+                where = "twice in this module" if other == module else f"also by {other!r}"
+                raise AgentLoadError(module, f"two agents named {agent.name!r}: registered {where}")
+            found[agent.name] = (module, agent)
+        world = getattr(sys.modules[module], "TOOL_WORLD", None)
+        if world is not None and not isinstance(world, str):
+            raise AgentLoadError(module, f"TOOL_WORLD must be a dotted path (a string), not {world!r}")
+        loaded.append(AgentModule(name=module, agents=tuple(a.name for a in agents), tool_world=world))
+    _AGENTS = {name: agent for name, (_, agent) in found.items()}
+    _MODULES = tuple(loaded)
+    return _MODULES
+
+
+def _import_agents(module: str) -> list[Agent]:
+    """The agents `module` registers: those registered while it is imported, or, when it was
+    imported before, those its own code (or its submodules') registered then."""
+    global _collecting
+    already = module in sys.modules
+    outer, _collecting = _collecting, []
+    try:
+        importlib.import_module(module)
+        collected = _collecting
+    except ImportError as exc:
+        if exc.name is not None and (module == exc.name or module.startswith(exc.name + ".")):
+            raise AgentLoadError(module, f"cannot be imported: no module named {exc.name!r}") from exc
+        raise AgentLoadError(module, f"cannot be imported: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # a tool's own checks (a bad schema), or any error in the module
+        raise AgentLoadError(module, f"failed while importing: {type(exc).__name__}: {exc}") from exc
+    finally:
+        _collecting = outer
+    if already and not collected:
+        collected = [agent for name, agent in _DECLARED if name == module or name.startswith(module + ".")]
+    return collected
+
+
+def agent_problem(agent: Agent) -> str | None:
+    """What makes the agent unusable, or None: a tool that is not a Tool, or two tools with one
+    name. (A Tool checks its own schema and effect kind when it is made.)"""
+    names: set[str] = set()
+    for tool in agent.tools:
+        if not isinstance(tool, Tool):
+            return f"{tool!r} is not a Tool"
+        if tool.name in names:
+            return f"two tools named {tool.name!r}"
+        names.add(tool.name)
+    return None
+
+
+def loaded_modules() -> tuple[AgentModule, ...]:
+    """The modules of the last `load_agents`, in the order given."""
+    return _MODULES
 
 
 def get_agent(name: str) -> Agent:
-    _load_builtin()
     try:
         return _AGENTS[name]
     except KeyError:
@@ -82,5 +197,4 @@ def get_agent(name: str) -> Agent:
 
 
 def agent_names() -> list[str]:
-    _load_builtin()
     return sorted(_AGENTS)

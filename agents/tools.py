@@ -124,7 +124,8 @@ class ToolContext:
     tool_call_id: str
     idempotency_key: str
     workdir: Path
-    # Host-provided services a tool may need (for the demo: `DemoWorld`).
+    # Host-provided services a tool may need: an instance of the class its agent module names
+    # in TOOL_WORLD (agents.registry), or of the host's choice (the desk's DESK_TOOL_WORLD).
     world: Any = None
     # How long the tool may wait on one blocking step (a process, a request) before giving up.
     # The desk fills it from DESK_EXECUTE_TIMEOUT_SECONDS; the default is that setting's.
@@ -175,7 +176,21 @@ class Tool:
     _validator: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        jsonschema.Draft202012Validator.check_schema(self.parameters)
+        try:
+            effect = Effect(self.effect)  # also accepts the plain string
+        except ValueError:
+            kinds = ", ".join(kind.value for kind in Effect)
+            raise ValueError(
+                f"tool {self.name!r}: unknown effect kind {self.effect!r} (one of {kinds})"
+            ) from None
+        object.__setattr__(self, "effect", effect)
+        try:
+            jsonschema.Draft202012Validator.check_schema(self.parameters)
+        except jsonschema.SchemaError as exc:
+            where = "/".join(str(p) for p in exc.path) or "(root)"
+            raise ValueError(
+                f"tool {self.name!r}: its parameters are not a valid JSON Schema at {where}: {exc.message}"
+            ) from None
         object.__setattr__(self, "_validator", jsonschema.Draft202012Validator(self.parameters))
 
     @property

@@ -10,8 +10,13 @@ from reviewdesk.serve.asgi_handler import get_asgi_application
 ensure_static_root(settings.STATIC_ROOT, settings.VAR_DIR)  # before whitenoise looks for it
 django_asgi_app = get_asgi_application()  # before importing consumers: it sets Django up
 
+from reviewdesk.agent_modules.loading import refuse_to_start_if_broken  # noqa: E402
 from reviewdesk.audit.keys import audit_key_problem  # noqa: E402
 from reviewdesk.lib.deployment import refuse_to_start  # noqa: E402
+
+# No half-registered agent ever takes a run: a DESK_AGENTS module that failed to load stops the
+# web process here, naming the module (daphne runs no system checks).
+refuse_to_start_if_broken("web")
 
 # A web process audits what it does (a login, a decision): in production it starts with the
 # audit key or not at all. ASGI servers (daphne, uvicorn) run no system checks, so the entry

@@ -1,4 +1,5 @@
 import os
+import sys
 
 from celery import Celery, signals
 
@@ -20,6 +21,30 @@ def close_old_connections(task=None, **_: object) -> None:
     from django.db import close_old_connections as close
 
     close()
+
+
+def _refuse_to_start_without_the_agents(process: str) -> None:
+    """A worker or beat whose DESK_AGENTS modules failed to load (reviewdesk/agent_modules) exits
+    with EX_CONFIG and the module's name before it takes a task: SystemExit is not swallowed by
+    Celery's signal dispatch (only Exception is)."""
+    import django
+
+    django.setup()  # done already in a worker (Celery's Django fixup); beat sets it up here
+    from reviewdesk.agent_modules.loading import agents_problem, refuse_to_start_if_broken
+
+    if agents_problem() is not None:
+        sys.stderr = sys.__stderr__  # beat has redirected stderr to a logger that never writes it
+    refuse_to_start_if_broken(process)
+
+
+@signals.worker_init.connect(weak=False)
+def worker_refuses_to_start_without_the_agents(**_: object) -> None:
+    _refuse_to_start_without_the_agents("worker")
+
+
+@signals.beat_init.connect(weak=False)  # before beat's audit check below: receivers run in order
+def beat_refuses_to_start_without_the_agents(**_: object) -> None:
+    _refuse_to_start_without_the_agents("beat")
 
 
 @signals.beat_init.connect(weak=False)

@@ -64,7 +64,10 @@ INSTALLED_APPS = [
     "reviewdesk.approvals",
     "reviewdesk.events",
     "reviewdesk.audit",
+    # The demo agent's tables (app label `demo`): installed whatever DESK_AGENTS says, so that a
+    # database's migrations never depend on which agents a process loads (docs/bring-your-own-agent.md).
     "reviewdesk.demo",
+    "reviewdesk.agent_modules",
     "reviewdesk.api",
     "reviewdesk.desk",
 ]
@@ -208,9 +211,12 @@ DESK_SANDBOX_PROCESSES = env_int("DESK_SANDBOX_PROCESSES", 64)  # a fork bomb st
 DESK_SANDBOX_SCRATCH_MB = env_int("DESK_SANDBOX_SCRATCH_MB", 128)
 # A run's directory (what its commands left) untouched this long is removed by the next command.
 DESK_SANDBOX_KEEP_HOURS = env_int("DESK_SANDBOX_KEEP_HOURS", 24)
-# The class whose instance tools act through (ToolContext.world): the runtime and the core
-# apps name no world of their own, so a deployment with its own agents brings its own.
-DESK_TOOL_WORLD = env_str("DESK_TOOL_WORLD", "reviewdesk.demo.world.DjangoDemoWorld")
+# The agent modules every web process, worker and beat imports (in the spirit of INSTALLED_APPS):
+# each registers its agents as it is imported; one that fails stops start-up (reviewdesk/agent_modules).
+DESK_AGENTS = env_list("DESK_AGENTS", "agents.demo")
+# The class whose instance tools act through (ToolContext.world). Empty: the class the DESK_AGENTS
+# modules name (their TOOL_WORLD); the runtime and the core apps name no world of their own.
+DESK_TOOL_WORLD = env_str("DESK_TOOL_WORLD", "")
 # Ed25519 keys: the web tier signs with the private key; workers only need the
 # public keyring. Both default to files created under var/ on first use.
 DESK_SIGNING_KEY_FILE = Path(env_str("DESK_SIGNING_KEY_FILE", str(VAR_DIR / "signing_key.pem")))

@@ -1,9 +1,12 @@
-"""The world the agents' tools act on, chosen by the DESK_TOOL_WORLD setting.
+"""The world the agents' tools act on: the class DESK_TOOL_WORLD names, else the one the agent
+modules name.
 
-A tool reaches email, payments and the like only through `ToolContext.world`,
-which the run's host fills with `tool_world()` (and `sandbox_config()` for its processes). The default is the demo
-agent's world on Django (`reviewdesk.demo.world.DjangoDemoWorld`); a deployment
-with its own agents names its own class, so the core apps import no demo code.
+A tool reaches email, payments and the like only through `ToolContext.world`, which the run's
+host fills with `tool_world()` (and `sandbox_config()` for its processes). An agent module names
+the world its tools need in a module-level `TOOL_WORLD` dotted path (agents/registry.py); with
+DESK_TOOL_WORLD empty (the default) the desk instantiates that one, so the default world follows
+the default agents and the core apps import no agent's code. DESK_TOOL_WORLD overrides it for
+every agent, and must be set where two loaded modules name different worlds.
 """
 
 from __future__ import annotations
@@ -15,21 +18,41 @@ from typing import Any
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from agents.registry import loaded_modules
 from agents.sandbox import SandboxConfig, SandboxMode, SandboxUnavailable, chosen_mode, run_uid
 
 
+class ToolWorldProblem(ValueError):
+    """The world cannot be chosen: two modules name different ones, or the path names no class."""
+
+
 @lru_cache(maxsize=8)
-def _world_class(dotted_path: str) -> type[Any]:
+def tool_world_class(dotted_path: str) -> type[Any]:
     # Keyed by the path, so override_settings in a test picks up another world.
     world_class = import_string(dotted_path)
     if not isinstance(world_class, type):
-        raise TypeError(f"DESK_TOOL_WORLD={dotted_path!r} names {world_class!r}, not a class")
+        raise TypeError(f"{dotted_path!r} names {world_class!r}, not a class")
     return world_class
 
 
+def tool_world_path() -> str | None:
+    """DESK_TOOL_WORLD, else the one world the loaded agent modules name; None when none does."""
+    if settings.DESK_TOOL_WORLD:
+        return str(settings.DESK_TOOL_WORLD)
+    named = {module.tool_world: module.name for module in loaded_modules() if module.tool_world}
+    if len(named) > 1:
+        which = ", ".join(f"{module!r} names {path}" for path, module in named.items())
+        raise ToolWorldProblem(
+            f"the agent modules name different tool worlds ({which}): set DESK_TOOL_WORLD to one "
+            "class that serves them all"
+        )
+    return next(iter(named), None)
+
+
 def tool_world() -> Any:
-    """A fresh instance of the DESK_TOOL_WORLD class, for one tool call's context."""
-    return _world_class(settings.DESK_TOOL_WORLD)()
+    """A fresh instance of the world's class, for one tool call's context (None: no world named)."""
+    path = tool_world_path()
+    return tool_world_class(path)() if path else None
 
 
 def sandbox_config() -> SandboxConfig:

@@ -20,6 +20,12 @@ def main() -> int:
     django.setup()
     from django.conf import settings
 
+    from reviewdesk.agent_modules.loading import loaded_agents_line, refuse_to_start_if_broken
+
+    # Before anything starts: a DESK_AGENTS module that failed to load stops `make run` here,
+    # naming the module (the web, worker and beat it would start refuse the same way).
+    refuse_to_start_if_broken("run")
+
     from reviewdesk.accounts.demo import demo_password_whereabouts
     from reviewdesk.approvals.signing import ensure_keys
     from reviewdesk.lib.tool_world import sandbox_status
@@ -54,6 +60,7 @@ def main() -> int:
         f"  reviewers: alice, bob, dave (finance)   submitter: carol   admin: admin\n"
         f"  password: {demo_password_whereabouts()}\n"
         f"  shell commands: {sandbox_status()}\n"
+        f"  agents: {loaded_agents_line()}\n"
         "  API token: .venv/bin/python manage.py create_token carol --scope submit\n"
         "  Ctrl+C stops everything.\n",
         flush=True,

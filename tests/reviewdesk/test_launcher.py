@@ -67,3 +67,4 @@ def test_the_launcher_says_where_the_password_is_and_never_prints_it():
     assert password not in output
     assert mode == 0o600
     assert "shell commands: bubblewrap" in output or "shell commands: REFUSED" in output
+    assert "agents: demo (agents.demo)" in output  # DESK_AGENTS's default

@@ -1,0 +1,1 @@
+"""An agent package for Review Desk: `DESK_AGENTS=example_agent.agents` loads its agent."""

@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "reviewdesk.demo",
     "reviewdesk.api",
     "reviewdesk.desk",
+    "reviewdesk.mcp",
 ]
 
 MIDDLEWARE = [

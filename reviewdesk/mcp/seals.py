@@ -49,7 +49,7 @@ def pin_payload(
 
 
 def _chain_seal(payload: dict[str, Any]) -> str:
-    return hmac.new(audit_key(create=False), canonical_json(payload), hashlib.sha256).hexdigest()
+    return hmac.new(audit_key(), canonical_json(payload), hashlib.sha256).hexdigest()
 
 
 def seal_first_sight(*, server: str, tool: str, digest: str, at: datetime) -> tuple[str, str]:

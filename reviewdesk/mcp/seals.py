@@ -75,7 +75,7 @@ def pin_verifies(pin: ToolPin) -> bool:
         digest = ToolDefinition.from_dict(pin.definition).digest
     except (KeyError, TypeError, ValueError, AttributeError):
         return False  # not a definition at all
-    if digest != pin.digest:
+    if digest != pin.digest:  # the column the store compares served definitions with
         return False
     payload = pin_payload(
         server=pin.server,

@@ -8,6 +8,9 @@ the first's insert, then reads its row (and audits nothing). Every existing pin 
 `select_for_update`, so a change is recorded once, by whichever worker comes first; the other
 finds it recorded and neither audits nor notifies again.
 
+When the server serves exactly its trusted pins and nothing is recorded against them (the
+common case), an unlocked read says so and nothing is locked or written.
+
 A pin is trusted only when its signed record verifies (`seals.pin_verifies`); one that does
 not is treated as changed, whatever it says, until an admin accepts what the server serves.
 """
@@ -39,6 +42,8 @@ class DjangoPinStore:
 
     def reconcile(self, server: str, served: Sequence[ToolDefinition]) -> dict[str, PinState]:
         by_name = {definition.name: definition for definition in served}
+        if _served_as_pinned(server, by_name):
+            return dict.fromkeys(by_name, PinState.PINNED)
         states: dict[str, PinState] = {}
         with transaction.atomic():
             pinned = {
@@ -60,6 +65,18 @@ class DjangoPinStore:
     def pinned(self, server: str) -> list[ToolDefinition]:
         pins = ToolPin.objects.filter(server=server).order_by("tool")
         return [ToolDefinition.from_dict(pin.definition) for pin in pins if pin_verifies(pin)]
+
+
+def _served_as_pinned(server: str, by_name: dict[str, ToolDefinition]) -> bool:
+    """Whether the server serves exactly its trusted pins, with nothing recorded against them:
+    the common case, read without a lock (it writes nothing), so that workers listing a
+    server's tools do not queue on its pins' row locks. Anything else takes the locked path."""
+    pins = list(ToolPin.objects.filter(server=server))
+    if {pin.tool for pin in pins} != by_name.keys():
+        return False
+    return all(
+        not pin.pending_state and pin.digest == by_name[pin.tool].digest and pin_verifies(pin) for pin in pins
+    )
 
 
 def _pin_first_sight(server: str, definition: ToolDefinition) -> tuple[ToolPin, bool]:

@@ -55,9 +55,20 @@ def definition_text(definition: dict[str, Any] | None) -> str:
 
 
 def definition_diff(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[tuple[str, str]]:
-    """Line by line, old to new: ("-", line) removed, ("+", line) added, (" ", line) kept."""
-    lines = difflib.ndiff(definition_text(old).splitlines(), definition_text(new).splitlines())
-    return [(line[0], line[2:]) for line in lines if line[:1] in ("+", "-", " ")]
+    """Old to new, line by line, each change with three lines of context: ("-", line) removed,
+    ("+", line) added, (" ", line) kept, ("…", "") lines left out between two changes."""
+    before, after = definition_text(old).splitlines(), definition_text(new).splitlines()
+    lines: list[tuple[str, str]] = []
+    for group in difflib.SequenceMatcher(None, before, after, autojunk=False).get_grouped_opcodes(3):
+        if lines:
+            lines.append(("…", ""))
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                lines += [(" ", line) for line in before[i1:i2]]
+                continue
+            lines += [("-", line) for line in before[i1:i2]]
+            lines += [("+", line) for line in after[j1:j2]]
+    return lines
 
 
 def pin_rows(server: str | None = None) -> list[PinRow]:

@@ -11,6 +11,7 @@ from reviewdesk.lib.errors import Conflict, Forbidden
 from reviewdesk.mcp.models import PendingState, ToolPin
 from reviewdesk.mcp.pins import DjangoPinStore
 from reviewdesk.mcp.seals import CHAIN_SEAL, pin_verifies
+from reviewdesk.mcp.selectors import definition_diff, definition_text
 from reviewdesk.mcp.services import pin_accept
 from tests.reviewdesk.mcp.pins import DELETE, READ, READ_CHANGED, SERVER
 
@@ -205,3 +206,20 @@ def test_accepting_a_gone_tool_removes_its_pin_and_a_tool_served_again_is_new(pe
     assert list(ToolPin.objects.values_list("tool", flat=True)) == ["read_file"]
     assert AuditEvent.objects.get(action="mcp_tool.accepted").data["removed"] is True
     assert store.reconcile(SERVER, [READ, DELETE])["delete_file"] == PinState.NEW
+
+
+def test_the_difference_shows_each_change_with_three_lines_of_context():
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(10)}}
+    widened = {**schema, "properties": {**schema["properties"], "p9": {"type": ["string", "null"]}}}
+    old = READ.to_dict() | {"inputSchema": schema}
+    new = READ_CHANGED.to_dict() | {"inputSchema": widened}
+
+    diff = definition_diff(old, new)
+
+    assert diff[:3] == [("-", READ.description), ("+", READ_CHANGED.description), (" ", "")]
+    assert ("…", "") in diff
+    removed = [line for kind, line in diff if kind == "-"]
+    added = [line for kind, line in diff if kind == "+"]
+    assert removed == [READ.description, '      "type": "string"']
+    assert added[0] == READ_CHANGED.description and '        "null"' in added
+    assert len(diff) < len(definition_text(new).splitlines())

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from django.db import transaction
 from django.utils import timezone
 
 from agents.mcp import PinState, ToolDefinition
 from reviewdesk.audit.services import audit_record
+from reviewdesk.lib.db import atomic_appends_last
 from reviewdesk.mcp.models import PendingState, ToolPin
 from reviewdesk.mcp.seals import THE_DESK, pin_verifies, seal_first_sight
 
@@ -45,7 +45,9 @@ class DjangoPinStore:
         if _served_as_pinned(server, by_name):
             return dict.fromkeys(by_name, PinState.PINNED)
         states: dict[str, PinState] = {}
-        with transaction.atomic():
+        # Audit rows at the block's end: the writers' lock is not held while this worker waits
+        # on another's insert of a pin (which waits on that lock to audit it: a deadlock).
+        with atomic_appends_last():
             pinned = {
                 pin.tool: pin
                 for pin in ToolPin.objects.select_for_update().filter(server=server).order_by("tool")

@@ -67,3 +67,32 @@ def test_two_workers_finding_the_same_change_at_once_record_and_audit_it_once(mo
     assert results == [{"read_file": PinState.CHANGED}] * 2
     assert ToolPin.objects.get().pending_state == PendingState.CHANGED
     assert AuditEvent.objects.filter(action="mcp_tool.changed").count() == 1
+
+
+def test_two_workers_pinning_overlapping_tools_at_once_both_finish(monkeypatch):
+    """One lists read_file and delete_file, the other (the server changed its list between)
+    read_file alone; they meet before their first inserts. The first inserts delete_file, then
+    waits on the other's insert of read_file; the other audits it and commits. Were an audit row
+    written as it is asked for, the first would hold the writers' lock while it waited, and the
+    other would wait on that lock to audit: a deadlock, one of them failing."""
+    met = threading.Barrier(2)
+    seal = pins.seal_first_sight
+
+    def seal_when_both_have_read(**kwargs):
+        wait_for_the_other(met)
+        return seal(**kwargs)
+
+    monkeypatch.setattr(pins, "seal_first_sight", seal_when_both_have_read)
+
+    results = in_threads(
+        lambda: DjangoPinStore().reconcile(SERVER, [READ, DELETE]),
+        lambda: DjangoPinStore().reconcile(SERVER, [READ]),
+    )
+
+    assert not any(isinstance(r, Exception) for r in results), results
+    assert results[0]["delete_file"] == PinState.NEW
+    assert sorted([results[0]["read_file"], results[1]["read_file"]]) == sorted(
+        [PinState.NEW, PinState.PINNED]
+    )
+    assert sorted(ToolPin.objects.values_list("tool", flat=True)) == ["delete_file", "read_file"]
+    assert AuditEvent.objects.filter(action="mcp_tool.pinned").count() == 2

@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "reviewdesk.agent_modules",
     "reviewdesk.api",
     "reviewdesk.desk",
+    "reviewdesk.mcp",
 ]
 
 MIDDLEWARE = [

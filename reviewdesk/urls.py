@@ -53,6 +53,7 @@ urlpatterns = [
     path("keys/<str:key_id>/revoke", keys.key_record_draft, {"action": "revoke"}, name="key-revoke"),
     path("keys/<str:key_id>/records", keys.key_record_store, name="key-records"),
     path("audit/export.csv", audit.audit_export, name="audit-export"),
+    path("mcp/", include("reviewdesk.mcp.urls")),  # admins review MCP tool definitions
     # Only login and logout: password-reset tokens derive from SECRET_KEY, which
     # workers also load, so a reset view would let a compromised worker become a reviewer.
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),

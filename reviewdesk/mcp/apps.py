@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class McpConfig(AppConfig):
+    name = "reviewdesk.mcp"
+    label = "mcp"

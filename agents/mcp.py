@@ -121,7 +121,7 @@ class ToolDefinition:
             "server": self.server,
             "name": self.name,
             "description": self.description,
-            "input_schema": self.input_schema,
+            "inputSchema": self.input_schema,
             "annotations": self.annotations,
         }
 
@@ -131,7 +131,7 @@ class ToolDefinition:
             server=str(data["server"]),
             name=str(data["name"]),
             description=str(data.get("description") or ""),
-            input_schema=dict(data.get("input_schema") or {}),
+            input_schema=dict(data.get("inputSchema") or {}),
             annotations=dict(data.get("annotations") or {}),
         )
 

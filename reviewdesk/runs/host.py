@@ -25,6 +25,7 @@ it gave already (which it may give otherwise).
 from __future__ import annotations
 
 import copy
+import importlib
 import logging
 import threading
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from django.conf import settings
 
 from agents.gate import ApprovalGate, CallBinding, SignedGrant
 from agents.loop import DecisionState
+from agents.mcp import InMemoryPinStore, PinStore
 from agents.state import AgentState, CallState
 from agents.tools import ToolContext
 from reviewdesk.accounts.devicekeys import DatabaseTrust
@@ -271,6 +273,24 @@ class DatabaseHost:
 
     def policy_world(self) -> Any:
         return tool_world()
+
+    def mcp_pins(self) -> PinStore:
+        return desk_pin_store()
+
+
+# Until the pins app (reviewdesk.mcp) is installed: pins kept by this process only.
+_PROCESS_PINS = InMemoryPinStore()
+
+
+def desk_pin_store() -> PinStore:
+    """The desk's pinned MCP tool definitions (reviewdesk.mcp.pins), for the worker's
+    reconcile and for every process's lookups of MCP tools (agents.mcp.use_pin_store)."""
+    try:  # by name until the pins app is merged (then: a plain import)
+        pins = importlib.import_module("reviewdesk.mcp.pins")
+    except ImportError:
+        return _PROCESS_PINS
+    store: PinStore = pins.DjangoPinStore()
+    return store
 
 
 @dataclass(frozen=True)

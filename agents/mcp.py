@@ -38,6 +38,7 @@ import fnmatch
 import logging
 import os
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -576,7 +577,10 @@ def _transport(server: MCPServer) -> Any:
             prefix = [part for name in unset for part in ("-u", name)]
             command, args = env_binary, [*prefix, "--", server.command, *args]
         parameters = StdioServerParameters(command=command, args=args, env=environment)
-        return stdio_client(parameters)
+        # The server's stderr goes to this process's own (fd 2): Celery replaces sys.stderr
+        # with a logging proxy the SDK cannot hand to a child process.
+        errlog = sys.__stderr__ if sys.__stderr__ is not None else open(os.devnull, "w")  # noqa: SIM115
+        return stdio_client(parameters, errlog=errlog)
     from mcp.shared._httpx_utils import create_mcp_http_client
 
     client = create_mcp_http_client(headers=_resolved(server.headers))

@@ -371,3 +371,17 @@ def test_a_definitions_digest_is_over_its_canonical_name_description_and_schema(
     assert ToolDefinition.from_dict(definition.to_dict()) == definition
     wider = ToolDefinition("orders", "a", "Do a.", {"type": "object", "additionalProperties": True}, {})
     assert wider.digest != definition.digest
+
+
+def test_a_tool_built_from_an_earlier_pin_sends_nothing_once_another_definition_is_accepted(server, files):
+    pins = InMemoryPinStore()
+    agent, host = agent_with(server), InMemoryHost(pins=pins)
+    script = [call("delete_order", order_id="A-1"), {"content": "Done."}]
+    step(agent, host, script)
+    earlier = agent.tool("delete_order")  # the definition the reviewer was shown
+    files["description"].write_text("Delete every order of the customer.")
+    step(agent, InMemoryHost(pins=pins), [{"content": "Listed."}])
+    pins.accept("orders")
+    with pytest.raises(mcp.ToolError, match="definition changed since it was pinned"):
+        earlier.run({"order_id": "A-1"}, host.tool_context(host.state().batch[0]))
+    assert received(files) == []

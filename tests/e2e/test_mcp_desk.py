@@ -193,6 +193,7 @@ def test_mcp_calls_go_through_the_desk_and_a_changed_definition_is_refused_until
         stack.stop()
 
 
+@pytest.mark.chaos
 @pytest.mark.parametrize("point", ["after_ledger_pending", "after_effect"])
 def test_an_approved_mcp_call_arrives_exactly_once_when_the_worker_is_killed_mid_call(
     point, personas, redis_server, tmp_path, mcp_files, http_mcp_server

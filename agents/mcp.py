@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import importlib
 import logging
 import os
 import shutil
@@ -44,7 +45,7 @@ import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
@@ -420,15 +421,13 @@ def _build_tool(server: MCPServer, definition: ToolDefinition, state: PinState) 
 
 
 def _with_source(tool: Tool, server: MCPServer, definition: ToolDefinition) -> Tool:
-    """Fill `Tool.source` (kind "mcp", the server, the pin) where agents.tools has it."""
-    try:
-        from agents.tools import ToolSource  # type: ignore[attr-defined]
-    except ImportError:  # not merged yet: `manage.py agents` adds it
+    """Fill `Tool.source` (kind "mcp", the server, the pin) where agents.tools has it (by name
+    until `manage.py agents`' ToolSource is merged; then a plain import)."""
+    source_type: Any = getattr(importlib.import_module("agents.tools"), "ToolSource", None)
+    if source_type is None:
         return tool
-    from dataclasses import replace
-
-    source = ToolSource(kind="mcp", name=server.name, pin=definition.digest)
-    return replace(tool, **{"source": source})
+    changes: dict[str, Any] = {"source": source_type(kind="mcp", name=server.name, pin=definition.digest)}
+    return replace(tool, **changes)
 
 
 _DEFAULT_PINS: Callable[[], PinStore] | None = None

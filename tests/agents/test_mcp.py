@@ -385,3 +385,34 @@ def test_a_tool_built_from_an_earlier_pin_sends_nothing_once_another_definition_
     with pytest.raises(mcp.ToolError, match="definition changed since it was pinned"):
         earlier.run({"order_id": "A-1"}, host.tool_context(host.state().batch[0]))
     assert received(files) == []
+
+
+def test_a_forked_child_starts_its_own_sessions_and_never_uses_its_parents(files):
+    """As a Celery prefork child would be, were its parent to have held sessions."""
+    server = MCPServerStdio(
+        "orders",
+        sys.executable,
+        [str(SERVER_SCRIPT), "stdio"],
+        env={"MCP_CALLS_FILE": str(files["calls"])},
+        approval=APPROVAL,
+    )
+    agent = agent_with(server)
+    step(agent, InMemoryHost(), [{"content": "Parent."}])
+    parent_runtime = mcp._RUNTIME
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            host = InMemoryHost()
+            outcome = step(agent, host, [call("lookup_order", order_id="F-1"), {"content": "Child."}])
+            fresh = mcp._RUNTIME is not parent_runtime and mcp._RUNTIME.pid == os.getpid()
+            os.write(write, json.dumps({"outcome": str(outcome), "fresh": fresh}).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        report = json.loads(pipe.read() or "{}")
+    os.waitpid(child, 0)
+    assert report == {"outcome": str(Finished("Child.")), "fresh": True}
+    assert [c["pid"] != os.getpid() for c in received(files)] == [True]
+    assert mcp._RUNTIME is parent_runtime  # the parent's own sessions are untouched

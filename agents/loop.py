@@ -36,6 +36,7 @@ from agents.gate import (
     TransientFailure,
 )
 from agents.grants import GrantSource, allow_by_grants, grant_of
+from agents.mcp import MCPConfigurationError, PinStore, prepare_servers
 from agents.notices import rejection, wait_notice
 from agents.providers import ModelProvider, ProviderError
 from agents.registry import Agent
@@ -177,6 +178,11 @@ class Host(GrantSource, Protocol):
         """The world the tools act on, for approval policies that read it (`Tool.needs_approval`)."""
         ...
 
+    def mcp_pins(self) -> PinStore:
+        """Where the pinned definitions of MCP tools are kept (agents.mcp); asked only for an
+        agent that declares MCP servers."""
+        ...
+
 
 def advance(
     *,
@@ -188,6 +194,11 @@ def advance(
     sleep: Callable[[float], None] = time.sleep,
 ) -> Outcome:
     """`sleep` waits before a short in-task retry of a transiently failed tool call."""
+    if agent.mcp_servers:  # this process lists the servers' tools and checks them against the pins
+        try:
+            prepare_servers(agent.name, agent.tools, agent.mcp_servers, host.mcp_pins())
+        except MCPConfigurationError as exc:
+            return Failed(str(exc), kind=FailureKind.INTERNAL)
     state = host.load()
     if state is None:
         state = AgentState(step=Step.MODEL, message_count=2)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from agents.mcp import MCPServer, mcp_tools
 from agents.providers import ProviderName
 from agents.routing import Route, routed_to
 from agents.tools import Tool
@@ -52,6 +53,8 @@ class Agent:
     escalation: tuple[str, ...] = ()
     # Who must decide this agent's calls when the tool's own routes do not say (agents.routing).
     routing: tuple[Route, ...] = ()
+    # MCP servers whose tools are this agent's too (agents.mcp; docs/mcp.md).
+    mcp_servers: tuple[MCPServer, ...] = ()
 
     def __post_init__(self) -> None:
         try:
@@ -59,9 +62,17 @@ class Agent:
         except ValueError:
             raise ValueError("on_approval_expired is 'continue' or 'fail'") from None
         object.__setattr__(self, "on_approval_expired", on_expiry)
+        object.__setattr__(self, "mcp_servers", tuple(self.mcp_servers))
 
     def tool(self, name: str) -> Tool | None:
-        return next((t for t in self.tools if t.name == name), None)
+        found = next((t for t in self.tools if t.name == name), None)
+        if found is None and self.mcp_servers:
+            found = next((t for t in mcp_tools(self.mcp_servers) if t.name == name), None)
+        return found
+
+    def all_tools(self) -> tuple[Tool, ...]:
+        """The agent's own tools, then its MCP servers' as this process knows them (agents.mcp)."""
+        return self.tools + mcp_tools(self.mcp_servers) if self.mcp_servers else self.tools
 
     def requires_device_decision(self, tool_name: str) -> bool:
         tool = self.tool(tool_name)
@@ -73,7 +84,7 @@ class Agent:
         return named if named is not None else routed_to(self.routing, arguments)
 
     def tool_specs(self) -> list[dict[str, Any]]:
-        return [t.spec() for t in self.tools]
+        return [t.spec() for t in self.all_tools()]
 
 
 class AgentLoadError(Exception):

@@ -24,6 +24,7 @@ from agents.decisions import SignedDecision, Verdict, key_id_for
 from agents.gate import ApprovalGate, CallBinding
 from agents.grants import SignedGrant, grant_mismatch
 from agents.loop import DecisionState, Reconciled, Rejected
+from agents.mcp import InMemoryPinStore, PinStore
 from agents.sandbox import shared_tmp_dir
 from agents.state import AgentState, CallState, CallStatus
 from agents.store import InMemoryCheckpointStore
@@ -57,6 +58,7 @@ class InMemoryHost:
         now: Callable[[], datetime] | None = None,
         workdir: Path | None = None,
         agent: str = "demo",
+        pins: PinStore | None = None,
     ) -> None:
         self.run_id = run_id or str(uuid.uuid4())
         self.run_input = run_input
@@ -76,6 +78,7 @@ class InMemoryHost:
         if now is not None:
             self.gate.now = now
         self.checkpoints = InMemoryCheckpointStore()
+        self.pins = pins if pins is not None else InMemoryPinStore()  # MCP tools' pinned definitions
         self.log: list[dict[str, Any]] = []  # the run's append-only message log
         self.approvals: list[CallState] = []  # raised approvals, as copies of the call
         self.approval_hashes: dict[str, str] = {}  # tool_call_id -> arguments_sha256
@@ -142,6 +145,9 @@ class InMemoryHost:
             workdir=self.workdir,
             world=self.world,
         )
+
+    def mcp_pins(self) -> PinStore:
+        return self.pins
 
     def policy_world(self) -> Any:
         return self.world

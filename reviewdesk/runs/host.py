@@ -36,6 +36,7 @@ from django.contrib.auth import get_user_model
 from agents.definition import Recorded
 from agents.gate import ApprovalGate, CallBinding, SignedDecision, SignedGrant
 from agents.loop import DecisionState
+from agents.mcp import PinStore
 from agents.registry import get_agent
 from agents.state import AgentState, CallState
 from agents.tools import ToolContext
@@ -345,6 +346,17 @@ class DatabaseHost:
 def _quorum_groups(run: Run, tool_name: str) -> list[str]:
     tool = get_agent(run.agent).tool(tool_name)
     return [f"group:{g}" for g in tool.quorum.groups] if tool is not None else []
+
+    def mcp_pins(self) -> PinStore:
+        return desk_pin_store()
+
+
+def desk_pin_store() -> PinStore:
+    """The desk's pinned MCP tool definitions (reviewdesk.mcp.pins), for the worker's
+    reconcile and for every process's lookups of MCP tools (agents.mcp.use_pin_store)."""
+    from reviewdesk.mcp.pins import DjangoPinStore  # the pins app imports the runs' neighbours
+
+    return DjangoPinStore()
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ def run_submission_errors(
         agent_obj = get_agent(agent)
     except UnknownAgent:
         return {"agent": [f"unknown agent {agent!r}"]}
-    spec_errors = model_spec_errors(model, {t.name for t in agent_obj.tools})
+    spec_errors = model_spec_errors(model, {t.name for t in agent_obj.all_tools()})
     if (
         isinstance(model, dict)
         and model.get("provider") == ProviderName.SCRIPTED

@@ -113,5 +113,5 @@ def describe_agent(agent: Agent) -> dict[str, Any]:
         "name": agent.name,
         "requires_device_keys": agent.requires_device_keys,
         "routing": [route_data(r, origin="agent") for r in agent.routing],
-        "tools": [describe_tool(agent, tool) for tool in agent.tools],
+        "tools": [describe_tool(agent, tool) for tool in agent.all_tools()],
     }

@@ -126,7 +126,8 @@ def describe(agent: Agent) -> dict[str, Any]:
             "response_target_seconds": agent.response_target_seconds,
             "escalation": list(agent.escalation),
         },
-        "tools": {tool.name: describe_tool(tool) for tool in agent.tools},
+        # MCP servers' tools too, as this process knows them (their pinned definitions).
+        "tools": {tool.name: describe_tool(tool) for tool in agent.all_tools()},
     }
 
 
@@ -210,6 +211,22 @@ def deciders_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any], tool
     )
 
 
+# What an MCP server says of its tool: a change of any is what a "rug pull" changes.
+_SERVED_PARTS = ("description", "parameters", "effect")
+
+
+def served_parts(digests: Mapping[str, Any], tool: str) -> str:
+    """One tool's `_SERVED_PARTS` of `digests`, as one string ("" for a tool it lacks)."""
+    parts = digests.get("tools", {}).get(tool) or {}
+    return ":".join(str(parts.get(part, "")) for part in _SERVED_PARTS) if parts else ""
+
+
+def served_elsewhere(tool: Tool | None) -> bool:
+    """Whether the tool's definition is served by someone else's server (an MCP tool), so that a
+    change of it is not this deployment's own code changing."""
+    return tool is not None and tool.source is not None and tool.source.kind == "mcp"
+
+
 @dataclass(frozen=True)
 class Recorded:
     """The definition a run records: its fingerprint and digests; "" and None when the run
@@ -236,6 +253,18 @@ class Drift:
 
     def deciders_changed(self, tool: str) -> bool:
         return deciders_changed(self.old, self.digests, tool)
+
+    def served_parts(self, tool: str) -> str:
+        """What `tool` says it does now (its description, schema and effect kind), digested."""
+        return served_parts(self.digests, tool)
+
+    def served_definition_changed(self, tool: str, asked_under: str | None) -> bool:
+        """Whether what `tool` says it does changed since the call's decision was asked for:
+        since `asked_under` when the call was asked again for this reason, else since the run
+        started (or what it said then is unknown)."""
+        if asked_under is not None:
+            return asked_under != self.served_parts(tool)
+        return self.old is None or served_parts(self.old, tool) != self.served_parts(tool)
 
 
 @runtime_checkable

@@ -22,7 +22,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from agents.calls import call_history, prepare_batch, storable, with_run_unique_ids
-from agents.definition import DefinitionHost, Drift, drift, recheck_call
+from agents.definition import DefinitionHost, Drift, drift, recheck_call, served_elsewhere
 from agents.gate import (
     ApprovalGate,
     ApprovalNeeded,
@@ -415,6 +415,17 @@ def _recheck(
     reason = verdict.reason
     if reason is None and decision is not None and changed.deciders_changed(call.name):
         reason = host.routed_elsewhere(call, decision)
+    if (
+        reason is None
+        and decision is not None
+        and served_elsewhere(agent.tool(call.name))
+        and changed.served_definition_changed(call.name, call.asked_under)
+    ):
+        # The reviewer approved the call to the tool as its server then described it; an admin
+        # accepting a new definition since is not that reviewer's consent to the new one. The
+        # call is asked again under the definition now served, which its next decision answers.
+        reason = f"the MCP server's definition of {call.name} changed since it was decided"
+        call.asked_under = changed.served_parts(call.name)
     if reason is None:
         return True
     if verdict.gone:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
-import importlib
 import logging
 import os
 import shutil
@@ -52,7 +51,17 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 import jsonschema
 
 from agents.canonical import sha256_hex
-from agents.tools import ALWAYS, NEVER, ApprovalPolicy, Effect, Tool, ToolContext, ToolError, ToolUnavailable
+from agents.tools import (
+    ALWAYS,
+    NEVER,
+    ApprovalPolicy,
+    Effect,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolSource,
+    ToolUnavailable,
+)
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -421,13 +430,8 @@ def _build_tool(server: MCPServer, definition: ToolDefinition, state: PinState) 
 
 
 def _with_source(tool: Tool, server: MCPServer, definition: ToolDefinition) -> Tool:
-    """Fill `Tool.source` (kind "mcp", the server, the pin) where agents.tools has it (by name
-    until `manage.py agents`' ToolSource is merged; then a plain import)."""
-    source_type: Any = getattr(importlib.import_module("agents.tools"), "ToolSource", None)
-    if source_type is None:
-        return tool
-    changes: dict[str, Any] = {"source": source_type(kind="mcp", name=server.name, pin=definition.digest)}
-    return replace(tool, **changes)
+    """The tool marked as served by `server` under the pin `definition` (`manage.py agents`)."""
+    return replace(tool, source=ToolSource(kind="mcp", name=server.name, pin=definition.digest))
 
 
 _DEFAULT_PINS: Callable[[], PinStore] | None = None

@@ -56,6 +56,9 @@ class CallState:
     checkpoint_id: str | None = None
     # v4: a standing grant found to allow this call without asking (the gate verifies and uses it).
     grant_id: str | None = None
+    # What the call's MCP tool said of itself (agents.definition.served_parts) when the call was
+    # asked again because that changed: a decision given since consents to that definition.
+    asked_under: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CallState:

@@ -342,13 +342,13 @@ class DatabaseHost:
                 return f"{call.name} is now routed to {named or 'any reviewer'}{votes}; {username} is not among them"
         return None
 
+    def mcp_pins(self) -> PinStore:
+        return desk_pin_store()
+
 
 def _quorum_groups(run: Run, tool_name: str) -> list[str]:
     tool = get_agent(run.agent).tool(tool_name)
     return [f"group:{g}" for g in tool.quorum.groups] if tool is not None else []
-
-    def mcp_pins(self) -> PinStore:
-        return desk_pin_store()
 
 
 def desk_pin_store() -> PinStore:

@@ -45,7 +45,7 @@ def desk(request: HttpRequest) -> HttpResponse:
     elif page.offset < offset:
         messages.info(request, f"Call {offset + 1:,} is past the end of this queue: here is its last page.")
     kept = {name: getattr(filters, name) for name in QUEUE_FILTER_NAMES if getattr(filters, name)}
-    tools = sorted({tool.name for name in agent_names() for tool in get_agent(name).tools})
+    tools = sorted({tool.name for name in agent_names() for tool in get_agent(name).all_tools()})
     return render(
         request,
         "desk/desk.html",

@@ -263,7 +263,7 @@ def digests_send(*, now: datetime) -> int:
         seen = preference.digest_sent_at
         if seen is not None and now < seen + timedelta(minutes=digest_minutes_of(preference)):
             continue
-        sent += digest_send(user=user, seen=seen, now=now)
+        sent += digest_send(user=user, seen=seen, items=digest_items(user), now=now)
     return sent
 
 
@@ -283,13 +283,21 @@ def digest_items(user: User) -> list[ApprovalRequest]:
     return [a for a in rows if may_decide(user, a, group_names=group_names)]
 
 
-def digest_send(*, user: User, seen: datetime | None, now: datetime) -> int:
-    """Send `user` one digest if their `digest_sent_at` is still `seen` (what this tick read):
-    1 if this tick sent it, 0 if there was nothing new or another tick got there first."""
-    items = digest_items(user)[:DIGEST_ITEMS_MAX]
-    if not items:
-        return 0
+def digest_send(*, user: User, seen: datetime | None, items: list[ApprovalRequest], now: datetime) -> int:
+    """Send `user` one digest of `items` (read by `digest_items`) if their `digest_sent_at` is
+    still `seen`, what this tick read before it: 1 if this tick sent it, 0 if there was nothing
+    new or another tick, which read the same, got there first."""
+    more = max(0, len(items) - DIGEST_ITEMS_MAX)
     with transaction.atomic():
+        # Decided, expired or cancelled since they were read: not in it.
+        pending = set(
+            ApprovalRequest.objects.filter(
+                pk__in=[a.pk for a in items[:DIGEST_ITEMS_MAX]], status=ApprovalStatus.PENDING
+            ).values_list("pk", flat=True)
+        )
+        items = [a for a in items[:DIGEST_ITEMS_MAX] if a.pk in pending]
+        if not items:
+            return 0
         NotificationPreference.objects.get_or_create(user=user)  # the row the claim moves
         # The claim: of two ticks that read the same `seen`, one moves it and sends.
         claimed = NotificationPreference.objects.filter(user=user, digest_sent_at=seen).update(
@@ -301,7 +309,7 @@ def digest_send(*, user: User, seen: datetime | None, now: datetime) -> int:
         links = {a.pk: link_create(approval=a, user=user) for a in items}
     facts = {a.pk: key_fact(a) for a in items}
     try:
-        _digest_message(user, items, links, facts, preference_of(user), now=now).send()
+        _digest_message(user, items, links, facts, preference_of(user), more=more, now=now).send()
     except Exception as exc:
         _failed(user.pk, user, DIGEST, exc, subject_type="user")
         return 0
@@ -446,6 +454,7 @@ def _digest_message(
     facts: dict[Any, dict[str, Any]],
     preference: NotificationPreference,
     *,
+    more: int,
     now: datetime,
 ) -> EmailMessage:
     groups: dict[tuple[str, str], list[ApprovalRequest]] = {}
@@ -464,6 +473,8 @@ def _digest_message(
             lines.append(f"  - {fact['fact']}")
             lines += [f"    ⚠ {w}" for w in fact["warnings"]]
             lines += [f"    {_expiry(approval, now)}", f"    {links[approval.pk]}"]
+    if more:
+        lines += ["", f"{more} more wait on the desk; the next digest lists them."]
     lines += [
         "",
         f"The desk: {settings.DESK_PUBLIC_URL}{reverse('desk')}",

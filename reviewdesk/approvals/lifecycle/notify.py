@@ -83,8 +83,9 @@ def _chain_entry(approval: ApprovalRequest) -> str:
 
 def _deciders_waiting(approval: ApprovalRequest) -> list[Any]:
     """Everyone who may decide it (`deciders_of`), less those who already voted."""
+    run = approval.run
     voters = [d.reviewer_id for d in approval.approving_decisions()]
-    deciders = deciders_of(approval, approval.run).exclude(pk__in=voters).order_by("username")
+    deciders = deciders_of(approval, run).exclude(pk__in=voters).order_by("username")
     return [u for u in deciders if is_reviewer(u)]
 
 
@@ -173,10 +174,15 @@ def notify_send(*, approval_id: Any, occasion: str, now: datetime) -> int:
 
 def approvals_warn_expiring(*, now: datetime) -> int:
     """Mail those who asked for it of each announced item within DESK_NOTIFY_EXPIRING_SECONDS
-    of its expiry, once each (the row's insert is the claim), unless a mail at once told them
-    of it within that window already; how many went out."""
+    of its expiry, once each; how many went out."""
     if not settings.DESK_NOTIFY_EMAIL:
         return 0
+    return sum(expiring_send(approval=a, users=users, now=now) for a, users in expiring_due(now=now))
+
+
+def expiring_due(*, now: datetime) -> list[tuple[ApprovalRequest, list[Any]]]:
+    """Each pending, announced item that expires within the window, with whom to warn: those
+    who may decide it and asked for it, less any a mail at once told of it within the window."""
     window = timedelta(seconds=settings.DESK_NOTIFY_EXPIRING_SECONDS)
     soon = ApprovalRequest.objects.filter(
         status=ApprovalStatus.PENDING,
@@ -184,25 +190,29 @@ def approvals_warn_expiring(*, now: datetime) -> int:
         expires_at__gt=now,
         expires_at__lte=now + window,
     ).select_related("run")
-    sent = 0
+    due = []
     for approval in soon:
-        users = [u for u in _at_once(approval, _deciders_waiting(approval), EXPIRING) if u.email]
         told_lately = set(
             NotificationSent.objects.filter(request=approval, sent_at__gt=approval.expires_at - window)
             .exclude(occasion=DIGEST)
             .values_list("user_id", flat=True)
         )
-        claimed = []
-        for user in users:
-            if user.pk in told_lately:
-                continue
-            _, created = NotificationSent.objects.get_or_create(
-                request=approval, user=user, occasion=EXPIRING, defaults={"sent_at": now}
-            )
-            if created:
-                claimed.append(user)
-        sent += _send_each(approval, claimed, EXPIRING, now=now)
-    return sent
+        users = _at_once(approval, _deciders_waiting(approval), EXPIRING)
+        due.append((approval, [u for u in users if u.email and u.pk not in told_lately]))
+    return due
+
+
+def expiring_send(*, approval: ApprovalRequest, users: list[Any], now: datetime) -> int:
+    """Warn `users` (read by `expiring_due`) that `approval` is about to expire, each once: the
+    insert of their row is the claim, so of two ticks that read the same, one sends."""
+    claimed = []
+    for user in users:
+        _, created = NotificationSent.objects.get_or_create(
+            request=approval, user=user, occasion=EXPIRING, defaults={"sent_at": now}
+        )
+        if created:
+            claimed.append(user)
+    return _send_each(approval, claimed, EXPIRING, now=now)
 
 
 def _send_each(

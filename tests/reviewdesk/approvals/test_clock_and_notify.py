@@ -10,6 +10,7 @@ from django.core import signing
 from django.test import Client
 from django.utils import timezone
 
+from reviewdesk.accounts.models import NotificationPreference
 from reviewdesk.approvals.access import may_decide_by_name
 from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.lifecycle.clock import (
@@ -357,6 +358,13 @@ def test_an_item_routed_to_a_group_emails_its_members(settings, interrupted_run,
 
     assert [m.to for m in mailoutbox] == [["dave@example.com"]]
     assert mailoutbox[0].subject == "[Review Desk] 1 call waits for your review: 1 refund_payment"
+
+    # Dave asks for one mail per item: the next one routed to finance is mailed to him at once.
+    NotificationPreference.objects.filter(user=dave).update(mode="every")  # the digest made the row
+    mailoutbox.clear()
+    interrupted_run(script=refund_script(5000))
+    assert approvals_notify(now=timezone.now()) == 1
+    assert [m.to for m in mailoutbox] == [["dave@example.com"]]
 
 
 def test_a_hand_over_emails_the_new_assignee(short_clock, interrupted_run, personas, mailoutbox):

@@ -27,6 +27,8 @@ from reviewdesk.approvals.lifecycle.notify import (
     digest_items,
     digest_send,
     digests_send,
+    expiring_due,
+    expiring_send,
 )
 from reviewdesk.approvals.models import ApprovalRequest, NotificationSent
 from reviewdesk.approvals.tasks import approvals_tick
@@ -191,6 +193,19 @@ def test_an_item_assigned_by_name_is_mailed_at_once_and_left_out_of_the_digest(
     assert NotificationSent.objects.get(user=personas.alice, request=approval).occasion == "created"
 
 
+def test_a_digest_leaves_a_call_not_yet_announced_to_the_tick_that_mails_it_at_once(
+    interrupted_run, personas, mailoutbox
+):
+    """A digest tick that runs before the approvals tick has announced a call never lists it:
+    the tick decides first who hears at once, and alice, named, hears once."""
+    queue(interrupted_run, emails(1), reviewers=["alice"])
+
+    assert digests_send(now=timezone.now()) == 0
+    assert approvals_notify(now=timezone.now()) == 1
+
+    assert [m.subject.split(":")[0] for m in mailoutbox] == ["[Review Desk] send_email (demo) waits for you"]
+
+
 def test_with_immediate_mail_for_named_items_off_the_named_item_waits_for_the_digest(
     interrupted_run, personas, mailoutbox
 ):
@@ -227,6 +242,24 @@ def test_an_item_about_to_expire_is_mailed_at_once_to_those_who_asked_once(
         for m in mailoutbox
     )
     assert NotificationSent.objects.filter(request=approval, occasion="expiring").count() == 2
+
+
+def test_two_ticks_that_read_the_same_expiring_item_warn_once(interrupted_run, personas, mailoutbox):
+    """Both read the item and whom to warn before either sends: the warning's row, inserted
+    once per reviewer, lets one tick through."""
+    (approval,) = queue(interrupted_run, emails(1), reviewers=["alice"])
+    approvals_notify(now=timezone.now() - timedelta(minutes=30))
+    NotificationSent.objects.update(sent_at=timezone.now() - timedelta(minutes=30))  # told long ago
+    ApprovalRequest.objects.filter(pk=approval.pk).update(expires_at=timezone.now() + timedelta(minutes=5))
+    mailoutbox.clear()
+    now = timezone.now()
+    first_read, second_read = expiring_due(now=now), expiring_due(now=now)
+
+    first = [expiring_send(approval=a, users=users, now=now) for a, users in first_read]
+    second = [expiring_send(approval=a, users=users, now=now) for a, users in second_read]
+
+    assert (first, second) == ([1], [0])
+    assert [m.to for m in mailoutbox] == [["alice@example.com"]]
 
 
 def test_two_digest_ticks_that_read_the_same_moment_send_one_mail(interrupted_run, personas, mailoutbox):
@@ -327,7 +360,8 @@ def test_the_settings_page_changes_the_mode_and_the_next_mail_follows_it(
 
     # Off: nothing at all, at once or in a digest, even for a call that names her.
     mailoutbox.clear()
-    assert alice.post("/settings/", {"mode": "off", "digest_minutes": ""}).status_code == 302
+    off = {"mode": "off", "digest_minutes": "", "immediate_assigned": "on", "immediate_expiring": "on"}
+    assert alice.post("/settings/", off).status_code == 302
     queue(interrupted_run, emails(1), reviewers=["alice", "bob"])
     approvals_notify(now=timezone.now())
     NotificationPreference.objects.update(digest_sent_at=None)  # every digest due

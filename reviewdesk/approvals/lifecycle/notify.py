@@ -277,10 +277,11 @@ def digests_send(*, now: datetime) -> int:
     return sent
 
 
-def digest_items(user: User) -> list[ApprovalRequest]:
+def digest_items(user: User, *, limit: int | None = None) -> list[ApprovalRequest]:
     """What newly waits for `user`: the desk's pending items for them (`approvals_pending_for`)
     that they may decide (`may_decide`), announced already (the mails at once had their say)
-    and of which no mail has told them yet; oldest first."""
+    and of which no mail has told them yet; the oldest `limit` (one more than a digest lists,
+    to know that more wait, without reading every pending row)."""
     told = NotificationSent.objects.filter(user=user, request=OuterRef("pk"))
     rows = (
         approvals_pending_for(user)
@@ -290,14 +291,21 @@ def digest_items(user: User) -> list[ApprovalRequest]:
         .order_by("created_at", "id")
     )
     group_names = group_names_of(user)
-    return [a for a in rows if may_decide(user, a, group_names=group_names)]
+    limit = DIGEST_ITEMS_MAX + 1 if limit is None else limit
+    found: list[ApprovalRequest] = []
+    for approval in rows.iterator(chunk_size=200):
+        if may_decide(user, approval, group_names=group_names):
+            found.append(approval)
+            if len(found) == limit:
+                break
+    return found
 
 
 def digest_send(*, user: User, seen: datetime | None, items: list[ApprovalRequest], now: datetime) -> int:
     """Send `user` one digest of `items` (read by `digest_items`) if their `digest_sent_at` is
     still `seen`, what this tick read before it: 1 if this tick sent it, 0 if there was nothing
     new or another tick, which read the same, got there first."""
-    more = max(0, len(items) - DIGEST_ITEMS_MAX)
+    more = len(items) > DIGEST_ITEMS_MAX
     with transaction.atomic():
         # Decided, expired or cancelled since they were read: not in it.
         pending = set(
@@ -464,7 +472,7 @@ def _digest_message(
     facts: dict[Any, dict[str, Any]],
     preference: NotificationPreference,
     *,
-    more: int,
+    more: bool,
     now: datetime,
 ) -> EmailMessage:
     groups: dict[tuple[str, str], list[ApprovalRequest]] = {}
@@ -484,7 +492,7 @@ def _digest_message(
             lines += [f"    ⚠ {w}" for w in fact["warnings"]]
             lines += [f"    {_expiry(approval, now)}", f"    {links[approval.pk]}"]
     if more:
-        lines += ["", f"{more} more wait on the desk; the next digest lists them."]
+        lines += ["", f"More wait on the desk; the next digest lists the next {DIGEST_ITEMS_MAX}."]
     lines += [
         "",
         f"The desk: {settings.DESK_PUBLIC_URL}{reverse('desk')}",

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from reviewdesk.accounts.models import NotificationPreference
 from reviewdesk.approvals.deciding.record import approval_decide
+from reviewdesk.approvals.lifecycle import notify
 from reviewdesk.approvals.lifecycle.notify import (
     approvals_notify,
     digest_items,
@@ -277,6 +278,29 @@ def test_two_digest_ticks_that_read_the_same_moment_send_one_mail(interrupted_ru
     assert [m.to for m in mailoutbox] == [["alice@example.com"]]
     assert NotificationPreference.objects.get(user=personas.alice).digest_sent_at == now
     assert AuditEvent.objects.filter(action="notification.digest_sent").count() == 1
+
+
+def test_a_digest_lists_so_many_and_the_next_one_the_rest(interrupted_run, personas, mailoutbox, monkeypatch):
+    monkeypatch.setattr(notify, "DIGEST_ITEMS_MAX", 2)
+    queue(interrupted_run, emails(3))
+    approvals_notify(now=timezone.now())
+
+    assert (
+        digest_send(user=personas.alice, seen=None, items=digest_items(personas.alice), now=timezone.now())
+        == 1
+    )
+    seen = NotificationPreference.objects.get(user=personas.alice).digest_sent_at
+    assert (
+        digest_send(user=personas.alice, seen=seen, items=digest_items(personas.alice), now=timezone.now())
+        == 1
+    )
+
+    first, second = mailoutbox
+    assert first.subject == "[Review Desk] 2 calls wait for your review: 2 send_email"
+    assert "More wait on the desk; the next digest lists the next 2." in first.body
+    assert "Subject Refund 0" in first.body and "Subject Refund 1" in first.body
+    assert second.subject == "[Review Desk] 1 call waits for your review: 1 send_email"
+    assert "Subject Refund 2" in second.body and "More wait" not in second.body
 
 
 def test_a_call_decided_before_the_digest_goes_out_is_not_in_it(interrupted_run, personas, mailoutbox):

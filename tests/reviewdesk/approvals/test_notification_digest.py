@@ -37,6 +37,7 @@ from reviewdesk.audit.models import AuditEvent
 from reviewdesk.celery import app as celery_app
 from reviewdesk.runs.models import Run, RunStatus
 from reviewdesk.runs.services import run_submit
+from tests.reviewdesk.approvals.conftest import asking
 from tests.reviewdesk.webhooks.conftest import celery_worker  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -341,6 +342,24 @@ def test_a_hidden_character_in_a_key_fact_is_shown_escaped_and_flagged(interrupt
     assert "⚠ ada@examp1e.com\u202e is not a known customer's address" not in digest.body
     assert "⚠ ada@examp1e.com\\u202e is not a known customer's address" in digest.body
     assert "⚠ contains invisible characters (shown escaped)" in digest.body
+
+
+def test_a_question_and_a_command_read_as_such_in_the_digest(interrupted_run, personas, mailoutbox):
+    interrupted_run(asking(question="Which colour\nfor the invoice?", options=["red", "blue"]))
+    interrupted_run(
+        script=[{"tool_calls": [{"name": "execute", "arguments": {"command": "make deploy\nrm -rf /"}}]}]
+    )
+    approvals_notify(now=timezone.now())
+
+    digests_send(now=timezone.now())
+
+    digest = next(m for m in mailoutbox if m.to == ["alice@example.com"])
+    assert digest.subject == "[Review Desk] 2 items wait for your review: 1 question, 1 execute"
+    assert "demo · question (1)\n  - The agent asks: Which colour\\u000afor the invoice?\n" in digest.body
+    assert (
+        "demo · execute (1)\n  - Shell command: `make deploy` · Working directory a scratch copy of "
+        in digest.body
+    )
 
 
 # --- the settings page ---------------------------------------------------------------------

@@ -353,14 +353,19 @@ def _record_each(items: list[ApprovalRequest], user: User, now: datetime) -> Non
 
 def shown(text: Any, limit: int = FACT_VALUE_MAX) -> str:
     """`text` on one line, safe to read in a mail: every control, format or otherwise invisible
-    character (a line break, U+202E) written out as its escape, cut at `limit` characters."""
-    out = []
-    for char in str(text):
+    character (a line break, U+202E) written out as its escape, and so are the spaces at its
+    edges ("Refund " is not "Refund"), cut at `limit` characters."""
+    text = str(text)
+    core = text.strip(" ")
+    start = len(text) - len(text.lstrip(" "))
+    out = ["\\u0020"] * start
+    for char in core:
         category = unicodedata.category(char)
         if category[0] in "CZ" and char != " ":
             out.append(f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}")
         else:
             out.append(char)
+    out += ["\\u0020"] * (len(text) - start - len(core))
     line = "".join(out)
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
@@ -384,7 +389,8 @@ def key_fact(approval: ApprovalRequest) -> dict[str, Any]:
     result = approval_preview(approval, approval.arguments)
     preview = result["preview"]
     if preview is None:
-        return {"fact": "No preview: judge by the arguments on its page", "warnings": list(result["errors"])}
+        errors = [shown(e, 200) for e in result["errors"]]
+        return {"fact": "No preview: judge by the arguments on its page", "warnings": errors}
     warnings = [shown(w, 200) for w in preview.get("warnings") or []]
     if preview.get("summary"):
         return {"fact": shown(preview["summary"], 200), "warnings": warnings}

@@ -333,7 +333,8 @@ def test_a_call_decided_before_the_digest_goes_out_is_not_in_it(interrupted_run,
 
 def test_a_hidden_character_in_a_key_fact_is_shown_escaped_and_flagged(interrupted_run, personas, mailoutbox):
     lookalike = {"to": "ada@examp1e.com\u202e", "subject": "Refund\nBcc: eve@example.com", "body": "x"}
-    queue(interrupted_run, [{"name": "send_email", "arguments": lookalike}])
+    spaced = {"to": "ada@example.com", "subject": "Refund ", "body": "x"}
+    queue(interrupted_run, [{"name": "send_email", "arguments": a} for a in (lookalike, spaced)])
     approvals_notify(now=timezone.now())
     digests_send(now=timezone.now())
 
@@ -342,6 +343,7 @@ def test_a_hidden_character_in_a_key_fact_is_shown_escaped_and_flagged(interrupt
     assert "⚠ ada@examp1e.com\u202e is not a known customer's address" not in digest.body
     assert "⚠ ada@examp1e.com\\u202e is not a known customer's address" in digest.body
     assert "⚠ contains invisible characters (shown escaped)" in digest.body
+    assert "  - Email: To ada@example.com · Subject Refund\\u0020\n    ⚠ contains invisible" in digest.body
 
 
 def test_a_question_and_a_command_read_as_such_in_the_digest(interrupted_run, personas, mailoutbox):

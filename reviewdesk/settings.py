@@ -296,6 +296,17 @@ DESK_NOTIFY_EMAIL = env_bool("DESK_NOTIFY_EMAIL", True)
 # Where emailed links point (the desk as its reviewers reach it), and how long a link lives.
 DESK_PUBLIC_URL = env_str("DESK_PUBLIC_URL", f"http://127.0.0.1:{env_str('PORT', '8000')}").rstrip("/")
 DESK_NOTIFY_LINK_MAX_AGE_SECONDS = env_int("DESK_NOTIFY_LINK_MAX_AGE_SECONDS", 3 * 24 * 3600)
+# A reviewer's digest (approvals/lifecycle/notify.py; each chooses on /settings/): at most one
+# mail every DESK_NOTIFY_DIGEST_MINUTES by default (36 items in 15 minutes were 36 mails each),
+# checked every DESK_NOTIFY_DIGEST_TICK_SECONDS; an item within DESK_NOTIFY_EXPIRING_SECONDS of
+# its expiry is mailed at once to those who asked for it.
+DESK_NOTIFY_DIGEST_MINUTES = env_int("DESK_NOTIFY_DIGEST_MINUTES", 5)
+DESK_NOTIFY_DIGEST_TICK_SECONDS = env_int("DESK_NOTIFY_DIGEST_TICK_SECONDS", 30)
+CELERY_BEAT_SCHEDULE["approvals-digest"] = {
+    "task": "approvals.digest",
+    "schedule": float(DESK_NOTIFY_DIGEST_TICK_SECONDS),
+}
+DESK_NOTIFY_EXPIRING_SECONDS = env_int("DESK_NOTIFY_EXPIRING_SECONDS", 600)
 
 # --- LLM -------------------------------------------------------------------
 OPENAI_BASE_URL = env_str("OPENAI_BASE_URL") or None

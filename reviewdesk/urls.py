@@ -11,6 +11,7 @@ from reviewdesk.desk.views import (
     handover,
     keys,
     links,
+    preferences,
     queue,
     runs,
     threads,
@@ -33,6 +34,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/cancel/", runs.run_control, {"action": "cancel"}, name="run-cancel"),
     path("runs/<uuid:run_id>/retry/", runs.run_control, {"action": "retry"}, name="run-retry"),
     path("runs/<uuid:run_id>/messages/", threads.run_follow_up_post, name="run-follow-up"),
+    path("settings/", preferences.settings_page, name="settings"),  # one's own notifications
     path("tokens/", tokens.token_list, name="tokens"),
     path("tokens/<int:token_id>/revoke/", tokens.token_revoke_post, name="token-revoke"),
     path("webhooks/", webhooks.webhook_list, name="webhooks"),

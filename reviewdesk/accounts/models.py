@@ -80,3 +80,41 @@ class Endorsement(SignedKeyRecord):
 
 class Revocation(SignedKeyRecord):
     pass
+
+
+class NotifyMode(models.TextChoices):
+    """How a reviewer hears of what waits for them (approvals/lifecycle/notify.py)."""
+
+    DIGEST = "digest", "A digest"
+    EVERY = "every", "One mail per item"
+    OFF = "off", "No mail"
+
+
+class NotificationPreference(models.Model):
+    """A reviewer's own notification settings (`/settings/`; accounts/preferences.py).
+
+    No row: the defaults (a digest at the desk's default interval, immediate mail for what is
+    assigned to them by name and for what is about to expire). `digest_sent_at` is the digest's
+    compare-and-set: a digest is sent only by the tick that moves it from the value it read."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="notification_preference",
+    )
+    mode = models.CharField(max_length=10, choices=NotifyMode.choices, default=NotifyMode.DIGEST)
+    # None: the desk's default interval (DESK_NOTIFY_DIGEST_MINUTES), followed when it changes.
+    digest_minutes = models.PositiveSmallIntegerField(null=True, blank=True)
+    immediate_assigned = models.BooleanField(default=True)
+    immediate_expiring = models.BooleanField(default=True)
+    digest_sent_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=models.Q(mode__in=NotifyMode.values), name="notify_mode_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.mode})"

@@ -234,6 +234,27 @@ class ApprovalLink(models.Model):
     used_at = models.DateTimeField(null=True, blank=True)
 
 
+class NotificationSent(models.Model):
+    """That a reviewer was told of an item, and how (approvals/lifecycle/notify.py): `occasion`
+    is "digest", or the immediate mail's ("created", "escalated", "reminder", "expiring").
+
+    A digest lists only items with no row for its reader, and writes theirs in the transaction
+    that claims it, so an item goes in one digest once. The unique constraint makes an
+    "expiring" warning a claim: the tick whose insert lands sends it."""
+
+    request = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE, related_name="notifications")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    occasion = models.CharField(max_length=20)
+    sent_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "request", "occasion"], name="notification_once_per_occasion"
+            ),
+        ]
+
+
 class GrantScope(models.TextChoices):
     """Where a standing grant applies (agents.grants.GrantScope)."""
 

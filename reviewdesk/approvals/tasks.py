@@ -1,5 +1,6 @@
-"""Beat's approvals clock: remind, escalate, notify. Idempotent: every change is claimed
-by compare-and-set, so a duplicate or concurrent tick does nothing twice."""
+"""Beat's approvals clock: remind, escalate, notify; and the reviewers' digests. Idempotent:
+every change and every mail is claimed by compare-and-set, so a duplicate or concurrent tick
+does nothing twice."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ from celery import shared_task
 from django.utils import timezone
 
 from reviewdesk.approvals.lifecycle.clock import approvals_escalate, approvals_remind
-from reviewdesk.approvals.lifecycle.notify import REMINDER, approvals_notify, notify_send
+from reviewdesk.approvals.lifecycle.notify import (
+    REMINDER,
+    approvals_notify,
+    approvals_warn_expiring,
+    digests_send,
+    notify_send,
+)
 
 
 @shared_task(name="approvals.tick")
@@ -20,5 +27,17 @@ def approvals_tick() -> dict[str, int]:
     reminded = approvals_remind(now=now)  # committed, item by item, before any email
     escalated = approvals_escalate(now=now)
     for approval_id in reminded:
-        notify_send(approval_id=approval_id, occasion=REMINDER)
-    return {"reminded": len(reminded), "escalated": escalated, "notified": approvals_notify(now=now)}
+        notify_send(approval_id=approval_id, occasion=REMINDER, now=now)
+    notified = approvals_notify(now=now)
+    return {
+        "reminded": len(reminded),
+        "escalated": escalated,
+        "notified": notified,
+        "expiring": approvals_warn_expiring(now=now),
+    }
+
+
+@shared_task(name="approvals.digest")
+def digest() -> dict[str, int]:
+    """Each reviewer's digest, when theirs is due (DESK_NOTIFY_DIGEST_TICK_SECONDS apart)."""
+    return {"digests": digests_send(now=timezone.now())}

@@ -10,6 +10,7 @@ from django.core import signing
 from django.test import Client
 from django.utils import timezone
 
+from reviewdesk.accounts.models import NotificationPreference
 from reviewdesk.approvals.access import may_decide_by_name
 from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.lifecycle.clock import (
@@ -20,7 +21,7 @@ from reviewdesk.approvals.lifecycle.clock import (
 )
 from reviewdesk.approvals.lifecycle.handover import approval_handover
 from reviewdesk.approvals.lifecycle.links import LINK_SALT
-from reviewdesk.approvals.lifecycle.notify import approvals_notify
+from reviewdesk.approvals.lifecycle.notify import approvals_notify, digests_send
 from reviewdesk.approvals.models import ApprovalLink, ApprovalRequest, Decision
 from reviewdesk.approvals.tasks import approvals_tick
 from reviewdesk.audit.models import AuditEvent
@@ -279,8 +280,11 @@ def test_when_the_chain_is_spent_the_clock_stops_and_the_item_waits(short_clock,
 def test_an_item_open_to_every_reviewer_stays_open_and_its_escalation_emails_the_chain(
     short_clock, interrupted_run, mailoutbox
 ):
+    """Open to all, it names nobody: no mail at once, each reviewer's digest lists it; its
+    escalation to bob by name mails bob at once (the default settings)."""
     _, approval = interrupted_run()
-    approvals_notify(now=timezone.now())
+    assert approvals_notify(now=timezone.now()) == 0
+    assert digests_send(now=timezone.now()) == 3
     assert sorted(m.to[0] for m in mailoutbox) == [
         "admin@example.com",
         "alice@example.com",
@@ -294,6 +298,7 @@ def test_an_item_open_to_every_reviewer_stays_open_and_its_escalation_emails_the
     approval.refresh_from_db()
     assert approval.assignees == [] and approval.escalation_level == 1
     assert [m.to for m in mailoutbox] == [["bob@example.com"]]
+    assert "Escalated to you: send_email" in mailoutbox[0].subject
 
 
 def test_escalation_lets_the_chains_reviewer_decide_and_no_one_else(
@@ -348,8 +353,17 @@ def test_an_item_routed_to_a_group_emails_its_members(settings, interrupted_run,
     _run, approval = interrupted_run(script=refund_script(5000))
     assert approval.assignees == ["group:finance"]
 
-    assert approvals_notify(now=timezone.now()) == 1
+    assert approvals_notify(now=timezone.now()) == 0  # through a group, not by name: the digest
+    assert digests_send(now=timezone.now()) == 1
 
+    assert [m.to for m in mailoutbox] == [["dave@example.com"]]
+    assert mailoutbox[0].subject == "[Review Desk] 1 call waits for your review: 1 refund_payment"
+
+    # Dave asks for one mail per item: the next one routed to finance is mailed to him at once.
+    NotificationPreference.objects.filter(user=dave).update(mode="every")  # the digest made the row
+    mailoutbox.clear()
+    interrupted_run(script=refund_script(5000))
+    assert approvals_notify(now=timezone.now()) == 1
     assert [m.to for m in mailoutbox] == [["dave@example.com"]]
 
 

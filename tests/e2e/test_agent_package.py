@@ -1,5 +1,5 @@
 """An agent package of one's own, on real processes: examples/agent_package is installed into
-the suite's environment (`pip install -e`, offline), DESK_AGENTS names it for daphne and the
+the suite's environment (`pip install --no-build-isolation -e`, nothing downloaded), DESK_AGENTS names it for daphne and the
 Celery worker, and a run of its agent goes through approval to its effect, exactly once.
 
 The figure reported is what a new user waits for: from `pip install -e` to the approved call's

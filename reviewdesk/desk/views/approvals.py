@@ -123,7 +123,8 @@ def _decide(request: HttpRequest, approval: ApprovalRequest) -> HttpResponse:
             return JsonResponse({"decided": False, "detail": detail, "code": exc.code}, status=exc.status)
         messages.error(request, f"Not decided: {explain(exc)}")
         return redirect("approval", approval_id=approval.id)
-    done = f"{DONE[verdict]} {approval.tool} for run {approval.run_id}."
+    # The run by its short id (the notice names the call; the run's page has the whole id).
+    done = f"{DONE[verdict]} {approval.tool} for run {str(approval.run_id)[:8]}."
     if decision.request.status == ApprovalStatus.PENDING:  # a quorum vote: others must add theirs
         votes = len(decision.request.approving_decisions())
         done = f"{done[:-1]}: {votes} of {decision.request.required_approvals}, waiting for another reviewer."

@@ -58,9 +58,10 @@ def styled_page(
     snapshot: dict | None = None,
     posted: list | None = None,
     html: str | None = None,
+    **options,
 ) -> Iterator:
     """`path` as `user` sees it (or `html`, served at `path`), with the desk's CSS and scripts,
-    in a window of `viewport`; yielded once loaded."""
+    in a window of `viewport`; yielded once loaded. `options` go to Playwright's new_page."""
     if html is None:
         client = Client()
         client.force_login(user)
@@ -81,7 +82,13 @@ def styled_page(
     sends = f"window.__snapshot = {json.dumps(snapshot)};" if snapshot else ""
     touch = viewport["width"] < 640  # a phone: a touch screen, no hover
     with routed_page(
-        origin, serve, path=path, init=sends + init + QUIET_SOCKET, viewport=viewport, has_touch=touch
+        origin,
+        serve,
+        path=path,
+        init=sends + init + QUIET_SOCKET,
+        viewport=viewport,
+        has_touch=touch,
+        **options,
     ) as page:
         yield page
 

@@ -77,7 +77,9 @@ def approval_page(
         body, content_type = files.get(route.request.url, ("", "text/plain"))
         route.fulfill(body=body, content_type=content_type, status=200 if body else 404)
 
-    with routed_page(ORIGIN, serve, path=path, init=socket_sends + init + FAKE_SOCKET + SUBMIT_COUNTER) as page:
+    with routed_page(
+        ORIGIN, serve, path=path, init=socket_sends + init + FAKE_SOCKET + SUBMIT_COUNTER
+    ) as page:
         yield page
 
 

@@ -169,3 +169,35 @@ def test_notices_quote_no_whole_id_and_come_in_one_box(interrupted_run, personas
     assert f"Handed send_email for run {str(run.id)[:8]}… over to alice." in box
     assert 'role="status"' in box and 'id="notices-close"' in box
     assert str(run.id) not in shown_text(page)
+
+
+def test_the_approval_page_says_an_earlier_call_of_the_run_failed(interrupted_run, personas):
+    """The refund was approved and failed; the agent went on to ask for an email: the email's
+    page lists the refund as approved, and says its call failed."""
+    script = [
+        TOO_LARGE_REFUND[0],
+        {
+            "tool_calls": [
+                {
+                    "name": "send_email",
+                    "arguments": {"to": "ada@example.com", "subject": "Refund", "body": "Sorry."},
+                }
+            ]
+        },
+        {"content": "Done."},
+    ]
+    run, refund = interrupted_run(script)
+    approval_decide(
+        approval_id=refund.id,
+        reviewer=personas.alice,
+        verdict="approve",
+        checkpoint_id=str(refund.checkpoint_id),
+    )
+    run_execute(run_id=run.id, worker="in-process")
+    email = run.approvals.get(status="pending")
+    page = logged_in(personas.bob).get(f"/approvals/{email.id}/").content.decode()
+    earlier = page[page.index('id="run-decisions"') : page.index("</ul>", page.index('id="run-decisions"'))]
+    assert (
+        f'<a href="/approvals/{refund.id}/">refund_payment</a> <span class="status approved">approved</span>'
+        ' <span class="outcome failed">the call failed</span> by alice' in earlier
+    ), earlier

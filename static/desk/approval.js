@@ -36,6 +36,14 @@
     });
     const editLink = document.getElementById("edit-link");
     if (editLink) editLink.hidden = true;
+    // The bar is where the reviewer's eyes are: it says so too (the notice above is the one
+    // a screen reader hears), in place of the reason field.
+    const barGone = document.getElementById("bar-gone");
+    if (barGone) {
+      barGone.textContent = text;
+      barGone.hidden = false;
+      decideForm.querySelector(".reason-field").hidden = true;
+    }
   }
 
   // Still pending, but changed: a quorum vote ("1 of 2") or a hand-over (maybe away from me).

@@ -140,3 +140,20 @@ def test_a_free_text_question_puts_the_caret_in_its_answer(interrupted_run, pers
         page.keyboard.type("Refund: 2")  # digits and letters go into the answer, not to keys
         expect(page.locator("#answer-form textarea[name=answer]")).to_have_value("Refund: 2")
         expect(page.locator("#decide-form")).to_have_count(0)  # a question has its own form
+
+
+def test_a_colleagues_decision_is_said_in_the_bar_where_the_reviewer_looks(interrupted_run, personas):
+    """The socket's snapshot no longer holds the call (someone decided it): the notice at the
+    top says so for a screen reader, and the bar says it in place of the reason, buttons off,
+    still one row."""
+    _, approval = interrupted_run()
+    gone = {"type": "snapshot", "seq": 1, "data": {"approvals": [], "more": False}}
+    with styled_page(
+        personas.bob, f"/approvals/{approval.id}/", origin=ORIGIN, viewport=DESKTOP, snapshot=gone
+    ) as page:
+        expect(page.locator("#bar-gone")).to_contain_text("No longer pending")
+        expect(page.locator("#decided-notice")).to_contain_text("No longer pending")
+        expect(page.locator("#decide-form button.approve")).to_be_disabled()
+        expect(page.locator("#decide-form input[name=reason]")).to_be_hidden()
+        assert page.locator("#decide-form").bounding_box()["height"] <= 64
+        assert axe_violations(page) == []

@@ -5,7 +5,7 @@ beside a shortened id.
 Runs are named by their task; a failed call reads "failed" though the run succeeded; the
 timeline shows what a person cares about and folds the worker's steps until asked; nothing
 scrolls sideways on a phone; notices float over the page instead of pushing it down; axe-core
-finds nothing. Screenshots: var/screenshots/runs-*.png, run-*.png, audit-phone.png, notices-*.png.
+finds nothing. Screenshots: var/screenshots/runs-*.png, run-*.png, audit-*.png, notices-*.png.
 """
 
 from __future__ import annotations
@@ -106,7 +106,8 @@ def test_the_run_page_leads_with_what_happened_and_folds_the_workers_steps(
         no_sideways_scroll(page)
 
 
-def test_the_audit_page_fits_a_phone(interrupted_run, personas):
+@WIDTHS
+def test_the_audit_page_fits_the_window(interrupted_run, personas, viewport):
     _, approval = interrupted_run()
     approval_decide(
         approval_id=approval.id,
@@ -114,16 +115,16 @@ def test_the_audit_page_fits_a_phone(interrupted_run, personas):
         verdict="approve",
         checkpoint_id=str(approval.checkpoint_id),
     )
-    with styled_page(personas.admin, "/audit/", origin=ORIGIN, viewport=PHONE) as page:
+    with styled_page(personas.admin, "/audit/", origin=ORIGIN, viewport=viewport) as page:
         expect(page.locator("#audit tbody tr").first).to_be_visible()
         no_sideways_scroll(page)
-        # Every cell within the window: a card per row, nothing cut off at the right.
+        # Every cell within the window (on a phone, a card per row): nothing cut off at the right.
         right = page.evaluate(
             "Math.max(...Array.from(document.querySelectorAll('#audit td'), (td) => td.getBoundingClientRect().right))"
         )
-        assert right <= PHONE["width"], right
+        assert right <= viewport["width"], right
         expect(page.locator("#audit td[data-label=Subject] .short-id code").first).to_be_visible()
-        shoot(page, "audit-phone")
+        shoot(page, f"audit-{label(viewport)}")
         assert axe_violations(page) == []
 
 

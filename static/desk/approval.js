@@ -36,6 +36,14 @@
     });
     const editLink = document.getElementById("edit-link");
     if (editLink) editLink.hidden = true;
+    // The bar is where the reviewer's eyes are: it says so too (the notice above is the one
+    // a screen reader hears), in place of the reason field.
+    const barGone = document.getElementById("bar-gone");
+    if (barGone) {
+      barGone.textContent = text;
+      barGone.hidden = false;
+      decideForm.querySelector(".reason-field").hidden = true;
+    }
   }
 
   // Still pending, but changed: a quorum vote ("1 of 2") or a hand-over (maybe away from me).
@@ -317,10 +325,27 @@
     textarea.focus();
   }
 
+  // The decision bar is one row; its note and grant fields fold above it, out of the way.
+  const moreButton = document.getElementById("bar-more");
+  const extras = document.getElementById("bar-extras");
+  function showExtras(open) {
+    if (!extras) return;
+    extras.hidden = !open;
+    moreButton.setAttribute("aria-expanded", String(open));
+  }
+  if (moreButton) {
+    moreButton.addEventListener("click", () => {
+      const opening = extras.hidden;
+      showExtras(opening);
+      if (opening) extras.querySelector("input[name=note]").focus();
+    });
+  }
+
   // Grant ahead of time: the fields open with the grant ticked; Approve then signs both.
   function openGrant() {
     const grant = document.getElementById("grant");
     if (!grant) return;
+    showExtras(true);
     grant.open = true;
     document.getElementById("grant-on").checked = true;
     document.getElementById("grant-on").focus();
@@ -348,8 +373,25 @@
       // The edit's submit stays off while what was typed before now fails the schema.
       button.disabled = button === submit && !!textarea && textarea.getAttribute("aria-invalid") === "true";
     });
+    focusAnswer();
   }
   window.DeskApproval = { armDecisions: armDecisions };
+
+  // --- a question: its answer takes focus, its options answer to 1-9 ------------------
+  const answerForm = document.getElementById("answer-form");
+  // The first option once armed (a disabled button takes no focus), or the first field now.
+  function focusAnswer() {
+    if (!answerForm || page.dataset.status !== "pending" || location.hash) return;
+    const active = document.activeElement;
+    if (active && active !== document.body && !answerForm.contains(active)) return; // the reviewer is elsewhere
+    const options = answerForm.querySelectorAll("button.option");
+    const first = options.length
+      ? answerForm.querySelector("button.option:not(:disabled)")
+      : answerForm.querySelector("textarea, select, input:not([type=hidden])");
+    if (first) first.focus();
+  }
+  focusAnswer(); // a text answer's field is not served disabled: it takes focus now
+
   if (!(page.dataset.deviceKeys || "").trim()) armDecisions();
 
   // --- keys ---------------------------------------------------------------------------
@@ -375,6 +417,12 @@
       g: () => pending && openGrant(),
       "?": () => help && help.showModal(),
     };
+    const option = answerForm && /^[1-9]$/.test(event.key) && answerForm.querySelector('button.option[data-key="' + event.key + '"]');
+    if (option) {
+      event.preventDefault();
+      if (!option.disabled && page.dataset.status === "pending") option.click();
+      return;
+    }
     const action = actions[event.key];
     if (action) {
       event.preventDefault();

@@ -24,7 +24,9 @@
       .then((html) => {
         const fresh = new DOMParser().parseFromString(html, "text/html");
         // The controls with the status: an ended run offers no Cancel (and a failed one, Retry).
-        for (const id of ["timeline-list", "run-status", "run-controls"]) {
+        // The title holds the status and the count of failed calls; the worker's steps' count
+        // sits by the checkbox that shows them (left as the reviewer set it).
+        for (const id of ["timeline-list", "run-title", "worker-steps", "side-effects", "run-controls"]) {
           const now = document.getElementById(id);
           const next = fresh.getElementById(id);
           if (!now || !next) continue;

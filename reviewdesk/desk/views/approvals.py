@@ -24,6 +24,7 @@ from reviewdesk.desk.views.base import DECISION_CONTEXT, DESK_SOCKET_PATH, DONE,
 from reviewdesk.desk.views.grants import grant_form_context, posted_grant
 from reviewdesk.lib.errors import DeskError, Invalid, NotFound, explain
 from reviewdesk.lib.limits import json_depth_exceeds
+from reviewdesk.runs.models import EffectStatus, SideEffect
 
 
 @login_required
@@ -54,6 +55,7 @@ def approval_page(request: HttpRequest, approval_id) -> HttpResponse:
             "may_decide": qualifies and not voted,
             "may_handover": qualifies and not voted,
             "voted": voted,
+            "failed_calls": _failed_calls(approval),
             "question": question_form(approval.arguments) if approval.kind == ApprovalKind.QUESTION else None,
             **grant_form_context(request.user, approval, tool),
             "socket_path": DESK_SOCKET_PATH,
@@ -62,6 +64,19 @@ def approval_page(request: HttpRequest, approval_id) -> HttpResponse:
             **DECISION_CONTEXT,
         },
     )
+
+
+def _failed_calls(approval: ApprovalRequest) -> set[str]:
+    """The ids of this run's approvals whose call ran and failed (`SideEffect.outcome`): the
+    earlier decisions say so, though the run went on."""
+    effects = SideEffect.objects.filter(run_id=approval.run_id, status=EffectStatus.CONFIRMED)
+    failed = [
+        e.tool_call_id for e in effects.only("status", "result", "tool_call_id") if e.outcome == "failed"
+    ]
+    if not failed:
+        return set()
+    approvals = ApprovalRequest.objects.filter(run_id=approval.run_id, tool_call_id__in=failed)
+    return {str(pk) for pk in approvals.values_list("pk", flat=True)}
 
 
 # The largest edited-arguments body the preview endpoint reads, and the deepest nesting.
@@ -123,7 +138,8 @@ def _decide(request: HttpRequest, approval: ApprovalRequest) -> HttpResponse:
             return JsonResponse({"decided": False, "detail": detail, "code": exc.code}, status=exc.status)
         messages.error(request, f"Not decided: {explain(exc)}")
         return redirect("approval", approval_id=approval.id)
-    done = f"{DONE[verdict]} {approval.tool} for run {approval.run_id}."
+    # The run by its short id (the notice names the call; the run's page has the whole id).
+    done = f"{DONE[verdict]} {approval.tool} for run {str(approval.run_id)[:8]}."
     if decision.request.status == ApprovalStatus.PENDING:  # a quorum vote: others must add theirs
         votes = len(decision.request.approving_decisions())
         done = f"{done[:-1]}: {votes} of {decision.request.required_approvals}, waiting for another reviewer."

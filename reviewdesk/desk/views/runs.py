@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -10,11 +11,13 @@ from typing import TYPE_CHECKING
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.db.models import prefetch_related_objects
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from agents.registry import agent_names
+from agents.tools import call_failed
 from reviewdesk.accounts.roles import is_admin
 from reviewdesk.approvals.models import ApprovalStatus
 from reviewdesk.audit.models import AuditEvent
@@ -23,7 +26,7 @@ from reviewdesk.desk.views.base import DESK_SOCKET_PATH, DONE
 from reviewdesk.desk.views.threads import may_follow_up, run_thread
 from reviewdesk.lib.errors import CheckpointNotFound, DeskError, Forbidden, NotFound
 from reviewdesk.runs.access import run_get_visible, runs_visible_to
-from reviewdesk.runs.models import ENDED, EffectStatus, Run, RunStatus
+from reviewdesk.runs.models import ENDED, AttemptStatus, EffectStatus, Run, RunStatus
 from reviewdesk.runs.retention import kept_after_end
 from reviewdesk.runs.services import run_cancel, run_retry
 
@@ -42,16 +45,46 @@ def run_list(request: HttpRequest) -> HttpResponse:
         runs = runs.filter(status=kept["status"])
     if "agent" in kept:
         runs = runs.filter(agent=kept["agent"])
+    page = paged(request, runs.order_by("-created_at", "-id"), kept)
+    # Each run named by its task and the tools it called: two more queries for the whole page.
+    prefetch_related_objects(page["rows"], "approvals", "side_effects")
+    for run in page["rows"]:
+        run.calls = run_calls(run)
+        run.failed_calls = sum(call.failed for call in run.calls)
     return render(
         request,
         "desk/runs.html",
         {
-            "page": paged(request, runs.order_by("-created_at", "-id"), kept),
+            "page": page,
             "filters": kept,
             "statuses": RunStatus.choices,
             "agents": agent_names(),
         },
     )
+
+
+@dataclass
+class RunCall:
+    """A tool the run called, as the runs list names it: asked a reviewer (an approval), still
+    waiting for one, and failed (a confirmed call whose result says it failed, even if the run
+    went on: `SideEffect.outcome`)."""
+
+    tool: str
+    waiting: bool = False
+    failed: bool = False
+
+
+def run_calls(run: Run) -> list[RunCall]:
+    """The tools of the run's approvals and ledger rows, in the order first asked for or done;
+    from prefetched rows (`approvals`, `side_effects`), so a page of runs reads them at once."""
+    calls: dict[str, RunCall] = {}
+    for approval in sorted(run.approvals.all(), key=lambda a: a.created_at):
+        call = calls.setdefault(approval.tool, RunCall(approval.tool))
+        call.waiting = call.waiting or approval.status == ApprovalStatus.PENDING
+    for effect in sorted(run.side_effects.all(), key=lambda e: e.created_at):
+        call = calls.setdefault(effect.tool, RunCall(effect.tool))
+        call.failed = call.failed or effect.outcome == "failed"
+    return list(calls.values())
 
 
 @dataclass(frozen=True)
@@ -61,6 +94,10 @@ class TimelineEntry:
     text: str
     detail: str = ""
     approval_id: str = ""
+    # The worker's own steps (attempts, model turns, a call recorded before it runs): folded on
+    # the page under what a person cares about (asked, decided, did, failed).
+    worker: bool = False
+    failed: bool = False  # a run, an attempt or a tool call that failed: said in red
 
 
 def run_timeline(run: Run) -> list[TimelineEntry]:
@@ -73,11 +110,26 @@ def run_timeline(run: Run) -> list[TimelineEntry]:
         by = "" if e.actor_name == "system" else f"by {e.actor_name}"
         # A row that says what happened in words (the agent's definition changed) shows them.
         summary = e.data.get("summary") if isinstance(e.data, dict) else None
-        entries.append(TimelineEntry(e.at, "run", f"Run {verb}", summary if isinstance(summary, str) else by))
+        detail = summary if isinstance(summary, str) else by
+        failed = e.action in ("run.failed", "run.call_failed")
+        entries.append(TimelineEntry(e.at, "run", f"Run {verb}", detail, failed=failed))
     for a in run.attempts.order_by("number"):
-        entries.append(TimelineEntry(a.started_at, "attempt", f"Attempt #{a.number} started", a.worker))
+        entries.append(
+            TimelineEntry(a.started_at, "attempt", f"Attempt #{a.number} started", a.worker, worker=True)
+        )
         if a.ended_at:
-            entries.append(TimelineEntry(a.ended_at, "attempt", f"Attempt #{a.number} {a.status}", a.error))
+            # An attempt that failed or was lost is news to a person; one released is routine.
+            broke = a.status in (AttemptStatus.FAILED, AttemptStatus.LOST)
+            entries.append(
+                TimelineEntry(
+                    a.ended_at,
+                    "attempt",
+                    f"Attempt #{a.number} {a.status}",
+                    a.error,
+                    worker=not broke,
+                    failed=broke,
+                )
+            )
     for m in run.messages.filter(role="assistant").order_by("position"):
         calls = [c.get("function", {}).get("name", "?") for c in m.body.get("tool_calls") or []]
         text = "Model turn" + (f": asks for {', '.join(calls)}" if calls else ": answers")
@@ -85,7 +137,7 @@ def run_timeline(run: Run) -> list[TimelineEntry]:
         detail = content[:160] + ("…" if len(content) > 160 else "")
         if m.superseded_at:
             detail = f"(set aside by a retry) {detail}"
-        entries.append(TimelineEntry(m.created_at, "model", text, detail))
+        entries.append(TimelineEntry(m.created_at, "model", text, detail, worker=True))
     for ap in run.approvals.prefetch_related("decisions__reviewer").order_by("created_at"):
         entries.append(
             TimelineEntry(ap.created_at, "approval", f"Approval requested: {ap.tool}", ap.reason, str(ap.id))
@@ -116,15 +168,20 @@ def run_timeline(run: Run) -> list[TimelineEntry]:
             )
         )
     for fx in run.side_effects.order_by("created_at"):
-        entries.append(TimelineEntry(fx.created_at, "effect", f"Effect {fx.tool} recorded as pending"))
+        entries.append(
+            TimelineEntry(fx.created_at, "effect", f"Effect {fx.tool} recorded as pending", worker=True)
+        )
         if fx.status != EffectStatus.PENDING:
             retries = (
                 f"after {fx.retries} transient failure{'s' if fx.retries != 1 else ''}" if fx.retries else ""
             )
             # "confirmed" says the effect happened; a call that did not do what was asked says so too.
-            outcome = " (failed)" if fx.outcome == "failed" else ""
+            failed = fx.outcome == "failed"
+            outcome = " (failed)" if failed else ""
             entries.append(
-                TimelineEntry(fx.updated_at, "effect", f"Effect {fx.tool} {fx.status}{outcome}", retries)
+                TimelineEntry(
+                    fx.updated_at, "effect", f"Effect {fx.tool} {fx.status}{outcome}", retries, failed=failed
+                )
             )
     return sorted(entries, key=lambda entry: entry.at)
 
@@ -139,6 +196,7 @@ def run_page(request: HttpRequest, run_id) -> HttpResponse:
     # Read the run again after its timeline: its status and the "Run succeeded" row commit
     # together, so a page whose timeline shows the end never shows the run still running.
     run.refresh_from_db()
+    side_effects = list(run.side_effects.all())
     return render(
         request,
         "desk/run.html",
@@ -149,7 +207,10 @@ def run_page(request: HttpRequest, run_id) -> HttpResponse:
             "may_follow_up": may_follow_up(run, request.user),
             "messages_log": run.messages.order_by("position"),
             "approvals": run.approvals.prefetch_related("decisions__reviewer"),
-            "side_effects": run.side_effects.all(),
+            "side_effects": side_effects,
+            "failed_calls": sum(e.outcome == "failed" for e in side_effects),
+            "worker_steps": sum(entry.worker for entry in timeline),
+            "failed_results": failed_results(run),
             "attempts": run.attempts.all(),
             "checkpoints": run.checkpoints.defer("snapshot").order_by("number"),
             "may_retry": _may_retry(run, request.user),
@@ -159,6 +220,22 @@ def run_page(request: HttpRequest, run_id) -> HttpResponse:
             "socket_path": DESK_SOCKET_PATH,
         },
     )
+
+
+def failed_results(run: Run) -> set[str]:
+    """The tool call ids whose result, as the model read it, says the call failed
+    (`agents.tools.call_failed`: a tool error, a command that exited non-zero)."""
+    failed = set()
+    for body in run.messages.filter(role="tool").values_list("body", flat=True):
+        if not isinstance(body, dict) or not body.get("tool_call_id"):
+            continue
+        try:
+            result = json.loads(body.get("content") or "null")
+        except (TypeError, ValueError):
+            continue
+        if call_failed(result):
+            failed.add(body["tool_call_id"])
+    return failed
 
 
 @login_required

@@ -28,16 +28,17 @@ def desk_scripts(origin: str, names: tuple[str, ...], *, held_back: str | None =
 
 
 @contextmanager
-def routed_page(origin: str, serve: Callable, *, path: str = "/", init: str = "") -> Iterator:
+def routed_page(origin: str, serve: Callable, *, path: str = "/", init: str = "", **options) -> Iterator:
     """A page in a fresh browser, every request under `origin` answered by `serve(route)`,
-    `init` run before the page's own scripts, opened at `origin + path`."""
+    `init` run before the page's own scripts, opened at `origin + path`; `options` go to
+    Playwright's new_page (viewport, has_touch, …)."""
     from playwright.sync_api import sync_playwright
 
     assert Path(CHROMIUM).exists(), "install Debian's chromium (.ci/run does it with apt-get)"
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
         try:
-            page = browser.new_page()
+            page = browser.new_page(**options)
             page.route(f"{origin}/**", serve)
             page.add_init_script(init)
             page.goto(f"{origin}{path}")

@@ -40,6 +40,14 @@ window.WebSocket = class {
   close() {}
 };
 """
+# Every form submission starts with a submit event, fired within the click or key press that
+# caused it (before Playwright's click or press returns): counted here, in the capture phase, so
+# even one a page script then cancels. A count of 0 after the press proves no post was sent,
+# without waiting a while to see whether one arrives.
+SUBMIT_COUNTER = """
+window.__submits = 0;
+document.addEventListener("submit", () => { window.__submits += 1; }, true);
+"""
 DECISION_BUTTONS = ("#decide-form button.approve", "#decide-form button.reject", "#edit-submit")
 
 
@@ -69,7 +77,9 @@ def approval_page(
         body, content_type = files.get(route.request.url, ("", "text/plain"))
         route.fulfill(body=body, content_type=content_type, status=200 if body else 404)
 
-    with routed_page(ORIGIN, serve, path=path, init=socket_sends + init + FAKE_SOCKET) as page:
+    with routed_page(
+        ORIGIN, serve, path=path, init=socket_sends + init + FAKE_SOCKET + SUBMIT_COUNTER
+    ) as page:
         yield page
 
 
@@ -145,12 +155,13 @@ def test_before_the_signer_is_known_an_edit_cannot_be_sent(pending, personas, de
         page.evaluate("document.getElementById('edit').open = true")
         box = page.locator("#edit-arguments")
         box.fill(box.input_value().replace("ada@", "bob@", 1))  # valid: the schema passes it
+        # The schema check has run on what was typed (it marks the field), and left it off.
+        expect(box).to_have_attribute("aria-invalid", "false")
         expect(page.locator("#schema-errors")).to_have_text("")
-        page.wait_for_timeout(300)
         expect(page.locator("#edit-submit")).to_be_disabled()
         page.locator("#edit-submit").click(force=True)  # review: nothing, disabled
         page.locator("#edit-submit").click(force=True)  # sign: nothing
-        page.wait_for_timeout(300)
+        assert page.evaluate("window.__submits") == 0  # neither click submitted the form
     assert posted == []
 
 
@@ -175,10 +186,11 @@ def test_a_key_store_that_never_answers_arms_the_buttons_and_says_who_signs(pend
 
 
 def type_then_enter(page, field: str, text: str) -> None:
-    """Type `text` in the one-line `field` and press Enter; give a native post time to leave."""
+    """Type `text` in the one-line `field` and press Enter, then check that the Enter submitted
+    nothing: an implicit submission fires its submit event within the key press."""
     page.locator(field).fill(text)
     page.locator(field).press("Enter")
-    page.wait_for_timeout(300)
+    assert page.evaluate("window.__submits") == 0, f"Enter in {field} submitted its form"
 
 
 COLOUR_QUESTION = [

@@ -11,6 +11,10 @@ representations.agent_data`). Plain data only: it imports nothing of the desk.
     {"name": "demo",
      "requires_device_keys": false,          # every call of this agent needs a device signature
      "routing": [ROUTE, ...],                # the agent's own routes, used when a tool's say nothing
+     "mcp_servers": [                        # the MCP servers its tools may come from
+       {"name": "orders", "transport": "stdio", "target": "orders-mcp --db /srv/orders",
+        "state": "up" | "down" | null,       # null: not probed (the API); `manage.py agents` probes
+        "error": null}],                     # why it is down
      "tools": [
        {"name": "refund_payment",
         "description": "...",
@@ -108,10 +112,21 @@ def describe_tool(agent: Agent, tool: Tool) -> dict[str, Any]:
     }
 
 
+def describe_server(server: Any) -> dict[str, Any]:
+    """An MCP server as declared (agents.mcp): never its environment or headers, which may hold
+    secrets. Its state is unknown until someone probes it."""
+    if hasattr(server, "url"):
+        transport, target = "http", str(server.url)
+    else:
+        transport, target = "stdio", " ".join([str(server.command), *map(str, server.args)])
+    return {"name": server.name, "transport": transport, "target": target, "state": None, "error": None}
+
+
 def describe_agent(agent: Agent) -> dict[str, Any]:
     return {
         "name": agent.name,
         "requires_device_keys": agent.requires_device_keys,
         "routing": [route_data(r, origin="agent") for r in agent.routing],
+        "mcp_servers": [describe_server(server) for server in agent.mcp_servers],
         "tools": [describe_tool(agent, tool) for tool in agent.all_tools()],
     }

@@ -777,6 +777,16 @@ _RUNTIME: _Runtime | None = None
 _RUNTIME_LOCK = threading.Lock()
 
 
+def probe(server: MCPServer) -> str | None:
+    """Whether this process can reach `server` now: None when it lists its tools, else why not
+    (`manage.py agents`). It lists only: it pins nothing and sends no call."""
+    try:
+        _runtime().served(server)
+    except ToolUnavailable as exc:
+        return str(exc)
+    return None
+
+
 def close_all() -> None:
     """Close this process's sessions (a stdio server's stdin closes, then it is stopped) and
     forget what was learned of the servers. The next run that needs one starts it again."""

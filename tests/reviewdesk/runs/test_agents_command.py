@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import io
 import json
+import socket
+import sys
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 
 from agents import registry
 from agents.catalog import describe_agent
+from agents.mcp import MCPServerHTTP, MCPServerStdio
 from agents.registry import Agent, agent_names, get_agent
 from agents.routing import Condition, Route
 from agents.tools import NEVER, Effect, Tool, ToolSource
@@ -185,3 +189,46 @@ def test_the_json_of_the_demo_says_each_tools_policy_quorum_and_grants():
     assert tools["refund_payment"]["routing"] == [
         {"to": ["group:finance"], "when": [{"field": "amount", "op": ">", "value": 1000}], "from": "tool"}
     ]
+
+
+SERVER_SCRIPT = Path(__file__).resolve().parents[2] / "fixtures" / "mcp_server.py"
+
+
+@pytest.fixture
+def mcp_agent(monkeypatch) -> Agent:
+    """An agent with two MCP servers: the suite's server over stdio, which answers, and an HTTP
+    one on a port nobody listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed_port = s.getsockname()[1]
+    agent = Agent(
+        name="mcp-probed",
+        system_prompt="",
+        tools=(),
+        mcp_servers=(
+            MCPServerStdio("probe-orders", sys.executable, [str(SERVER_SCRIPT), "stdio"]),
+            MCPServerHTTP(
+                "probe-files", f"http://127.0.0.1:{closed_port}/mcp", headers={"X-Token": "s3cret"}
+            ),
+        ),
+    )
+    monkeypatch.setitem(registry._AGENTS, agent.name, agent)
+    return agent
+
+
+@pytest.mark.django_db
+def test_each_mcp_server_is_said_up_or_down_as_it_answers_now_and_its_secrets_are_not_printed(mcp_agent):
+    """Real servers: the stdio one is started by the command and lists its tools; the HTTP one
+    refuses the connection."""
+    lines = block(run(), "mcp-probed: 0 tools")
+    assert lines[0] == f"  mcp server probe-orders (stdio: {sys.executable} {SERVER_SCRIPT} stdio): up"
+    assert lines[1].startswith("  mcp server probe-files (http: http://127.0.0.1:")
+    assert "): DOWN: MCP server probe-files " in lines[1] and "ConnectError" in lines[1]
+    described = next(a for a in json.loads(run("--json"))["agents"] if a["name"] == "mcp-probed")
+    assert [(s["name"], s["state"]) for s in described["mcp_servers"]] == [
+        ("probe-orders", "up"),
+        ("probe-files", "down"),
+    ]
+    assert "s3cret" not in run("--json")
+    unprobed = json.loads(run("--json", "--no-probe"))["agents"]
+    assert {s["state"] for a in unprobed for s in a["mcp_servers"]} == {None}

@@ -8,14 +8,45 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from agents import mcp
 from agents.catalog import describe_agent
 from agents.registry import agent_names, get_agent
 
 COLUMNS = ("TOOL", "EFFECT", "APPROVAL", "QUORUM", "GRANTS", "DEVICE KEY", "SOURCE")
 
 
-def agents_described() -> list[dict[str, Any]]:
-    return [describe_agent(get_agent(name)) for name in agent_names()]
+def agents_described(*, probe_servers: bool = True) -> list[dict[str, Any]]:
+    described = []
+    for name in agent_names():
+        agent = get_agent(name)
+        data = describe_agent(agent)
+        if probe_servers and agent.mcp_servers:
+            _probed(agent, data)
+        described.append(data)
+    return described
+
+
+def _probed(agent: Any, data: dict[str, Any]) -> None:
+    """Each MCP server of the agent listed once from this process (a stdio server is started
+    and stopped again): up or down, and a down server's tools marked down."""
+    down = set()
+    try:
+        for server, entry in zip(agent.mcp_servers, data["mcp_servers"], strict=True):
+            entry["error"] = mcp.probe(server)
+            entry["state"] = "down" if entry["error"] else "up"
+            if entry["error"]:
+                down.add(server.name)
+    finally:
+        mcp.close_all()
+    for tool in data["tools"]:
+        source = tool["source"]
+        if source["kind"] == "mcp" and source["name"] in down:
+            source["state"] = "down"
+
+
+def server_text(server: dict[str, Any]) -> str:
+    state = {"up": "up", "down": f"DOWN: {server['error']}", None: "not probed"}[server["state"]]
+    return f"  mcp server {server['name']} ({server['transport']}: {server['target']}): {state}"
 
 
 def _yes(flag: bool) -> str:
@@ -52,6 +83,7 @@ def agent_text(agent: dict[str, Any]) -> list[str]:
         lines.append("  every decision signed by the reviewer's device key")
     for route in agent["routing"]:
         lines.append(f"  routing (when a tool's own routes do not say): {route_text(route)}")
+    lines += [server_text(server) for server in agent["mcp_servers"]]
     rows = [
         (
             tool["name"],
@@ -82,10 +114,17 @@ class Command(BaseCommand):
     help = (
         "List every loaded agent (DESK_AGENTS) with its tools: effect kind, approval policy, "
         "routing, quorum, whether a standing grant may allow a call, device keys, and where each "
-        "tool comes from (a module, or an MCP server and its pin). --json for scripts."
+        "tool comes from (a module, or an MCP server and its pin), and whether each MCP server "
+        "answers now. --json for scripts."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--no-probe",
+            action="store_false",
+            dest="probe",
+            help="do not list each MCP server's tools to say whether it is up",
+        )
         parser.add_argument(
             "--json",
             action="store_true",
@@ -93,8 +132,8 @@ class Command(BaseCommand):
             help='print {"agents": [...]} as JSON (its shape: agents/catalog.py)',
         )
 
-    def handle(self, *args: Any, as_json: bool, **options: Any) -> None:
-        described = agents_described()
+    def handle(self, *args: Any, as_json: bool, probe: bool, **options: Any) -> None:
+        described = agents_described(probe_servers=probe)
         if as_json:
             self.stdout.write(json.dumps({"agents": described}, indent=2, default=str))
             return

@@ -102,6 +102,9 @@ def approval_context(approval: ApprovalRequest) -> dict[str, Any]:
         "run_status": run.status,
         "tool_description": tool.description if tool else "(this tool is no longer declared)",
         "effect": str(tool.effect) if tool else "",
+        # An MCP tool: the server that serves it and the pin its description was shown from.
+        "mcp_server": tool.source.name if tool and tool.source and tool.source.kind == "mcp" else "",
+        "mcp_pin": (tool.source.pin or "") if tool and tool.source and tool.source.kind == "mcp" else "",
         "irreversible": bool(tool and tool.effect == Effect.EXTERNAL),
         "policy_reason": approval.reason,
         "conversation": conversation,

@@ -2,7 +2,8 @@
 an admin accepts before the call runs: on the desk (real database, the suite's MCP server over
 stdio, the run's task body executed in this process as the neighbouring tests do). The
 reviewer's consent was to the call as the tool was then described, so the call goes back to a
-human, and the server receives nothing until that human decides again."""
+human, who reads the server and its new definition on the item's page, and the server receives
+nothing until that human decides again."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.test import Client
+from django.urls import reverse
 
 import agents.registry
 from agents import mcp
@@ -106,6 +109,12 @@ def test_a_call_approved_before_an_admin_accepted_a_new_definition_goes_back_to_
         "the MCP server's definition of delete_order changed since it was decided."
     )
     assert first.decisions.get().consumed_at is None
+    # The reviewer asked again reads the server and the definition now pinned.
+    client = Client()
+    client.force_login(personas.alice)
+    page = client.get(reverse("approval", args=[again.id])).content.decode()
+    assert "MCP server <code>orders-accepted</code>" in page
+    assert "Delete every order of the customer, and their account." in page
 
     approval_decide(
         approval_id=again.id,

@@ -1,0 +1,72 @@
+"""Review of issue 36's definition re-check, as an attacker would use it (real database, the
+task run in-process as tests/reviewdesk/runs/test_definition_change.py does): what a resume under
+another definition lets run that no human approved for its current form."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group
+
+import agents.registry
+from agents.registry import Agent, get_agent, register
+from agents.routing import Condition, Route
+from reviewdesk.approvals.deciding.record import approval_decide
+from reviewdesk.approvals.models import ApprovalRequest
+from reviewdesk.runs.execution import run_execute
+from reviewdesk.runs.models import Run, RunStatus
+
+pytestmark = pytest.mark.django_db
+
+NAME = "review-definition-change"
+BOSS = "boss@example.com"
+
+
+def agent_with(**send_email: Any) -> Agent:
+    tools = tuple(replace(t, **send_email) if t.name == "send_email" else t for t in get_agent("demo").tools)
+    return Agent(name=NAME, system_prompt="Help the customer.", tools=tools)
+
+
+@pytest.fixture
+def started():
+    register(agent_with())
+    yield get_agent(NAME)
+    agents.registry._AGENTS.pop(NAME, None)
+
+
+def resumed(run: Run) -> Run:
+    run_execute(run_id=run.id, worker="in-process")
+    run.refresh_from_db()
+    return run
+
+
+def test_an_edit_then_a_route_for_the_edited_arguments_sends_the_call_back(
+    started, interrupted_run, personas, mailoutbox
+):
+    """A reviewer edits `to` while anyone may decide send_email (allowed: the routing names
+    nobody either way). The agent is then redeployed with a route sending mail to BOSS to
+    finance, which alice is not in. The recheck must ask the routing about the arguments that
+    will run (the edit's), not the model's: otherwise alice's edit reaches BOSS with no finance
+    reviewer ever asked, which the same edit made after the redeploy is refused
+    (`_check_edit_stays_with`)."""
+    run, approval = interrupted_run(agent=NAME)
+    assert approval.tool == "send_email" and approval.arguments["to"] != BOSS
+    finance = Group.objects.create(name="finance")
+    personas.bob.groups.add(finance)
+    approval_decide(
+        approval_id=approval.id,
+        reviewer=personas.alice,
+        verdict="edit",
+        arguments={**approval.arguments, "to": BOSS},
+        checkpoint_id=str(approval.checkpoint_id),
+    )
+    register(agent_with(routing=(Route(to=("group:finance",), when=(Condition("to", "==", BOSS),)),)))
+
+    run = resumed(run)
+
+    assert [m.to for m in mailoutbox] == [], "alice's edit went to BOSS without finance"
+    assert run.status == RunStatus.INPUT_REQUIRED, run.error
+    again = ApprovalRequest.objects.get(run=run, status="pending")
+    assert again.reason.endswith("alice is not among them.")

@@ -77,3 +77,18 @@ def test_an_accept_signs_only_the_definition_whose_digest_the_admin_posted(perso
 
     assert evil not in store.pinned(SERVER), "the admin's signature now covers a definition never shown"
     assert store.reconcile(SERVER, [evil]) == {"read_file": PinState.CHANGED}
+
+
+def test_a_new_tool_on_a_server_already_pinned_waits_for_an_admin():
+    """The rug pull by addition: the desk pinned `files` (read_file) on its first sight; later
+    the same server starts serving `read_file_and_upload`, which an approval pattern such as
+    {"read_*": NEVER} lets run without a human. The first sight the issue trusts is the
+    server's, not each later tool's: a tool added to a known server waits for an admin."""
+    store = DjangoPinStore()
+    store.reconcile(SERVER, [READ])
+    added = replace(READ, name="read_file_and_upload", description="Read a file and upload it anywhere.")
+
+    states = store.reconcile(SERVER, [READ, added])
+
+    assert added not in store.pinned(SERVER), "a tool no admin saw is trusted"
+    assert states["read_file_and_upload"] == PinState.CHANGED

@@ -4,6 +4,7 @@ another definition lets run that no human approved for its current form."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from django.contrib.auth.models import Group
 
 import agents.registry
+from agents.definition import digests, fingerprint
 from agents.registry import Agent, get_agent, register
 from agents.routing import Condition, Route
 from reviewdesk.approvals.deciding.record import approval_decide
@@ -70,3 +72,31 @@ def test_an_edit_then_a_route_for_the_edited_arguments_sends_the_call_back(
     assert run.status == RunStatus.INPUT_REQUIRED, run.error
     again = ApprovalRequest.objects.get(run=run, status="pending")
     assert again.reason.endswith("alice is not among them.")
+
+
+def test_a_fingerprint_rewritten_in_the_database_does_not_skip_the_recheck(
+    started, interrupted_run, personas, mailoutbox
+):
+    """A database writer (no key) who sees a redeploy coming writes the new definition's
+    fingerprint and digests onto a waiting run: the worker then finds no drift and runs alice's
+    approval, given for a subject the narrowed schema refuses. What the recheck compares with
+    must be something a writer cannot choose (e.g. the definition's digest in the signed
+    decision, or on the request the reviewer decided), not a plain column of the run."""
+    run, approval = interrupted_run(agent=NAME)
+    approval_decide(
+        approval_id=approval.id,
+        reviewer=personas.alice,
+        verdict="approve",
+        checkpoint_id=str(approval.checkpoint_id),
+    )
+    parameters = json.loads(json.dumps(get_agent("demo").tool("send_email").parameters))
+    parameters["properties"]["subject"]["maxLength"] = 5
+    narrowed = register(agent_with(parameters=parameters))
+    Run.objects.filter(pk=run.pk).update(
+        definition_sha256=fingerprint(narrowed), definition_digests=digests(narrowed)
+    )
+
+    run = resumed(run)
+
+    assert mailoutbox == [], "a call whose arguments no longer fit the schema was sent"
+    assert run.status == RunStatus.INPUT_REQUIRED, run.error

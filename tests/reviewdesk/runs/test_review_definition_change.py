@@ -100,3 +100,46 @@ def test_a_fingerprint_rewritten_in_the_database_does_not_skip_the_recheck(
 
     assert mailoutbox == [], "a call whose arguments no longer fit the schema was sent"
     assert run.status == RunStatus.INPUT_REQUIRED, run.error
+
+
+def test_an_edit_checked_by_a_web_process_on_the_old_release_is_checked_again_by_the_worker(
+    started, interrupted_run, personas, mailoutbox
+):
+    """A rolling deploy, workers first: the worker runs the narrowed send_email (subject at most
+    5 characters) and the run records it; the web process still serves the old, wider one. A
+    reviewer edits the subject there to a long one, which the web's schema accepts. The worker
+    resumes with the definition the run recorded, finds no drift, and sends it: an edit no
+    schema now in force allows, never checked against the one that runs it."""
+    parameters = json.loads(json.dumps(get_agent("demo").tool("send_email").parameters))
+    parameters["properties"]["subject"]["maxLength"] = 5
+    narrowed, wide = agent_with(parameters=parameters), agent_with()
+    register(narrowed)  # the worker's release, with which the run starts and its call waits
+    run, approval = interrupted_run(
+        agent=NAME,
+        script=[
+            {
+                "tool_calls": [
+                    {
+                        "name": "send_email",
+                        "arguments": {"to": "ada@example.com", "subject": "Hi", "body": "x"},
+                    }
+                ]
+            },
+            {"content": "done"},
+        ],
+    )
+    assert approval.tool == "send_email"
+
+    register(wide)  # the web process, still on the old release, checks the edit
+    approval_decide(
+        approval_id=approval.id,
+        reviewer=personas.alice,
+        verdict="edit",
+        arguments={**approval.arguments, "subject": "A subject far over five characters"},
+        checkpoint_id=str(approval.checkpoint_id),
+    )
+    register(narrowed)  # the worker resumes
+
+    run = resumed(run)
+
+    assert mailoutbox == [], "an edit the worker's schema refuses was sent"

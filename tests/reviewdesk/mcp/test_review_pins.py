@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 from django.core.management import call_command
+from django.test import Client
 from django.utils import timezone
 
 from agents.mcp import PinState
@@ -121,3 +122,21 @@ def test_accepting_a_server_does_not_sweep_in_a_pending_definition_a_database_wr
 
     assert planted not in store.pinned(SERVER), "a definition no worker saw served is now signed"
     assert store.reconcile(SERVER, [READ_CHANGED, planted])["delete_file"] == PinState.CHANGED
+
+
+def test_a_tool_name_with_a_slash_does_not_take_the_review_page_down(personas):
+    """Tool names come from the server, which the pins distrust. One named "notes/append" that
+    changes makes the page's Accept URL impossible to build (`<str:tool>` takes no slash): the
+    review page fails for every admin and every server, the notice pointing at it, and no
+    change of any tool can be accepted there while it lasts."""
+    store = DjangoPinStore()
+    slashed = replace(READ, name="notes/append", description="Append to notes.")
+    store.reconcile(SERVER, [READ, slashed])
+    store.reconcile(SERVER, [READ_CHANGED, replace(slashed, description="Append, and upload.")])
+    client = Client()
+    client.force_login(personas.admin)
+
+    page = client.get("/mcp/")
+
+    assert page.status_code == 200
+    assert "Accept the served definition" in page.content.decode()

@@ -143,3 +143,25 @@ def test_an_edit_checked_by_a_web_process_on_the_old_release_is_checked_again_by
     run = resumed(run)
 
     assert mailoutbox == [], "an edit the worker's schema refuses was sent"
+
+
+def test_a_worker_whose_desk_agents_lacks_the_runs_agent_does_not_end_the_run(
+    started, interrupted_run, personas, mailoutbox
+):
+    """A deploy that adds or moves an agent module reaches the workers one by one: a worker still
+    on the old DESK_AGENTS takes the resume of an approved call of an agent it does not load.
+    It cannot run it, but nor should it end the run as an internal error (terminal: the approval
+    and the run's work are lost); a worker that loads the agent could go on with it."""
+    run, approval = interrupted_run(agent=NAME)
+    approval_decide(
+        approval_id=approval.id,
+        reviewer=personas.alice,
+        verdict="approve",
+        checkpoint_id=str(approval.checkpoint_id),
+    )
+    agents.registry._AGENTS.pop(NAME)  # this worker's list does not name the agent's module
+
+    run = resumed(run)
+
+    assert mailoutbox == []
+    assert run.status != RunStatus.FAILED, run.error

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agents.loop import Waiting
+from agents.loop import Finished, Waiting
 from agents.registry import Agent
 from agents.state import CallStatus
 from agents.tools import ALWAYS, NEVER, Effect, Tool, ToolContext
@@ -57,3 +57,27 @@ def test_a_pending_idempotent_call_is_asked_its_policy_now_in_force_before_it_is
     assert len(TAGS) == 1, "tried again with no human, though its policy now asks for one"
     assert isinstance(outcome, Waiting)
     assert host.load().batch[0].status == CallStatus.AWAITING
+
+
+def test_the_humans_approval_then_tries_it_again_under_its_key_once_and_is_consumed():
+    """The call the policy now in force sent to a human, approved: it is tried again under the
+    same ledger row (the idempotency key the dead worker's try used), once, and the approval
+    that let it run is consumed with the adoption, as a first try's would be."""
+    TAGS.clear()
+    started = tagging(NEVER)
+    host = DefinitionRecordingHost(started)
+    with pytest.raises(WorkerDied):
+        resume(host, started, SCRIPT)
+    redeployed = tagging(ALWAYS)
+    assert isinstance(resume(host, redeployed, SCRIPT), Waiting)
+
+    call_id = host.load().batch[0].id
+    approval = host.approve(call_id)
+    outcome = resume(host, redeployed, SCRIPT)
+
+    assert isinstance(outcome, Finished), outcome
+    assert TAGS == [{"tag": "urgent"}, {"tag": "urgent"}]  # the dead worker's try, and this one
+    assert [(row.status, row.result) for row in host.ledger.rows.values()] == [
+        ("confirmed", {"tagged": "urgent"})
+    ]
+    assert host.ledger.is_consumed(approval.decision_id)

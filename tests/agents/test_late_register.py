@@ -1,7 +1,8 @@
-"""Review of issue 36's all-or-nothing loading: an agent `register`ed after the load (a DESK_AGENTS
-module that imports another lazily, on its first call in a worker) is usable at once, unchecked,
-in that process only. Here it replaces the loaded `helpdesk` by one with two tools named
-send_reply, the first NEVER: `Agent.tool` finds that one, so the call runs with no human."""
+"""An agent `register`ed after the load (a DESK_AGENTS module that imports another lazily, on
+its first call in a worker) gets the load's checks and replaces no loaded agent unless it says
+`replace=True` (agents/registry.py). From the review of issue 36: unchecked, it replaced the
+loaded `helpdesk` by one with two tools named send_reply, the first NEVER: `Agent.tool` found
+that one, so the call ran with no human."""
 
 from __future__ import annotations
 
@@ -13,7 +14,16 @@ import uuid
 
 import pytest
 
-from agents.registry import AgentLoadError, get_agent, load_agents, loaded_modules
+from agents.registry import (
+    Agent,
+    AgentLoadError,
+    agent_names,
+    get_agent,
+    load_agents,
+    loaded_modules,
+    register,
+)
+from agents.tools import ALWAYS, NEVER, Effect, Tool
 
 LOADED = """
 from agents.registry import Agent, register
@@ -71,3 +81,50 @@ def test_an_agent_registered_after_the_load_neither_replaces_a_loaded_one_nor_sk
     finally:
         sys.modules.pop(loaded, None)
         sys.modules.pop(late, None)
+
+
+def _agent(name: str, *approvals: object) -> Agent:
+    def noop(arguments, ctx):
+        return {}
+
+    tools = tuple(
+        Tool(
+            name="send_reply",
+            description="",
+            parameters={"type": "object"},
+            effect=Effect.EXTERNAL,
+            approval=approval,
+            func=noop,
+        )
+        for approval in approvals
+    )
+    return Agent(name=name, system_prompt="", tools=tools)
+
+
+def test_a_late_agent_of_a_new_name_gets_the_loads_checks():
+    """No agent of that name is loaded: the name check does not apply, the load's do."""
+    load_agents(["agents.demo"])
+    name = f"late_{uuid.uuid4().hex[:8]}"
+
+    with pytest.raises(AgentLoadError) as refused:
+        register(_agent(name, NEVER, ALWAYS))
+
+    assert refused.value.problem == f"agent {name!r}: two tools named 'send_reply'"
+    assert name not in agent_names()
+
+
+def test_a_late_agent_replaces_a_loaded_one_only_when_it_says_so():
+    load_agents(["agents.demo"])
+    loaded = get_agent("demo")
+    redeployed = _agent("demo", NEVER)
+
+    with pytest.raises(AgentLoadError) as refused:
+        register(redeployed)
+    assert refused.value.problem == (
+        "agent 'demo' is already loaded (by 'agents.demo'); "
+        "a register after the load replaces none unless it passes replace=True"
+    )
+    assert get_agent("demo") is loaded
+
+    register(redeployed, replace=True)
+    assert get_agent("demo") is redeployed

@@ -64,7 +64,9 @@ def test_an_edit_then_a_route_for_the_edited_arguments_sends_the_call_back(
         arguments={**approval.arguments, "to": BOSS},
         checkpoint_id=str(approval.checkpoint_id),
     )
-    register(agent_with(routing=(Route(to=("group:finance",), when=(Condition("to", "==", BOSS),)),)))
+    register(
+        agent_with(routing=(Route(to=("group:finance",), when=(Condition("to", "==", BOSS),)),)), replace=True
+    )
 
     run = resumed(run)
 
@@ -91,7 +93,7 @@ def test_a_fingerprint_rewritten_in_the_database_does_not_skip_the_recheck(
     )
     parameters = json.loads(json.dumps(get_agent("demo").tool("send_email").parameters))
     parameters["properties"]["subject"]["maxLength"] = 5
-    narrowed = register(agent_with(parameters=parameters))
+    narrowed = register(agent_with(parameters=parameters), replace=True)
     Run.objects.filter(pk=run.pk).update(
         definition_sha256=fingerprint(narrowed), definition_digests=digests(narrowed)
     )
@@ -113,7 +115,7 @@ def test_an_edit_checked_by_a_web_process_on_the_old_release_is_checked_again_by
     parameters = json.loads(json.dumps(get_agent("demo").tool("send_email").parameters))
     parameters["properties"]["subject"]["maxLength"] = 5
     narrowed, wide = agent_with(parameters=parameters), agent_with()
-    register(narrowed)  # the worker's release, with which the run starts and its call waits
+    register(narrowed, replace=True)  # the worker's release, with which the run starts and its call waits
     run, approval = interrupted_run(
         agent=NAME,
         script=[
@@ -130,7 +132,7 @@ def test_an_edit_checked_by_a_web_process_on_the_old_release_is_checked_again_by
     )
     assert approval.tool == "send_email"
 
-    register(wide)  # the web process, still on the old release, checks the edit
+    register(wide, replace=True)  # the web process, still on the old release, checks the edit
     approval_decide(
         approval_id=approval.id,
         reviewer=personas.alice,
@@ -138,7 +140,7 @@ def test_an_edit_checked_by_a_web_process_on_the_old_release_is_checked_again_by
         arguments={**approval.arguments, "subject": "A subject far over five characters"},
         checkpoint_id=str(approval.checkpoint_id),
     )
-    register(narrowed)  # the worker resumes
+    register(narrowed, replace=True)  # the worker resumes
 
     run = resumed(run)
 

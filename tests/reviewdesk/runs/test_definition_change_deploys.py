@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group
+from django.utils import timezone
 
 import agents.registry
 from agents.definition import digests, fingerprint
@@ -18,7 +19,7 @@ from agents.routing import Condition, Route
 from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.runs.execution import run_execute
-from reviewdesk.runs.models import Run, RunStatus
+from reviewdesk.runs.models import AttemptStatus, Run, RunStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -167,3 +168,43 @@ def test_a_worker_whose_desk_agents_lacks_the_runs_agent_does_not_end_the_run(
 
     assert mailoutbox == []
     assert run.status != RunStatus.FAILED, run.error
+
+
+def test_the_run_a_worker_cannot_run_is_queued_again_with_backoff_and_a_worker_that_loads_it_goes_on(
+    started, interrupted_run, personas, mailoutbox, settings, caplog
+):
+    """The worker whose DESK_AGENTS lacks the agent releases the run (its lease cleared, its
+    attempt released with the reason, naming the agent and this process's list), queued again
+    after the retry backoff, doubled on each such try in a row; a worker that loads the agent
+    then runs the approved call, once."""
+    settings.DESK_RETRY_BACKOFF_SECONDS = 10
+    run, approval = interrupted_run(agent=NAME)
+    approval_decide(
+        approval_id=approval.id,
+        reviewer=personas.alice,
+        verdict="approve",
+        checkpoint_id=str(approval.checkpoint_id),
+    )
+    loaded = agents.registry._AGENTS.pop(NAME)
+    reason = (
+        f"the agent {NAME!r} is not loaded in this process (DESK_AGENTS={','.join(settings.DESK_AGENTS)})"
+    )
+
+    waits = []
+    for _ in range(2):
+        before = timezone.now()
+        run = resumed(run)
+        assert run.status == RunStatus.QUEUED and run.lease_expires_at is None
+        attempt = run.attempts.order_by("-number").first()
+        assert (attempt.status, attempt.error) == (AttemptStatus.RELEASED, reason)
+        waits.append(round((run.next_attempt_at - before).total_seconds()))
+        Run.objects.filter(pk=run.pk).update(next_attempt_at=timezone.now())  # due again now
+    assert waits == [10, 20]
+    assert reason in caplog.text
+    assert mailoutbox == []
+
+    register(loaded)  # a worker whose DESK_AGENTS names the agent's module
+    run = resumed(run)
+
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert len(mailoutbox) == 1

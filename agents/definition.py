@@ -16,6 +16,11 @@ to run is checked again against the worker's definition before the gate sees it
     it holds                          the call runs; once the batch has settled the run records
                                       the new definition and its timeline says what changed
 
+Whatever the fingerprints say, the arguments a call is about to run with are checked against
+the worker's schema of its tool (`arguments_misfit`, asked by the loop): a recorded fingerprint
+that agrees with the worker's (an edit checked by a web process on another release, or one a
+database writer rewrote) does not let a call that no schema now in force allows run.
+
 The runtime knows no users or groups: whether the reviewers who decided a call are still among
 those the routing now names is the host's to say.
 """
@@ -305,6 +310,18 @@ def drift(agent: Agent, host: Any) -> Drift | None:
     return Drift(recorded=recorded, sha256=sha256, digests=digests(agent))
 
 
+def arguments_misfit(tool: Tool, call: CallState, decision: SignedDecision | None) -> str | None:
+    """How the arguments the call would run with (its decision's: an edit's own; else the
+    model's) fail `tool`'s schema, in words (the first three errors); None when they fit.
+
+    Checked before every call runs, whether or not the run's recorded definition differs from
+    the worker's: an edit checked by a web process on another release (a rolling deploy), or a
+    recorded fingerprint a database writer rewrote, hides a drift that this check still sees."""
+    arguments = decision.arguments if decision is not None else call.arguments
+    errors = tool.validation_errors(arguments)
+    return "; ".join(errors[:3]) if errors else None
+
+
 @dataclass(frozen=True)
 class Recheck:
     """A call checked again against the worker's definition: `reason` None when it holds;
@@ -332,10 +349,9 @@ def recheck_call(
     tool = agent.tool(call.name)
     if tool is None:
         return Recheck(f"{call.name} no longer exists in this agent's definition", gone=True)
-    arguments = decision.arguments if decision is not None else call.arguments
-    errors = tool.validation_errors(arguments)
-    if errors:
-        return Recheck(f"the arguments no longer fit the schema of {call.name}: {'; '.join(errors[:3])}")
+    misfit = arguments_misfit(tool, call, decision)
+    if misfit:
+        return Recheck(f"the arguments no longer fit the schema of {call.name}: {misfit}")
     if decision is None:
         return HOLDS
     if device_required(call.name) and not is_device_signed(decision.payload):

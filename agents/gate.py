@@ -144,7 +144,18 @@ class ApprovalGate(DecisionVerifier):
         else:
             # An idempotent effect an earlier attempt left `pending` (its decision consumed
             # then): tried again under the same key, so this attempt's confirm must find it.
-            self.ledger.adopt(key)
+            # A call with neither a decision nor a grant is asked its policy now in force, as
+            # a first try is (the agent may have been redeployed since the worker died); one
+            # the policy sends to a human comes back here with that human's decision, consumed
+            # with the adoption (votes the first try consumed stay as they are).
+            try:
+                with self.ledger.atomic():
+                    if decision is None and grant is None:
+                        self._allow_without_human(tool, arguments, ctx)
+                    self._consume_unused(decision)
+                    self.ledger.adopt(key)
+            except RolledBack as rolled_back:  # the policy could not read the world: nothing ran
+                raise self._transient(binding, decision, rolled_back.cause) from rolled_back.cause
         return self._external(tool=tool, binding=binding, arguments=arguments, decision=decision, ctx=ctx)
 
     def _authority(

@@ -22,7 +22,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from agents.calls import call_history, prepare_batch, storable, with_run_unique_ids
-from agents.definition import DefinitionHost, Drift, drift, recheck_call, served_elsewhere
+from agents.definition import DefinitionHost, Drift, arguments_misfit, drift, recheck_call, served_elsewhere
 from agents.gate import (
     ApprovalGate,
     ApprovalNeeded,
@@ -318,6 +318,8 @@ def _settle_batch(
         runs_now = decision is not None or call.status == CallStatus.READY
         if changed is not None and runs_now and not _recheck(agent, host, state, call, decision, changed):
             continue
+        if changed is None and runs_now and not _arguments_fit(agent, host, state, call, decision):
+            continue
         tool = agent.tool(call.name)
         binding = CallBinding(
             run_id=host.run_id,
@@ -434,13 +436,43 @@ def _recheck(
         host.call_gone(call, reason)
         _commit(host, state, [], settled_one=True)
         return False
-    host.call_sent_back(call, f"The agent's definition changed since this call was decided: {reason}.")
+    _send_back(host, state, call, f"The agent's definition changed since this call was decided: {reason}.")
+    return False
+
+
+def _arguments_fit(
+    agent: Agent, host: Host, state: AgentState, call: CallState, decision: SignedDecision | None
+) -> bool:
+    """With no drift seen, the arguments about to run still fit the worker's schema of the tool
+    (`arguments_misfit`: cheap, so checked every time); True when they do. The run's recorded
+    definition may match the worker's while the call was checked under another: an edit a web
+    process on the old release accepted (a rolling deploy), or a fingerprint written onto the
+    run by a database writer. A call that does not fit goes back to a human with the reason."""
+    tool = agent.tool(call.name)
+    if tool is None or call.arguments is None:  # no drift: _prepare made it invalid; see below
+        return True
+    misfit = arguments_misfit(tool, call, decision)
+    if misfit is None:
+        return True
+    _send_back(
+        host,
+        state,
+        call,
+        f"The arguments to run do not fit this worker's definition of {call.name}: {misfit}.",
+    )
+    return False
+
+
+def _send_back(host: Host, state: AgentState, call: CallState, reason: str) -> None:
+    """The call goes back to a human, whose next request carries `reason` (on a host that
+    records the run's definition: `DefinitionHost.call_sent_back`)."""
+    if isinstance(host, DefinitionHost):
+        host.call_sent_back(call, reason)
     if call.status == CallStatus.UNKNOWN:  # a re-run: its reconciliation is asked again, as it was
         call.checkpoint_id = str(uuid.uuid4())
         _commit(host, state, [], [call], checkpoint_id=call.checkpoint_id)
     else:
         _ask_instead(host, state, call)
-    return False
 
 
 def _reconciled_result(host: Host, call: CallState, binding: CallBinding) -> bool:

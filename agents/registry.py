@@ -5,7 +5,8 @@ level), as a Django app registers its models. Which modules a process loads is d
 by the host: the desk passes its DESK_AGENTS setting to `load_agents` on every web process,
 worker and beat. Loading is all or nothing: if one module cannot be imported, or one of its
 agents fails its checks, `AgentLoadError` names the module and the problem and no agent of the
-set becomes usable.
+set becomes usable. An agent registered outside a load once one has happened (a module imported
+lazily) gets the same checks, and replaces no usable agent unless it says `replace=True`.
 
 A module may also name the world its tools act through (`ToolContext.world`) by a dotted path
 in a module-level `TOOL_WORLD` string; the host decides what to do with it (the desk
@@ -113,18 +114,42 @@ _MODULES: tuple[AgentModule, ...] = ()
 _DECLARED: list[tuple[str, Agent]] = []
 # While `load_agents` imports a module: the agents registered meanwhile, in order.
 _collecting: list[Agent] | None = None
+# Whether a `load_agents` has happened in this process (a register after it is checked).
+_loaded = False
 
 
-def register(agent: Agent) -> Agent:
+def register(agent: Agent, *, replace: bool = False) -> Agent:
     """Declare an agent. Inside `load_agents` it joins the set being loaded, usable only once
-    the whole set has loaded; outside one (a script, a test) it is usable at once."""
+    the whole set has loaded; outside one (a script, a test) it is usable at once.
+
+    After a load (a DESK_AGENTS module that imports another lazily, on its first call in a
+    worker), an agent registered outside one gets the load's checks (`agent_problem`) and
+    replaces no agent already usable unless `replace=True` says it means to (a test that
+    redeploys an agent): AgentLoadError names the registering module and the problem, and the
+    agent in use stays as it was."""
     caller = sys._getframe(1).f_globals.get("__name__", "")
     _DECLARED.append((caller, agent))
     if _collecting is not None:
         _collecting.append(agent)
-    else:
-        _AGENTS[agent.name] = agent
+        return agent
+    if _loaded:
+        problem = agent_problem(agent)
+        if problem:
+            raise AgentLoadError(caller, f"agent {agent.name!r}: {problem}")
+        if agent.name in _AGENTS and not replace:
+            raise AgentLoadError(
+                caller,
+                f"agent {agent.name!r} is already loaded ({_loaded_by(agent.name)}); a register "
+                "after the load replaces none unless it passes replace=True",
+            )
+    _AGENTS[agent.name] = agent
     return agent
+
+
+def _loaded_by(name: str) -> str:
+    """Where the usable agent `name` came from, in words."""
+    module = next((m.name for m in _MODULES if name in m.agents), None)
+    return f"by {module!r}" if module is not None else "registered outside a load"
 
 
 def load_agents(modules: Sequence[str]) -> tuple[AgentModule, ...]:
@@ -134,8 +159,8 @@ def load_agents(modules: Sequence[str]) -> tuple[AgentModule, ...]:
     one module or across two), or an agent whose tools fail their checks, AgentLoadError names
     the module and the problem, and no agent of the set is usable (the registry is left empty,
     so a process that goes on regardless takes no run). Returns the modules loaded."""
-    global _AGENTS, _MODULES
-    _AGENTS, _MODULES = {}, ()
+    global _AGENTS, _MODULES, _loaded
+    _AGENTS, _MODULES, _loaded = {}, (), True
     found: dict[str, tuple[str, Agent]] = {}
     loaded = []
     for index, module in enumerate(modules):

@@ -56,6 +56,12 @@ def agents_problem() -> str | None:
     return _problem
 
 
+def not_loaded_here(agent: str) -> str:
+    """Why this process cannot use the agent a run or a request names: its DESK_AGENTS list
+    loads no module that registers it (another process's list may)."""
+    return f"the agent {agent!r} is not loaded in this process (DESK_AGENTS={','.join(settings.DESK_AGENTS)})"
+
+
 def loaded_agents_line() -> str:
     """The agents loaded and their modules, for the launcher: `demo (agents.demo)`."""
     shown = [f"{', '.join(m.agents) or 'no agent'} ({m.name})" for m in loaded_modules()]

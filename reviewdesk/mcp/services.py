@@ -38,8 +38,10 @@ def pin_check_accept(*, admin: User | None, server: str, tool: str, digest: str)
         raise NotFound(f"no pinned tool {tool!r} on {server!r}")
     if not pin.pending_state:
         raise Conflict(f"{server}/{tool} is served as pinned: nothing to accept")
-    # What the admin saw is what is accepted: a server that changed again since is refused.
-    if pin.pending_digest != digest:
+    # What the admin saw is what is accepted: a server that changed again since is refused, and
+    # so is a pending definition whose own digest is not the one shown (a row rewritten since).
+    served = "" if pin.pending_definition is None else ToolDefinition.from_dict(pin.pending_definition).digest
+    if pin.pending_digest != digest or served != digest:
         raise Conflict(
             f"{server}/{tool} changed again since this page was loaded: review it again", code="stale"
         )

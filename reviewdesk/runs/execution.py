@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,7 +21,8 @@ from django.utils import timezone
 
 from agents.loop import Failed, FailureKind, Finished, Limits, Outcome, Retrying, Waiting, advance
 from agents.providers import AssistantTurn, ModelProvider, provider_for
-from agents.registry import get_agent
+from agents.registry import UnknownAgent, get_agent
+from reviewdesk.agent_modules.loading import not_loaded_here
 from reviewdesk.approvals.lifecycle.raising import approvals_cancel_open
 from reviewdesk.approvals.reads.decisions import calls_decided_meanwhile, refused_decision_of
 from reviewdesk.audit.services import audit_record
@@ -42,6 +44,20 @@ from reviewdesk.runs.transitions import (
 
 logger = logging.getLogger(__name__)
 
+# A run whose agent this process does not load waits this long before its next try, doubled
+# for each such try in a row, up to the second figure (seconds).
+_NOT_LOADED_BACKOFF_MAX = 300.0
+
+
+@dataclass(frozen=True)
+class NotLoadedHere:
+    """This process does not load the run's agent (its DESK_AGENTS lacks the agent's module: a
+    deploy that adds or moves a module reaches the workers one by one). The run is released,
+    queued again after `delay` seconds for any worker to take; never failed."""
+
+    error: str
+    delay: float
+
 
 class _LeaseCheckedProvider:
     """The model provider, not called once the lease is lost (a cancelled or fenced-out worker
@@ -58,15 +74,21 @@ class _LeaseCheckedProvider:
         return turn
 
 
-def run_execute(*, run_id: Any, worker: str = "") -> Outcome | None:
+def run_execute(*, run_id: Any, worker: str = "") -> Outcome | NotLoadedHere | None:
     """The body of the `run` and `resume` tasks: advance the run as far as it goes. Returns
     the outcome recorded, or None when none was: the run was not claimed, or this attempt
-    lost it (a cancel, an expired lease) before its end was written."""
+    lost it (a cancel, an expired lease) before its end was written. A run whose agent this
+    process does not load is released for another worker (`NotLoadedHere`), untouched."""
     attempt = run_claim(run_id=run_id, worker=worker)
     if attempt is None:
         return None
     run = attempt.run
     host = DatabaseHost(run=run, attempt=attempt)
+    try:
+        get_agent(run.agent)
+    except UnknownAgent:
+        released = _not_loaded(run, attempt)
+        return released if run_finish(attempt=attempt, outcome=released, host=host) else None
     try:
         with LeaseKeeper(attempt, cancel_epoch=run.cancel_epoch) as keeper:
             host.lease_lost = keeper.lost
@@ -115,6 +137,25 @@ def run_execute(*, run_id: Any, worker: str = "") -> Outcome | None:
     return outcome if recorded else None
 
 
+def _not_loaded(run: Run, attempt: Attempt) -> NotLoadedHere:
+    """The release of a run whose agent this process does not load: a warning naming the agent
+    and this process's DESK_AGENTS, and a delay doubled for each such try in a row."""
+    error = not_loaded_here(run.agent)
+    earlier = (
+        run.attempts.filter(number__lt=attempt.number).order_by("-number").values_list("error", flat=True)
+    )
+    in_a_row = 0
+    for previous in earlier[:12]:  # 2**12 times the backoff is past any cap
+        if previous != error:
+            break
+        in_a_row += 1
+    delay = min(float(settings.DESK_RETRY_BACKOFF_SECONDS) * 2**in_a_row, _NOT_LOADED_BACKOFF_MAX)
+    logger.warning(
+        "run %s released: %s; queued again in %g s for a worker that loads it", run.id, error, delay
+    )
+    return NotLoadedHere(error=error, delay=delay)
+
+
 def _internal_error(run: Run, exc: BaseException) -> Failed:
     incident = uuid.uuid4().hex[:12]  # the submitter sees only this id; the log has the details
     logger.exception("run %s failed with an internal error (incident %s): %r", run.id, incident, exc)
@@ -159,7 +200,9 @@ def _wait_before_retry(host: DatabaseHost, seconds: float) -> None:
     host.check_lease()
 
 
-def run_finish(*, attempt: Attempt, outcome: Outcome, host: DatabaseHost | None = None) -> bool:
+def run_finish(
+    *, attempt: Attempt, outcome: Outcome | NotLoadedHere, host: DatabaseHost | None = None
+) -> bool:
     """Record the outcome, fenced on the attempt's lease and the cancel epoch it claimed under
     (`attempt.run` is the run as claimed); release the lease. The steps `host` kept since its
     last write are written first, in the same transaction (host.py): nothing of them when the
@@ -176,7 +219,7 @@ def run_finish(*, attempt: Attempt, outcome: Outcome, host: DatabaseHost | None 
             return False
         raised_now = _write_kept(host) if host is not None else set()
         attempt_status, attempt_error = AttemptStatus.RELEASED, ""
-        if not isinstance(outcome, Failed):
+        if not isinstance(outcome, Failed | NotLoadedHere):  # a release here got past nothing
             _clear_error_overcome(run)
         if isinstance(outcome, Finished):
             run.status, run.output = RunStatus.SUCCEEDED, outcome.output
@@ -204,6 +247,13 @@ def run_finish(*, attempt: Attempt, outcome: Outcome, host: DatabaseHost | None 
             run.status = RunStatus.QUEUED
             run.next_attempt_at = now + timedelta(seconds=outcome.delay)
             attempt_error = f"{outcome.call_id} unavailable, next try in {outcome.delay:g} s: {outcome.error}"
+            task_id_assign(run)  # saved below with the rest
+            send_on_commit(RESUME_TASK, run, countdown=outcome.delay)
+        elif isinstance(outcome, NotLoadedHere):
+            # Nothing of the run was touched: queued again, for whichever worker loads its agent.
+            run.status = RunStatus.QUEUED
+            run.next_attempt_at = now + timedelta(seconds=outcome.delay)
+            attempt_error = outcome.error
             task_id_assign(run)  # saved below with the rest
             send_on_commit(RESUME_TASK, run, countdown=outcome.delay)
         elif isinstance(outcome, Waiting):

@@ -331,7 +331,7 @@ class DatabaseHost:
     def routed_elsewhere(self, call: CallState, decision: SignedDecision) -> str | None:
         """Whether each reviewer who decided the call would be named for it were its request
         raised now (the routing and the quorum's groups now in force: `named_for_call`)."""
-        arguments = call.arguments or {}
+        arguments = decision.arguments  # what runs: an edit's own, not the model's
         for vote in (decision, *decision.co_decisions):
             username = str(vote.payload.get("reviewer"))
             user = get_user_model().objects.filter(username=username).first()

@@ -18,6 +18,7 @@ from agents.registry import UnknownAgent, get_agent
 from agents.state import AgentState, CallStatus
 from agents.tools import Tool
 from reviewdesk.accounts.roles import group_names_of, is_reviewer
+from reviewdesk.agent_modules.loading import not_loaded_here
 from reviewdesk.approvals.access import approval_visible_to, may_decide, named_by
 from reviewdesk.approvals.deciding.input import DecisionInput, decision_input_check
 from reviewdesk.approvals.lifecycle.routing import targets_for_call
@@ -181,8 +182,8 @@ def tool_still_deployed(run: Run, approval: ApprovalRequest) -> Tool:
     """The agent's tool the approval's call names, or a stale-page Conflict when it is gone."""
     try:
         agent = get_agent(run.agent)
-    except UnknownAgent:  # redeployed without this agent: nothing can run its calls either
-        raise Conflict(f"the agent {run.agent!r} is not deployed any more", code="stale") from None
+    except UnknownAgent:  # this process's DESK_AGENTS lacks the agent: it cannot check the call
+        raise Conflict(not_loaded_here(run.agent), code="stale") from None
     tool = agent.tool(approval.tool)
     if tool is None:  # the agent was redeployed without it: nothing can run this call
         raise Conflict(f"the agent {run.agent!r} has no tool {approval.tool!r} any more", code="stale")

@@ -12,6 +12,7 @@ from django.conf import settings
 from agents.gate import CallBinding
 from agents.registry import UnknownAgent, get_agent
 from agents.tools import Effect, Tool, ToolContext
+from reviewdesk.agent_modules.loading import not_loaded_here
 from reviewdesk.approvals.models import (
     ApprovalRequest,
 )
@@ -78,6 +79,15 @@ def approval_tool(approval: ApprovalRequest) -> Tool | None:
         return None
 
 
+def _tool_missing(approval: ApprovalRequest) -> str:
+    """Why `approval_tool` found no tool, in words: the agent is not loaded here, or has no such tool."""
+    try:
+        get_agent(approval.run.agent)
+    except UnknownAgent:
+        return not_loaded_here(approval.run.agent)
+    return "this tool is no longer declared"
+
+
 def approval_context(approval: ApprovalRequest) -> dict[str, Any]:
     """Everything a reviewer needs to judge one approval, in the order they think about it:
     what it is (agent, submitter, task, tool), why the agent asks (the conversation so far
@@ -100,7 +110,7 @@ def approval_context(approval: ApprovalRequest) -> dict[str, Any]:
         "submitter": run.submitted_by.get_username(),
         "task": run.input,
         "run_status": run.status,
-        "tool_description": tool.description if tool else "(this tool is no longer declared)",
+        "tool_description": tool.description if tool else f"({_tool_missing(approval)})",
         "effect": str(tool.effect) if tool else "",
         # An MCP tool: the server that serves it and the pin its description was shown from.
         "mcp_server": tool.source.name if tool and tool.source and tool.source.kind == "mcp" else "",
@@ -134,7 +144,7 @@ def approval_preview(approval: ApprovalRequest, arguments: Any) -> dict[str, Any
     """
     tool = approval_tool(approval)
     if tool is None:
-        return {"preview": None, "errors": ["this tool is no longer declared"]}
+        return {"preview": None, "errors": [_tool_missing(approval)]}
     errors = tool.validation_errors(arguments)
     if errors:
         return {"preview": None, "errors": errors}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.conf import settings
 from django.test import Client
 
 from reviewdesk.approvals.models import Decision
@@ -102,7 +103,10 @@ def test_a_call_whose_agent_is_no_longer_deployed_is_refused_as_stale_not_a_500(
     alice = logged_in(personas.alice)
     form = {"verdict": verdict, "checkpoint_id": str(approval.checkpoint_id)}
     page = alice.post(f"/approvals/{approval.id}/", form, follow=True).content.decode()
-    assert "Not decided: the agent &#x27;retired&#x27; is not deployed any more" in page
+    assert (
+        "Not decided: the agent &#x27;retired&#x27; is not loaded in this process "
+        f"(DESK_AGENTS={','.join(settings.DESK_AGENTS)})" in page
+    )
     answer = alice.post(f"/approvals/{approval.id}/", form, HTTP_ACCEPT="application/json")
     assert answer.status_code == 409 and answer.json()["code"] == "stale"
     assert not Decision.objects.exists()

@@ -94,7 +94,7 @@ def test_a_schema_narrowed_while_the_call_waited_sends_it_back_to_a_human_with_t
     """The issue's test: the approved subject no longer fits; nothing is sent; a new request
     for the same call says why; an edit that fits runs, and the run records the new definition."""
     run, first = approved
-    register(agent_with(parameters=narrowed_subject()))
+    register(agent_with(parameters=narrowed_subject()), replace=True)
 
     run = resumed(run)
 
@@ -140,7 +140,7 @@ def test_a_change_that_does_not_touch_the_call_lets_the_run_go_on_and_the_timeli
         replace(t, description="Find a customer by email address.") if t.name == "lookup_customer" else t
         for t in demo.tools
     )
-    register(Agent(name=NAME, system_prompt="Help the customer.", tools=tools))
+    register(Agent(name=NAME, system_prompt="Help the customer.", tools=tools), replace=True)
 
     run = resumed(run)
 
@@ -163,7 +163,8 @@ def test_a_tool_removed_while_the_call_waited_fails_it_with_an_error_the_model_r
             name=NAME,
             system_prompt="Help the customer.",
             tools=tuple(t for t in demo.tools if t.name != "send_email"),
-        )
+        ),
+        replace=True,
     )
 
     run = resumed(run)
@@ -187,7 +188,7 @@ def test_routing_that_now_names_a_group_the_decider_is_not_in_sends_the_call_bac
     run, _ = approved
     finance = Group.objects.create(name="finance")
     personas.bob.groups.add(finance)
-    register(agent_with(routing=(Route(to=("group:finance",)),)))
+    register(agent_with(routing=(Route(to=("group:finance",)),)), replace=True)
 
     run = resumed(run)
 
@@ -208,7 +209,7 @@ def test_a_quorum_raised_while_one_approval_waited_asks_for_the_whole_quorum(app
     """Where the gate would have refused one approval of a quorum-2 call (and failed the run),
     the call goes back to humans: a new request asks for two."""
     run, _ = approved
-    register(agent_with(quorum=Quorum(approvals=2)))
+    register(agent_with(quorum=Quorum(approvals=2)), replace=True)
 
     run = resumed(run)
 
@@ -230,7 +231,7 @@ def test_a_quorum_raised_while_one_approval_waited_asks_for_the_whole_quorum(app
 
 def test_a_routing_change_that_still_names_the_decider_lets_the_call_run(approved, personas, mailoutbox):
     run, _ = approved
-    register(agent_with(routing=(Route(to=("alice", "bob")),)))
+    register(agent_with(routing=(Route(to=("alice", "bob")),)), replace=True)
     run = resumed(run)
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert len(mailoutbox) == 1

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -359,18 +360,28 @@ def test_approval_patterns_first_match_wins_and_default_to_a_human():
     assert MCPServerHTTP("pay", "http://127.0.0.1:9/mcp").policy_for("anything") is ALWAYS
 
 
-def test_a_definitions_digest_is_over_its_canonical_name_description_and_schema():
+def test_a_definitions_digest_is_over_its_canonical_name_description_schema_and_hints():
     definition = ToolDefinition(
-        "orders", "a", "Do a.", {"type": "object", "properties": {}}, {"readOnlyHint": True}
+        "orders", "a", "Do a.", {"type": "object", "properties": {}}, {"readOnlyHint": True, "title": "A"}
     )
     from agents.canonical import sha256_hex
 
     assert definition.digest == sha256_hex(
-        {"name": "a", "description": "Do a.", "inputSchema": {"properties": {}, "type": "object"}}
+        {
+            "name": "a",
+            "description": "Do a.",
+            "inputSchema": {"properties": {}, "type": "object"},
+            "annotations": {"readOnlyHint": True},
+        }
     )
     assert ToolDefinition.from_dict(definition.to_dict()) == definition
     wider = ToolDefinition("orders", "a", "Do a.", {"type": "object", "additionalProperties": True}, {})
     assert wider.digest != definition.digest
+    # Each hint that may set how a call runs is pinned; the title (display only) is not.
+    for hint in ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"):
+        flipped = replace(definition, annotations={**definition.annotations, hint: False})
+        assert flipped.digest != definition.digest, hint
+    assert replace(definition, annotations={"readOnlyHint": True}).digest == definition.digest
 
 
 def test_a_tool_built_from_an_earlier_pin_sends_nothing_once_another_definition_is_accepted(server, files):

@@ -118,7 +118,7 @@ def test_accepting_a_server_does_not_sweep_in_a_pending_definition_a_database_wr
     )
 
     with contextlib.suppress(DeskError):  # refused: fine
-        call_command("mcp_tools", accept=SERVER, stdout=io.StringIO())
+        call_command("mcp_tools", accept=SERVER, yes=True, stdout=io.StringIO())
 
     assert planted not in store.pinned(SERVER), "a definition no worker saw served is now signed"
     assert store.reconcile(SERVER, [READ_CHANGED, planted])["delete_file"] == PinState.CHANGED

@@ -47,10 +47,10 @@ def pin_check_accept(*, admin: User | None, server: str, tool: str, digest: str)
             f"{server}/{tool}: the pending definition is not one a worker recorded (its seal does "
             "not verify); it is not accepted"
         )
-    # What the admin saw is what is accepted: a server that changed again since is refused, and
-    # so is a pending definition whose own digest is not the one shown (a row rewritten since).
-    served = "" if pin.pending_definition is None else ToolDefinition.from_dict(pin.pending_definition).digest
-    if pin.pending_digest != digest or served != digest:
+    # What the admin saw is what is accepted: a server that changed again since is refused. A
+    # pending definition whose own digest is not the one shown (a row rewritten since) fails the
+    # seal check above, which is over the digest recomputed from the definition the row holds.
+    if pin.pending_digest != digest:
         raise Conflict(
             f"{server}/{tool} changed again since this page was loaded: review it again", code="stale"
         )

@@ -206,15 +206,18 @@ class InMemoryPinStore:
         self.notices: list[tuple[str, str, PinState]] = []
 
     def reconcile(self, server: str, served: Sequence[ToolDefinition]) -> dict[str, PinState]:
+        first_sight = server not in self.pins  # only a server's first sight is trusted
         pins = self.pins.setdefault(server, {})
         awaiting = self.awaiting.setdefault(server, {})
         served_by_name = {d.name: d for d in served}
         states: dict[str, PinState] = {}
         for name, definition in served_by_name.items():
             pin = pins.get(name)
-            if pin is None:
+            if pin is None and first_sight and tool_name_acceptable(name):
                 pins[name] = definition
                 states[name] = PinState.NEW
+            elif pin is None:  # added to a server already seen, or a name refused: an admin's
+                states[name] = self._await(server, name, definition, PinState.CHANGED)
             elif pin.digest == definition.digest:
                 states[name] = PinState.PINNED
                 awaiting.pop(name, None)
@@ -239,7 +242,7 @@ class InMemoryPinStore:
         for name, served in self.awaiting.pop(server, {}).items():
             if served is None:
                 pins.pop(name, None)
-            else:
+            elif tool_name_acceptable(name):
                 pins[name] = served
 
 

@@ -427,3 +427,21 @@ def test_a_forked_child_starts_its_own_sessions_and_never_uses_its_parents(files
     assert report == {"outcome": str(Finished("Child.")), "fresh": True}
     assert [c["pid"] != os.getpid() for c in received(files)] == [True]
     assert mcp._RUNTIME is parent_runtime  # the parent's own sessions are untouched
+
+
+def test_the_in_memory_pin_store_trusts_only_a_servers_first_sight():
+    """As the desk's store: a tool added to a server already seen, or a name refused, waits."""
+    pins = InMemoryPinStore()
+    first = ToolDefinition("orders", "lookup", "Look up.", {"type": "object"}, {})
+    added = ToolDefinition("orders", "lookup_and_upload", "Look up, upload.", {"type": "object"}, {})
+    slashed = ToolDefinition("orders", "notes/append", "Append.", {"type": "object"}, {})
+
+    assert pins.reconcile("orders", [first]) == {"lookup": PinState.NEW}
+    assert pins.reconcile("orders", [first, added, slashed]) == {
+        "lookup": PinState.PINNED,
+        "lookup_and_upload": PinState.CHANGED,
+        "notes/append": PinState.CHANGED,
+    }
+    assert pins.pinned("orders") == [first]
+    pins.accept("orders")
+    assert pins.pinned("orders") == [first, added]

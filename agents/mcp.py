@@ -12,10 +12,10 @@ before that function runs, exactly as for any tool. The official `mcp` SDK speak
 
 Definitions are pinned (the "rug pull" defence). A worker lists a server's tools when a run
 needs them and reconciles them with a `PinStore` (the desk's: `reviewdesk.mcp.pins`): the
-first sight of a tool pins its name, description and input schema; the model, the reviewer
-and an edit's schema check all use the pinned definition. A tool served differently from its
-pin (or no longer served) is refused with an error the model reads until an admin accepts the
-new definition. Right before each `tools/call` the worker lists the tools again and sends
+first sight of a server pins its tools' names, descriptions, input schemas and annotation
+hints; the model, the reviewer and an edit's schema check all use the pinned definition. A tool
+served differently from its pin, no longer served, or added to a server already seen is
+refused with an error the model reads until an admin accepts the new definition. Right before each `tools/call` the worker lists the tools again and sends
 nothing unless the served definition is still the pinned one.
 
 Processes: the SDK is async. Each worker process runs one event-loop thread holding its
@@ -37,6 +37,7 @@ import asyncio
 import fnmatch
 import logging
 import os
+import re
 import shutil
 import sys
 import threading
@@ -109,10 +110,25 @@ class MCPCallInterrupted(Exception):
 # --- Pinned definitions: the seam with the desk's pin store (reviewdesk/mcp/) -------------
 
 
+# The annotations a pin covers: what `trust_annotations=True` reads to set a tool's effect kind,
+# and what a reviewer may read as the tool's own claim (the title is left out: display only).
+PINNED_HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+
+# The tool names the desk pins (the MCP specification's recommended names): any other is
+# refused, never pinned, as an admin's page and URLs could not name it safely.
+TOOL_NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+
+def tool_name_acceptable(name: str) -> bool:
+    return TOOL_NAME_PATTERN.fullmatch(name) is not None
+
+
 @dataclass(frozen=True)
 class ToolDefinition:
     """A tool as a server serves it. `digest` covers what the model and the reviewer are
-    shown and what an edit is checked against: the name, description and input schema."""
+    shown, what an edit is checked against and what may decide how a call runs: the name,
+    description, input schema and the annotations' four hints (`PINNED_HINTS`; with
+    `trust_annotations=True` they set the tool's effect kind)."""
 
     server: str
     name: str
@@ -122,10 +138,21 @@ class ToolDefinition:
 
     @property
     def digest(self) -> str:
-        """SHA-256 (hex) of the RFC 8785 canonical JSON of {name, description, inputSchema}."""
+        """SHA-256 (hex) of the RFC 8785 canonical JSON of {name, description, inputSchema,
+        annotations}, the annotations cut to the hints of `PINNED_HINTS` the server sent."""
         return sha256_hex(
-            {"name": self.name, "description": self.description, "inputSchema": self.input_schema}
+            {
+                "name": self.name,
+                "description": self.description,
+                "inputSchema": self.input_schema,
+                "annotations": self.pinned_hints,
+            }
         )
+
+    @property
+    def pinned_hints(self) -> dict[str, Any]:
+        """The annotations' hints the pin covers, as served (a hint not sent is left out)."""
+        return {hint: self.annotations[hint] for hint in PINNED_HINTS if hint in self.annotations}
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -179,15 +206,18 @@ class InMemoryPinStore:
         self.notices: list[tuple[str, str, PinState]] = []
 
     def reconcile(self, server: str, served: Sequence[ToolDefinition]) -> dict[str, PinState]:
+        first_sight = server not in self.pins  # only a server's first sight is trusted
         pins = self.pins.setdefault(server, {})
         awaiting = self.awaiting.setdefault(server, {})
         served_by_name = {d.name: d for d in served}
         states: dict[str, PinState] = {}
         for name, definition in served_by_name.items():
             pin = pins.get(name)
-            if pin is None:
+            if pin is None and first_sight and tool_name_acceptable(name):
                 pins[name] = definition
                 states[name] = PinState.NEW
+            elif pin is None:  # added to a server already seen, or a name refused: an admin's
+                states[name] = self._await(server, name, definition, PinState.CHANGED)
             elif pin.digest == definition.digest:
                 states[name] = PinState.PINNED
                 awaiting.pop(name, None)
@@ -212,7 +242,7 @@ class InMemoryPinStore:
         for name, served in self.awaiting.pop(server, {}).items():
             if served is None:
                 pins.pop(name, None)
-            else:
+            elif tool_name_acceptable(name):
                 pins[name] = served
 
 

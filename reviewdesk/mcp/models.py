@@ -20,17 +20,20 @@ class PendingState(models.TextChoices):
 class ToolPin(models.Model):
     server = models.CharField(max_length=200)
     tool = models.CharField(max_length=200)
-    # The accepted definition (`ToolDefinition.to_dict()`) and its digest, as signed.
-    definition = models.JSONField()
-    digest = models.CharField(max_length=64)
+    # The accepted definition (`ToolDefinition.to_dict()`) and its digest, as signed. None (and
+    # "") for a tool no admin has accepted yet, served by a server the desk had already seen.
+    definition = models.JSONField(null=True, blank=True)
+    digest = models.CharField(max_length=64, blank=True, default="")
     # Null: pinned by the desk on first sight; else the admin who accepted the definition.
     accepted_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
-    accepted_by_name = models.CharField(max_length=150)  # as signed; "the desk" on first sight
-    accepted_at = models.DateTimeField()
-    key_id = models.CharField(max_length=64)  # the desk's key id, or seals.CHAIN_SEAL
-    signature = models.TextField()
+    accepted_by_name = models.CharField(
+        max_length=150, blank=True, default=""
+    )  # as signed; "the desk" on first sight
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    key_id = models.CharField(max_length=64, blank=True, default="")  # the desk's key id, or seals.CHAIN_SEAL
+    signature = models.TextField(blank=True, default="")
     # What the server serves now, while it differs from the accepted definition.
     pending_state = models.CharField(
         max_length=10, choices=PendingState.choices, default=PendingState.NONE, blank=True
@@ -39,6 +42,9 @@ class ToolPin(models.Model):
     pending_digest = models.CharField(max_length=64, blank=True, default="")
     pending_since = models.DateTimeField(null=True, blank=True)
     pending_reason = models.CharField(max_length=200, blank=True, default="")
+    # The worker's seal over what it recorded pending (`seals.seal_pending`): an accept signs
+    # only a pending definition a worker saw served, not one a database writer put there.
+    pending_seal = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["server", "tool"]

@@ -89,3 +89,31 @@ def pin_verifies(pin: ToolPin) -> bool:
         return pin.accepted_by_name == THE_DESK and hmac.compare_digest(_chain_seal(payload), pin.signature)
     public_key = signing.FileKeyring().public_key(pin.key_id)
     return public_key is not None and signature_valid(public_key, payload, pin.signature)
+
+
+def pending_payload(*, server: str, tool: str, state: str, digest: str) -> dict[str, Any]:
+    return {"type": "mcp_tool_pending", "server": server, "tool": tool, "state": state, "digest": digest}
+
+
+def seal_pending(*, server: str, tool: str, state: str, digest: str) -> str:
+    """The worker's seal over a change it recorded (what it saw served: `digest`, "" for gone),
+    with the audit chain's key: an accept signs only what a worker sealed."""
+    return _chain_seal(pending_payload(server=server, tool=tool, state=state, digest=digest))
+
+
+def pending_verifies(pin: ToolPin) -> bool:
+    """Whether the pin's pending change is one a worker recorded: its seal verifies over the
+    server, tool, state and the digest of the pending definition the row holds."""
+    if not pin.pending_state:
+        return False
+    if pin.pending_definition is None:
+        digest = ""
+    else:
+        try:
+            digest = ToolDefinition.from_dict(pin.pending_definition).digest
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return False
+    if digest != pin.pending_digest:
+        return False
+    expected = seal_pending(server=pin.server, tool=pin.tool, state=pin.pending_state, digest=digest)
+    return hmac.compare_digest(expected, pin.pending_seal)

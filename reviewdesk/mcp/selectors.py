@@ -9,8 +9,10 @@ from typing import Any
 
 from django.db.models import Count
 
+from agents.mcp import PINNED_HINTS, tool_name_acceptable
 from reviewdesk.mcp.models import PendingState, ToolPin
-from reviewdesk.mcp.seals import pin_verifies
+from reviewdesk.mcp.pins import BAD_NAME, NEW_TOOL, PIN_MISSING
+from reviewdesk.mcp.seals import pending_verifies, pin_verifies
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,22 @@ class PinRow:
     state: str  # pinned, changed or gone, as the worker last found it
     signed: bool  # the pin's record verifies
     diff: list[tuple[str, str]]  # `definition_diff`, for a changed tool
+    sealed: bool = False  # the pending change verifies as a worker's (`seals.pending_verifies`)
+
+    @property
+    def label(self) -> str:
+        """The state as the page names it: "new tool" or "pin missing" for a tool with no
+        accepted definition on a server already seen, "refused name", else the state."""
+        if self.pin.definition is None:
+            return {NEW_TOOL: "new tool", PIN_MISSING: "pin missing", BAD_NAME: "refused name"}.get(
+                self.pin.pending_reason, "new tool"
+            )
+        return self.state
+
+    @property
+    def acceptable(self) -> bool:
+        """Whether the page offers Accept: a change a worker sealed, of a tool name the desk takes."""
+        return bool(self.pin.pending_state) and self.sealed and tool_name_acceptable(self.pin.tool)
 
     @property
     def short_digest(self) -> str:
@@ -47,11 +65,18 @@ class PinRow:
 
 
 def definition_text(definition: dict[str, Any] | None) -> str:
-    """A definition as an admin reads it: the description, then the input schema, indented."""
+    """A definition as an admin reads it: the description, then the input schema, indented,
+    then the annotations' hints the pin covers (one a line; "none" when the server sent none)."""
     if definition is None:
         return ""
     schema = json.dumps(definition.get("inputSchema", {}), indent=2, sort_keys=True)
-    return f"{definition.get('description', '')}\n\n{schema}"
+    annotations = definition.get("annotations") or {}
+    if not isinstance(annotations, dict):
+        annotations = {}
+    hints = [f"{hint}: {json.dumps(annotations[hint])}" for hint in PINNED_HINTS if hint in annotations]
+    return f"{definition.get('description', '')}\n\n{schema}\n\nannotations:\n" + (
+        "\n".join(hints) if hints else "none"
+    )
 
 
 def definition_diff(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[tuple[str, str]]:
@@ -83,5 +108,7 @@ def pin_rows(server: str | None = None) -> list[PinRow]:
             if pin.pending_state == PendingState.CHANGED
             else []
         )
-        rows.append(PinRow(pin=pin, state=state, signed=pin_verifies(pin), diff=diff))
+        rows.append(
+            PinRow(pin=pin, state=state, signed=pin_verifies(pin), diff=diff, sealed=pending_verifies(pin))
+        )
     return rows

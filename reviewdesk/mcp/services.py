@@ -3,7 +3,9 @@
 `pin_check_accept` authorizes, locks the pin and checks that the server still serves what the
 admin saw; `pin_do_accept` signs the acceptance with the desk's key (web tier) and writes it.
 Accepting a tool the server no longer serves removes its pin: should the server serve it again,
-it is a new tool, pinned on first sight like any other.
+it waits for an admin (`pins`: only a server's first sight is trusted). Only a change a worker
+recorded and sealed (`seals.pending_verifies`) can be accepted, and never a tool whose name the
+desk refuses.
 """
 
 from __future__ import annotations
@@ -13,13 +15,13 @@ from typing import TYPE_CHECKING
 from django.db import transaction
 from django.utils import timezone
 
-from agents.mcp import ToolDefinition
+from agents.mcp import ToolDefinition, tool_name_acceptable
 from reviewdesk.accounts.roles import is_admin
 from reviewdesk.audit.services import audit_record
 from reviewdesk.lib.errors import Conflict, Forbidden, NotFound
 from reviewdesk.mcp.models import PendingState, ToolPin
 from reviewdesk.mcp.pins import SUBJECT, subject_id
-from reviewdesk.mcp.seals import sign_acceptance
+from reviewdesk.mcp.seals import pending_verifies, sign_acceptance
 
 # Who accepted, in the signed record, when the operator's command did (audited as "system").
 BY_COMMAND = "system (manage.py mcp_tools)"
@@ -38,10 +40,17 @@ def pin_check_accept(*, admin: User | None, server: str, tool: str, digest: str)
         raise NotFound(f"no pinned tool {tool!r} on {server!r}")
     if not pin.pending_state:
         raise Conflict(f"{server}/{tool} is served as pinned: nothing to accept")
-    # What the admin saw is what is accepted: a server that changed again since is refused, and
-    # so is a pending definition whose own digest is not the one shown (a row rewritten since).
-    served = "" if pin.pending_definition is None else ToolDefinition.from_dict(pin.pending_definition).digest
-    if pin.pending_digest != digest or served != digest:
+    if not tool_name_acceptable(tool):
+        raise Conflict(f"{server}/{tool}: the desk refuses this tool name; it cannot be accepted")
+    if not pending_verifies(pin):
+        raise Conflict(
+            f"{server}/{tool}: the pending definition is not one a worker recorded (its seal does "
+            "not verify); it is not accepted"
+        )
+    # What the admin saw is what is accepted: a server that changed again since is refused. A
+    # pending definition whose own digest is not the one shown (a row rewritten since) fails the
+    # seal check above, which is over the digest recomputed from the definition the row holds.
+    if pin.pending_digest != digest:
         raise Conflict(
             f"{server}/{tool} changed again since this page was loaded: review it again", code="stale"
         )
@@ -97,16 +106,15 @@ def pin_accept(*, admin: User | None, server: str, tool: str, digest: str) -> To
         return pin_do_accept(pin=pin, admin=admin)
 
 
-def server_accept(*, server: str) -> list[str]:
-    """Accept every pending definition of `server` as served now (the operator's command:
-    audited as "system"); the tools accepted, by name."""
+def server_accept(*, server: str, digests: dict[str, str]) -> list[str]:
+    """Accept, for each tool of `server` named in `digests`, the pending definition with that
+    digest ("" for gone) as the operator's command (audited as "system"), all or none; the
+    tools accepted, by name. Each is checked as the page's Accept is (`pin_check_accept`)."""
     with transaction.atomic():
-        pending = list(
-            ToolPin.objects.select_for_update()
-            .filter(server=server)
-            .exclude(pending_state=PendingState.NONE)
-            .order_by("tool")
-        )
-        for pin in pending:
+        pins = [
+            pin_check_accept(admin=None, server=server, tool=tool, digest=digest)
+            for tool, digest in sorted(digests.items())
+        ]
+        for pin in pins:
             pin_do_accept(pin=pin, admin=None)
-    return [pin.tool for pin in pending]
+    return [pin.tool for pin in pins]

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -359,18 +360,28 @@ def test_approval_patterns_first_match_wins_and_default_to_a_human():
     assert MCPServerHTTP("pay", "http://127.0.0.1:9/mcp").policy_for("anything") is ALWAYS
 
 
-def test_a_definitions_digest_is_over_its_canonical_name_description_and_schema():
+def test_a_definitions_digest_is_over_its_canonical_name_description_schema_and_hints():
     definition = ToolDefinition(
-        "orders", "a", "Do a.", {"type": "object", "properties": {}}, {"readOnlyHint": True}
+        "orders", "a", "Do a.", {"type": "object", "properties": {}}, {"readOnlyHint": True, "title": "A"}
     )
     from agents.canonical import sha256_hex
 
     assert definition.digest == sha256_hex(
-        {"name": "a", "description": "Do a.", "inputSchema": {"properties": {}, "type": "object"}}
+        {
+            "name": "a",
+            "description": "Do a.",
+            "inputSchema": {"properties": {}, "type": "object"},
+            "annotations": {"readOnlyHint": True},
+        }
     )
     assert ToolDefinition.from_dict(definition.to_dict()) == definition
     wider = ToolDefinition("orders", "a", "Do a.", {"type": "object", "additionalProperties": True}, {})
     assert wider.digest != definition.digest
+    # Each hint that may set how a call runs is pinned; the title (display only) is not.
+    for hint in ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"):
+        flipped = replace(definition, annotations={**definition.annotations, hint: False})
+        assert flipped.digest != definition.digest, hint
+    assert replace(definition, annotations={"readOnlyHint": True}).digest == definition.digest
 
 
 def test_a_tool_built_from_an_earlier_pin_sends_nothing_once_another_definition_is_accepted(server, files):
@@ -416,3 +427,21 @@ def test_a_forked_child_starts_its_own_sessions_and_never_uses_its_parents(files
     assert report == {"outcome": str(Finished("Child.")), "fresh": True}
     assert [c["pid"] != os.getpid() for c in received(files)] == [True]
     assert mcp._RUNTIME is parent_runtime  # the parent's own sessions are untouched
+
+
+def test_the_in_memory_pin_store_trusts_only_a_servers_first_sight():
+    """As the desk's store: a tool added to a server already seen, or a name refused, waits."""
+    pins = InMemoryPinStore()
+    first = ToolDefinition("orders", "lookup", "Look up.", {"type": "object"}, {})
+    added = ToolDefinition("orders", "lookup_and_upload", "Look up, upload.", {"type": "object"}, {})
+    slashed = ToolDefinition("orders", "notes/append", "Append.", {"type": "object"}, {})
+
+    assert pins.reconcile("orders", [first]) == {"lookup": PinState.NEW}
+    assert pins.reconcile("orders", [first, added, slashed]) == {
+        "lookup": PinState.PINNED,
+        "lookup_and_upload": PinState.CHANGED,
+        "notes/append": PinState.CHANGED,
+    }
+    assert pins.pinned("orders") == [first]
+    pins.accept("orders")
+    assert pins.pinned("orders") == [first, added]

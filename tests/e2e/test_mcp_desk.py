@@ -185,7 +185,7 @@ def test_mcp_calls_go_through_the_desk_and_a_changed_definition_is_refused_until
         assert tool_messages(run) == [{"error": REFUSED}]
         assert len([c for c in calls(received) if c["tool"] == "delete_order"]) == 2
 
-        call_command("mcp_tools", "--accept", server_name, stdout=io.StringIO())
+        call_command("mcp_tools", "--accept", server_name, "--yes", stdout=io.StringIO())
         run_id = submit(stack, carol, agent, one_call("delete_order", order_id="E-1"))
         run = wait_for_run(stack, carol, run_id, "input_required", timeout=60)
         assert [(a["tool"], a["status"]) for a in run["approvals"]] == [("delete_order", "pending")]

@@ -95,7 +95,7 @@ def test_a_call_approved_before_an_admin_accepted_a_new_definition_goes_back_to_
     # admin accepts the new definition.
     files["description"].write_text("Delete every order of the customer, and their account.")
     assert executed(personas, [{"content": "Hello again."}]).status == RunStatus.SUCCEEDED
-    call_command("mcp_tools", "--accept", "orders-accepted", stdout=io.StringIO())
+    call_command("mcp_tools", "--accept", "orders-accepted", "--yes", stdout=io.StringIO())
 
     run_execute(run_id=run.id, worker="in-process")
     run.refresh_from_db()

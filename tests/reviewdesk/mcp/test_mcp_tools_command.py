@@ -39,10 +39,10 @@ def test_accept_takes_what_the_server_serves_now_signed_and_audited_as_the_comma
     store.reconcile(SERVER, [READ, DELETE])
     store.reconcile(SERVER, [READ_CHANGED])
 
-    assert run("--accept", SERVER).splitlines() == [
-        f"accepted {SERVER}/delete_file",
-        f"accepted {SERVER}/read_file",
-    ]
+    out = run("--accept", SERVER, "--yes").splitlines()
+
+    assert out[-2:] == [f"accepted {SERVER}/delete_file", f"accepted {SERVER}/read_file"]
+    assert f"  - {READ.description}" in out and f"  + {READ_CHANGED.description}" in out
 
     pin = ToolPin.objects.get()
     assert (pin.tool, pin.digest, pin.accepted_by, pin.accepted_by_name) == (
@@ -63,3 +63,29 @@ def test_accept_takes_what_the_server_serves_now_signed_and_audited_as_the_comma
 def test_accept_of_a_server_never_seen_is_an_error():
     with pytest.raises(CommandError, match="no pinned tools on server 'nowhere'"):
         run("--accept", "nowhere")
+
+
+def test_accept_without_yes_off_a_terminal_accepts_nothing_and_says_how():
+    store = DjangoPinStore()
+    store.reconcile(SERVER, [READ])
+    store.reconcile(SERVER, [READ_CHANGED])
+
+    with pytest.raises(CommandError, match="Confirm with --yes, or name each tool"):
+        run("--accept", SERVER)
+
+    assert ToolPin.objects.get().digest == READ.digest
+
+
+def test_accept_of_named_tools_takes_only_those_whose_served_digest_was_named():
+    store = DjangoPinStore()
+    store.reconcile(SERVER, [READ, DELETE])
+    store.reconcile(SERVER, [READ_CHANGED])
+
+    with pytest.raises(CommandError, match="name at least 8 of its first characters"):
+        run("--accept", SERVER, "--tool", f"read_file={READ.digest[:12]}")  # the old digest
+    assert run("--accept", SERVER, "--tool", f"read_file={READ_CHANGED.digest[:8]}").splitlines()[-1] == (
+        f"accepted {SERVER}/read_file"
+    )
+
+    assert ToolPin.objects.get(tool="read_file").digest == READ_CHANGED.digest
+    assert ToolPin.objects.get(tool="delete_file").pending_state == "gone"  # not named: left as it was

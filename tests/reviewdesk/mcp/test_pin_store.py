@@ -9,7 +9,7 @@ from agents.mcp import PinState, ToolDefinition
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.lib.errors import Conflict, Forbidden
 from reviewdesk.mcp.models import PendingState, ToolPin
-from reviewdesk.mcp.pins import DjangoPinStore
+from reviewdesk.mcp.pins import PIN_MISSING, DjangoPinStore
 from reviewdesk.mcp.seals import CHAIN_SEAL, pin_verifies
 from reviewdesk.mcp.selectors import definition_diff, definition_text
 from reviewdesk.mcp.services import pin_accept
@@ -196,7 +196,9 @@ def test_an_admin_accepting_what_the_server_served_before_it_changed_again_is_re
     assert ToolPin.objects.get().digest == READ.digest
 
 
-def test_accepting_a_gone_tool_removes_its_pin_and_a_tool_served_again_is_new(personas):
+def test_accepting_a_gone_tool_removes_its_pin_and_a_tool_served_again_waits_for_an_admin(personas):
+    """Only a server's first sight is trusted: a tool that comes back, even as it was, has no
+    pin and waits for an admin, its pin shown missing (the audit chain knows the tool)."""
     store = DjangoPinStore()
     store.reconcile(SERVER, [READ, DELETE])
     store.reconcile(SERVER, [READ])
@@ -205,7 +207,10 @@ def test_accepting_a_gone_tool_removes_its_pin_and_a_tool_served_again_is_new(pe
 
     assert list(ToolPin.objects.values_list("tool", flat=True)) == ["read_file"]
     assert AuditEvent.objects.get(action="mcp_tool.accepted").data["removed"] is True
-    assert store.reconcile(SERVER, [READ, DELETE])["delete_file"] == PinState.NEW
+    assert store.reconcile(SERVER, [READ, DELETE])["delete_file"] == PinState.CHANGED
+    assert DELETE not in store.pinned(SERVER)
+    row = ToolPin.objects.get(tool="delete_file")
+    assert (row.definition, row.pending_digest, row.pending_reason) == (None, DELETE.digest, PIN_MISSING)
 
 
 def test_the_difference_shows_each_change_with_three_lines_of_context():

@@ -82,15 +82,17 @@ def call_summary(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def risk_line(irreversible: bool, warnings: list[str], invisible: bool) -> str:
-    """One line: the effect, then the first warning (and how many more)."""
+    """One line, only when something is unusual: the first warning (and how many more), the
+    invisible characters, and the effect beside them. An irreversible call with nothing unusual
+    has its badge and no line: a red line on every email would mark nothing."""
     parts = []
-    if irreversible:
-        parts.append("Irreversible: acts outside the desk")
     if warnings:
         more = f" (+{len(warnings) - 1} more)" if len(warnings) > 1 else ""
         parts.append(f"⚠ {warnings[0]}{more}")
     if invisible:
         parts.append("⚠ invisible characters")
+    if parts and irreversible:
+        parts.append("irreversible")
     return " · ".join(parts)
 
 

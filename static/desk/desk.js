@@ -790,7 +790,7 @@
   }
 
   // For batch.js: the queue's cards, the current one, and one decision at a time.
-  window.DeskQueue = { cards, selected, notice, post, settle, keysHeld, facts, parsed, move, select };
+  window.DeskQueue = { cards, selected, notice, post, settle, keysHeld, facts, parsed, move, select, heldUntil: () => keysHeldUntil };
 
   // --- countdowns ---------------------------------------------------------------------
   function tick() {

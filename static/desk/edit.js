@@ -99,7 +99,7 @@
     form = document.createElement("form");
     form.className = "edit-form";
     form.setAttribute("aria-label", "Edit the arguments of " + node.dataset.tool);
-    const heading = document.createElement("h3");
+    const heading = document.createElement("h2");
     heading.textContent = "Edit " + node.dataset.tool + ": change what is wrong, then sign";
     form.append(heading);
     names.forEach((name) => form.append(field(name, properties[name] || {}, original[name])));

@@ -63,7 +63,12 @@ def queue_sort_key(payload: Mapping[str, Any], username: str) -> list[str]:
     reviewer = payload.get("reviewer") or {}
     targets, users = reviewer.get("targets") or [], reviewer.get("users") or []
     tier = "0" if username in targets else "1" if username in users else "2"
-    return [tier, payload["expires_at"] or "", payload["created_at"] or "", payload["id"]]
+    return [
+        tier,
+        payload.get("expires_at") or "",
+        payload.get("created_at") or "",
+        str(payload.get("id", "")),
+    ]
 
 
 def queue_matches(payload: Mapping[str, Any], filters: QueueFilters, username: str) -> bool:

@@ -14,7 +14,7 @@ from django.test import Client
 from reviewdesk.approvals.reads.queue import QueueFilters, approvals_queue_for, queue_matches, queue_sort_key
 from reviewdesk.approvals.reads.representation import approval_data, approvals_data
 from reviewdesk.desk.cards import call_summary, desk_view
-from tests.reviewdesk.approvals.conftest import asking, refund_script
+from tests.reviewdesk.approvals.conftest import EXECUTE_SCRIPT, asking, refund_script
 from tests.reviewdesk.desk.test_snapshot_window import clone_pending
 
 pytestmark = pytest.mark.django_db
@@ -73,7 +73,7 @@ def test_an_ordinary_email_is_summed_up_by_recipient_subject_and_body_and_asks_n
     assert summary["facts"] == [["To", "ada@example.com"], ["Subject", "Your refund"]]
     assert summary["body"] == "Line one\nLine two\nLine three\n…"
     assert summary["warnings"] == [] and summary["unusual"] == []
-    assert summary["risk"] == "Irreversible: acts outside the desk"
+    assert summary["risk"] == ""  # its badge says irreversible; a risk line marks the unusual
 
 
 def test_a_lookalike_recipient_with_a_hidden_character_is_unusual_twice(interrupted_run, personas):
@@ -85,7 +85,9 @@ def test_a_lookalike_recipient_with_a_hidden_character_is_unusual_twice(interrup
         "ada@examp1e.com is not a known customer's address",
         "the arguments contain invisible characters (shown escaped)",
     ]
-    assert "⚠ ada@examp1e.com is not a known customer's address" in summary["risk"]
+    assert summary["risk"] == (
+        "⚠ ada@examp1e.com is not a known customer's address · ⚠ invisible characters · irreversible"
+    )
 
 
 def test_a_refund_larger_than_what_is_left_carries_a_risk_mark(interrupted_run, personas):
@@ -117,3 +119,12 @@ def test_the_card_endpoint_gives_the_desks_view_to_a_reviewer_only(interrupted_r
     assert answer.status_code == 200
     assert answer.json()["desk"]["summary"]["warnings"][0].startswith("this refund exceeds")
     assert carol.get(f"/approvals/{call.id}/card").status_code in (403, 404)
+
+
+def test_the_last_vote_of_a_quorum_is_unusual_and_the_first_is_not(interrupted_run, personas):
+    _, call = interrupted_run(script=EXECUTE_SCRIPT)
+    data = approval_data(call)
+    assert data["quorum"]["required"] == 2
+    assert call_summary(data)["unusual"] == []
+    last = {**data, "quorum": {**data["quorum"], "approved_by": ["bob"]}}
+    assert call_summary(last)["unusual"] == ["yours is the last of 2 approvals: approving runs it"]

@@ -232,7 +232,10 @@
       Object.assign(button, { type: "submit", name: "answer", value: String(option), className: "option" });
       const kbd = document.createElement("kbd");
       kbd.textContent = String(i + 1);
-      button.append(kbd, " " + exact(String(option)));
+      const text = document.createElement("span");
+      text.className = "option-text";
+      text.textContent = exact(String(option));
+      button.append(kbd, text);
       options.append(button);
     });
     // No options and no schema: a text answer, typed here (a schema is answered on its page).

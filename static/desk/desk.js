@@ -196,6 +196,16 @@
   // `a` approves and `o` opens. Returns the field to focus once `to` is on the page, or null.
   function carryOver(from, to) {
     if (!from) return null;
+    // An open editor (edit.js) moves over whole, with what was typed in it and its caret.
+    const editor = from.querySelector("form.edit-form");
+    const place = to.querySelector("form.decide.tool-call");
+    if (editor && place) {
+      const active = editor.contains(document.activeElement) ? document.activeElement : null;
+      const range = active && typeof active.selectionStart === "number" ? [active.selectionStart, active.selectionEnd] : [0, 0];
+      place.after(editor);
+      to.dataset.editing = "yes";
+      if (active) return { field: active, start: range[0], end: range[1] };
+    }
     const fields = (node) => [...node.querySelectorAll("input[name]:not([type=hidden])")];
     const was = fields(from);
     const now = fields(to);
@@ -211,7 +221,7 @@
   function refocus(kept) {
     if (!kept) return;
     kept.field.focus({ preventScroll: true });
-    kept.field.setSelectionRange(kept.start, kept.end);
+    if (typeof kept.field.selectionStart === "number") kept.field.setSelectionRange(kept.start, kept.end);
   }
 
   // The card's approve/reject buttons are served disabled (data-arm="desk"): clicked before this

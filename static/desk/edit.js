@@ -137,20 +137,24 @@
 
     // The JSON view, once typed in, is what is signed; until then the fields are.
     json.addEventListener("input", () => (json.dataset.typed = "yes"));
+    // The card the editor is in now: desk.js moves it into a card drawn again (a push, a snapshot).
+    const here = () => form.closest("li.card") || node;
     cancel.addEventListener("click", () => {
-      close(node);
-      queue.select(node);
+      const current = here();
+      close(current);
+      queue.select(current);
     });
     form.addEventListener("keydown", (event) => {
       if (event.key === "Escape") {
         event.preventDefault();
-        close(node);
-        queue.select(node);
+        const current = here();
+        close(current);
+        queue.select(current);
       }
     });
     form.addEventListener("submit", (event) => {
       event.preventDefault();
-      submit(node, form, original, schema);
+      submit(here(), form, original, schema);
     });
     const first = form.querySelector("[data-name]") || json;
     first.focus();

@@ -709,3 +709,35 @@ def test_a_card_with_lookalike_characters_and_a_hand_over_note_is_escaped_alike_
     assert built == served
     assert '"subject": "Your\\u00a0refund\\ufe0f is\\u3164here\\u0020"' in args
     assert handover == "alice: “fine\\u202etxt”"
+
+
+def test_an_open_editor_keeps_what_was_typed_and_its_caret_when_its_card_is_drawn_again(pending, personas):
+    """bob pressed `e` and is typing in the editor when a push draws the card again (a colleague's
+    note, a snapshot, the preview read anew): the editor, a form of fields without names, vanished
+    with what he had typed, and the rest of his typing went to the desk's keys. It moves into the
+    new card whole, with its focus, and Enter signs the edit from there."""
+    approval = pending("tool_call")
+    client = Client()
+    client.force_login(personas.bob)
+    html = client.get("/").content.decode()
+    data = approval_data(approval)
+    snapshot = {"seq": 0, "type": "snapshot", "data": {"approvals": [data]}}
+    posted: list = []
+    with desk_in_chromium(html, snapshot, answer=APPROVED, posted=posted) as page:
+        card = page.locator(f"li.card[data-approval-id='{approval.id}']")
+        expect(card).to_have_attribute("data-summary", "ready")
+        page.keyboard.press("e")
+        first = card.locator("form.edit-form [data-name=to]")
+        expect(first).to_be_focused()  # the caret in the first field: typing is no shortcut
+        page.keyboard.type("m")
+        push(page, {"seq": 1, "type": "approval.updated", "data": data})
+        expect(card).to_have_attribute("data-summary", "ready")  # drawn twice: the event, the preview
+        expect(card.locator("form.edit-form")).to_have_count(1)
+        expect(first).to_have_value("ada@example.comm")
+        expect(first).to_be_focused()
+        page.keyboard.type("o")  # an `o` opened the card's page when the typing lost its field
+        page.keyboard.press("Enter")
+        expect(page.locator("#notices .flash.success")).to_have_count(1)
+    [(_, _, body)] = posted
+    assert 'name="verdict"\r\n\r\nedit\r\n' in body
+    assert '"to":"ada@example.commo"' in body

@@ -21,6 +21,7 @@ from reviewdesk.desk.views import (
 
 urlpatterns = [
     path("", queue.desk, name="desk"),
+    path("approvals/<uuid:approval_id>/card", queue.desk_card, name="desk-card"),
     path("approvals/<uuid:approval_id>/", approvals.approval_page, name="approval"),
     path("approvals/<uuid:approval_id>/preview", approvals.approval_preview_json, name="approval-preview"),
     path("approvals/link/<str:token>/", links.approval_link, name="approval-link"),  # emailed, one use

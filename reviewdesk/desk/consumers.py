@@ -22,9 +22,12 @@ from reviewdesk.approvals.reads.queue import (
     QUEUE_PAGE_SIZE,
     QueueFilters,
     approvals_queue_for,
+    queue_matches,
+    queue_sort_key,
     queue_view_from,
 )
 from reviewdesk.approvals.reads.representation import approvals_data, message_for
+from reviewdesk.desk.cards import with_desk_view
 from reviewdesk.events.services import (
     ADMINS_GROUP,
     REVIEWERS_GROUP,
@@ -187,7 +190,7 @@ def _snapshot(user, view: tuple[QueueFilters, int] = (QueueFilters(), 0)) -> dic
         "seq": seq,
         "type": "snapshot",
         "data": {
-            "approvals": approvals_data(page.approvals),
+            "approvals": with_desk_view(approvals_data(page.approvals), username=user.get_username()),
             "total": page.total,
             "total_capped": page.total_capped,
             "matching": page.matching,
@@ -217,6 +220,10 @@ class DeskConsumer(AsyncJsonWebsocketConsumer):
         self.groups = []
         self.heartbeat = None
         self.coverage: Coverage | None = None  # approvals only: what reached this socket
+        # The desk page's socket (`events=approvals`): its approval events carry their place
+        # in the page's queue (`_placed`), for the view its URL names.
+        self.desk_page = approvals_only(self.scope)
+        self.view = snapshot_view(self.scope)
         if not (self.user and self.user.is_authenticated):
             await self.close(code=CLOSE_FORBIDDEN)
             return
@@ -235,7 +242,7 @@ class DeskConsumer(AsyncJsonWebsocketConsumer):
         for group in self.groups:
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
-        snapshot = await _snapshot(self.user, snapshot_view(self.scope))
+        snapshot = await _snapshot(self.user, self.view)
         await self.send_json(snapshot)
         if approvals_only(self.scope):
             self.coverage = Coverage(snapshot["seq"])
@@ -292,7 +299,7 @@ class DeskConsumer(AsyncJsonWebsocketConsumer):
             return
         events, done = await _replay_page(self.user, after)
         for event in events:
-            await self.send_json(event)
+            await self.send_json(self._placed(event))
         await self.send_json(done)
 
     async def dispatch(self, message) -> None:
@@ -311,6 +318,7 @@ class DeskConsumer(AsyncJsonWebsocketConsumer):
 
     async def desk_event(self, message) -> None:
         event = message_for(message["event"], username=self.user.get_username(), admin=self.admin)
+        event = self._placed(event)
         coverage = self.coverage
         if coverage is None:
             await self.send_json(event)
@@ -323,6 +331,22 @@ class DeskConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json(event if after is None else {**event, "after": after})
         # Only once it is on its way: a heartbeat must not vouch for an event still unsent.
         coverage.add(seq)
+
+    def _placed(self, event: dict) -> dict:
+        """An approval event as the desk page's socket sends it: its data with "desk", the
+        call's place in this reviewer's queue (`sort_key`) and whether it passes this page's
+        filters (`matches`), by the Python that orders and filters the page (no database read:
+        the preview comes from the card endpoint, for the cards the page draws)."""
+        data = event.get("data")
+        if not self.desk_page or not data or not event["type"].startswith("approval.") or "id" not in data:
+            return event
+        username = self.user.get_username()
+        filters, _ = self.view
+        placed = {
+            "sort_key": queue_sort_key(data, username),
+            "matches": queue_matches(data, filters, username),
+        }
+        return {**event, "data": {**data, "desk": placed}}
 
     async def desk_recheck(self, message) -> None:
         """A session ended or a role changed somewhere (events/signals.py): check this socket's now."""

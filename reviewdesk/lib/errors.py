@@ -53,6 +53,7 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
     "unsupported_media_type": (415, "the body is not application/json"),
     "invalid": (422, "the body is JSON but not what this endpoint accepts; see `errors`"),
     "verdict": (422, "this verdict does not answer this kind of request"),
+    "unchanged": (422, "an edit whose arguments are the call's own: approve it instead"),
     "bad_signature": (422, "a device signature, its key or what it signed does not hold"),
     "device_signature_required": (
         422,

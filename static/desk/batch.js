@@ -1,5 +1,8 @@
 // Batch deciding on the desk: pick several pending tool calls (x, shift-A for "all similar",
-// "Select all of this run"), then approve them, or reject them with one reason, in one go.
+// "Select all of this run"), then approve them (the button, or `a`), or reject them with one
+// reason, in one go. "All similar" never sweeps in the unusual: a call whose preview warns, whose
+// arguments hold invisible characters, or whose preview is not read yet is picked only by an
+// explicit `x`. Approving a batch always shows a page dialog listing each call's key facts.
 // Each call still gets its own signed decision: one POST per item to its approval's page,
 // through desk.js (window.DeskQueue), and each refusal is reported with its item.
 // Questions and reconcile items have no checkbox: they need more than a plain approve.
@@ -27,6 +30,16 @@
     return node.dataset.tool + " (run " + node.dataset.run.slice(0, 8) + "…)";
   }
 
+  // What the server's summary (desk/cards.py) marks unusual, or not read yet: never swept in.
+  function unusual(node) {
+    return node.dataset.summary !== "ready" || queue.parsed(node.dataset.unusual, []).length > 0 || !!node.querySelector(".invisible-flag");
+  }
+
+  function shown(value) {
+    const text = JSON.stringify(value === undefined ? null : value);
+    return window.DeskShown.visible(text.length > 80 ? text.slice(0, 79) + "…" : text);
+  }
+
   function argumentsOf(node) {
     try {
       const value = JSON.parse(node.dataset.arguments || "null");
@@ -36,12 +49,13 @@
     }
   }
 
-  // The fields of a card's arguments whose values differ from the first picked card's.
+  // The fields of a card's arguments whose values differ from the first picked card's, each
+  // with this card's value ("to: linus@example.org"): a name alone said nothing.
   function differing(node, reference) {
     const mine = argumentsOf(node);
     const theirs = argumentsOf(reference);
     const keys = [...new Set([...Object.keys(theirs), ...Object.keys(mine)])];
-    return keys.filter((k) => JSON.stringify(mine[k]) !== JSON.stringify(theirs[k]));
+    return keys.filter((k) => JSON.stringify(mine[k]) !== JSON.stringify(theirs[k])).map((k) => (k ? k + ": " : "") + shown(mine[k]));
   }
 
   // Draw the selection on the cards as they are now (desk.js redraws cards on every push).
@@ -87,11 +101,21 @@
     draw();
   }
 
-  // The current card first, so the others are compared with it.
+  // The current card first, so the others are compared with it. Only the usual ones: the
+  // count of those left out is said, so a reviewer knows to look at them.
   function pickSimilar(node) {
     if (!selectable(node)) return;
-    picked.add(node.dataset.approvalId);
-    pickAll((c) => c.dataset.tool === node.dataset.tool);
+    if (!unusual(node)) picked.add(node.dataset.approvalId);
+    const similar = queue.cards().filter((c) => selectable(c) && c.dataset.tool === node.dataset.tool);
+    const left = similar.filter(unusual);
+    pickAll((c) => c.dataset.tool === node.dataset.tool && !unusual(c));
+    if (left.length) {
+      queue.notice(
+        left.length + " similar " + node.dataset.tool + (left.length > 1 ? " calls were" : " call was") +
+          " left out: a warning, invisible characters or a preview not read yet. Pick one with x after reading it.",
+        "info"
+      );
+    }
   }
 
   function pickRun(node) {
@@ -100,15 +124,17 @@
     pickAll((c) => c.dataset.run === node.dataset.run);
   }
 
-  // One confirmation lists every irreversible call before any is approved.
+  // One page dialog lists every call of the batch, its key facts and warnings, before any is
+  // approved.
   function confirmed(nodes, verdict) {
-    if (verdict !== "approve") return true;
-    const risky = nodes.filter((n) => n.dataset.effect === "external");
-    if (!risky.length) return true;
-    const lines = risky.map((n) => "• " + label(n)).join("\n");
-    return window.confirm(
-      "These act outside the desk and cannot be undone:\n" + lines + "\n\nApprove all " + nodes.length + "?"
-    );
+    if (verdict !== "approve") return Promise.resolve(true);
+    const irreversible = nodes.filter((n) => n.dataset.effect === "external").length;
+    return window.DeskDialog.confirm({
+      title: "Approve " + nodes.length + (nodes.length > 1 ? " calls?" : " call?"),
+      lead: (irreversible ? irreversible + " of them act outside the desk and cannot be undone. " : "") + "Each is signed on its own.",
+      items: nodes.map(queue.facts),
+      ok: "Approve " + nodes.length,
+    });
   }
 
   async function decideAll(which) {
@@ -116,7 +142,7 @@
     const nodes = [...picked].map(byId).filter(selectable);
     if (!nodes.length) return;
     const verdict = nodes[0].querySelector("form.decide.tool-call button." + which).value;
-    if (!confirmed(nodes, verdict)) return;
+    if (!(await confirmed(nodes, verdict))) return;
     deciding = true;
     bar.querySelectorAll("button").forEach((b) => (b.disabled = true));
     const reason = which === "reject" ? reasonInput.value.trim() : "";
@@ -152,7 +178,7 @@
 
   document.addEventListener("keydown", (event) => {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
-    if (typing(event.target) || (help && help.open)) return;
+    if (typing(event.target) || (help && help.open) || window.DeskDialog.isOpen()) return;
     if (queue.keysHeld()) return; // typed for a field that is gone (desk.js): not a command
     if (event.key === "x") {
       event.preventDefault();
@@ -186,5 +212,6 @@
   });
 
   new MutationObserver(draw).observe(list, { childList: true });
+  window.DeskBatch = { size: () => picked.size, approve: () => decideAll("approve") };
   draw();
 })();

@@ -12,12 +12,7 @@
   const help = document.getElementById("keys-help");
   const { visible, exact, hasInvisible, shownJson } = window.DeskShown;
   const me = list.dataset.username;
-  const filters = {
-    agent: list.dataset.filterAgent,
-    tool: list.dataset.filterTool,
-    run: list.dataset.filterRun,
-    assignee: list.dataset.filterAssignee,
-  };
+  const latest = new Map(); // approval id -> its payload as last drawn (readSummary adds the preview)
   const pageSize = Number(list.dataset.pageSize || 50);
   const pageOffset = Number(list.dataset.offset || 0);
   let hasNext = list.dataset.hasNext === "yes";
@@ -56,8 +51,10 @@
     p.className = "flash " + (kind || "info");
     p.textContent = text;
     notices.prepend(p);
-    while (notices.children.length > 4) notices.lastElementChild.remove();
+    while (notices.children.length > 3) notices.lastElementChild.remove();
+    setTimeout(() => p.remove(), NOTICE_MS); // they float over the queue: they must not pile up
   }
+  const NOTICE_MS = 15000;
 
   // --- the card: templates/desk/_card.html rendered blank into #card-template -------------
   function urlFor(pattern, id) {
@@ -72,6 +69,8 @@
   function card(approval) {
     const node = template.content.firstElementChild.cloneNode(true);
     const users = (approval.reviewer && approval.reviewer.users) || [];
+    const desk = approval.desk || {};
+    const summary = desk.summary; // undefined: not read yet (a live event); null: no preview kind
     Object.assign(node.dataset, {
       approvalId: approval.id,
       kind: approval.kind,
@@ -85,20 +84,28 @@
       assignees: users.join(" "),
       targets: asciiJson((approval.reviewer && approval.reviewer.targets) || []),
       arguments: asciiJson(approval.arguments), // as the card's server-side ascii_json writes it
+      sortKey: asciiJson(desk.sort_key || null),
+      summary: summary === undefined ? "pending" : summary ? "ready" : "none",
+      unusual: asciiJson(summary ? summary.unusual : ""),
+      deviceKey: summary && summary.device_key ? "yes" : "",
     });
-    node.querySelector(".tool").textContent = approval.tool;
-    node.querySelector(".agent").textContent = approval.agent || "";
+    node.querySelectorAll(".tool, .tool-name").forEach((el) => (el.textContent = approval.tool));
+    node.querySelectorAll(".agent, .agent-name").forEach((el) => (el.textContent = approval.agent || ""));
     node.querySelector(".submitter").textContent = approval.submitted_by || "";
     node.querySelector(".task-text").textContent = visible(approval.task || "");
     node.querySelector(".args").textContent = shownJson(approval.arguments);
     const run = node.querySelector("a.run");
     run.href = urlFor(template.dataset.runUrl, approval.run);
-    run.textContent = approval.run;
+    run.title = approval.run;
+    run.textContent = "run " + approval.run.slice(0, 8) + "…";
+    node.querySelector(".run-id").textContent = approval.run;
     const targets = (approval.reviewer && approval.reviewer.targets) || [];
     if (targets.length) node.querySelector(".reviewer").textContent = targets.join(", "); // else the blank card's words
     const q = approval.quorum;
-    if (q && q.required > 1) node.querySelector(".quorum").textContent = q.approved_by.length + " of " + q.required;
-    else node.querySelectorAll("[data-if-quorum]").forEach((el) => el.remove());
+    if (q && q.required > 1) {
+      node.querySelector(".quorum").textContent = q.approved_by.length + " of " + q.required;
+      node.querySelector(".quorum-tag").textContent = `${q.approved_by.length}/${q.required}`;
+    } else node.querySelectorAll("[data-if-quorum]").forEach((el) => el.remove());
     const h = approval.handover;
     if (h) node.querySelector(".handover").textContent = h.by + (h.note ? ": “" + visible(h.note) + "”" : "");
     else node.querySelectorAll("[data-if-handover]").forEach((el) => el.remove());
@@ -108,6 +115,7 @@
     node.querySelector(".sha").textContent = approval.arguments_sha256;
     const details = urlFor(template.dataset.approvalUrl, approval.id);
     node.querySelector("a.details").href = details;
+    summaryParts(node, approval, summary);
     if (approval.kind === "question") questionParts(node, approval.arguments || {});
     // The blank card holds every optional part: keep the ones that apply to this approval.
     node.querySelectorAll("[data-for-kind]").forEach((el) => {
@@ -130,12 +138,74 @@
     return node;
   }
 
+  // The server's summary of the preview (desk/cards.py), drawn as _card.html draws it: the
+  // row's gist and risk line, the detail's title, warnings, key facts and first lines.
+  function summaryParts(node, approval, summary) {
+    const gist = node.querySelector(".gist");
+    if (approval.kind === "question") gist.textContent = visible(String((approval.arguments || {}).question || ""));
+    else if (summary) gist.textContent = summary.facts.map(([label, value]) => visible(label) + ": " + exact(value)).join(" · ");
+    else gist.textContent = summary === undefined ? "reading the preview…" : "";
+    if (summary && summary.risk) node.querySelector(".risk-line").textContent = visible(summary.risk);
+    else node.querySelectorAll("[data-if-risk]").forEach((el) => el.remove());
+    if (!summary) {
+      node.querySelectorAll("[data-if-summary]").forEach((el) => el.remove());
+    } else {
+      node.querySelector(".preview-title").textContent = visible(summary.title);
+      node.querySelector(".warnings").replaceChildren(
+        ...summary.warnings.map((w) => {
+          const li = document.createElement("li");
+          li.className = "warning";
+          li.textContent = "⚠ " + visible(w);
+          return li;
+        })
+      );
+      node.querySelector(".facts").replaceChildren(
+        ...summary.facts.flatMap(([label, value]) => {
+          const dt = document.createElement("dt");
+          dt.textContent = visible(label);
+          const dd = document.createElement("dd");
+          dd.textContent = exact(value);
+          return [dt, dd];
+        })
+      );
+      node.querySelector(".body-lines").textContent = summary.body === null ? "" : exact(summary.body);
+    }
+    if (!(summary && summary.device_key)) node.querySelectorAll("[data-if-device-key]").forEach((el) => el.remove());
+  }
+
+  // A card a live event drew has no preview yet (events carry none): ask the server for the
+  // desk's view of it, then draw it again. Until then it is "pending": `a` and `A` wait for it.
+  async function readSummary(id) {
+    let answer;
+    try {
+      const response = await fetch(urlFor(list.dataset.cardUrl, id), { credentials: "same-origin", headers: { Accept: "application/json" } });
+      if (!response.ok) return;
+      answer = await response.json();
+    } catch (error) {
+      return;
+    }
+    const node = list.querySelector('li.card[data-approval-id="' + id + '"]');
+    const approval = latest.get(id);
+    if (!node || !approval || node.dataset.summary !== "pending") return;
+    upsertDrawn(node, { ...approval, desk: { ...(approval.desk || {}), summary: answer.desk.summary } });
+  }
+
   // A redrawn card (a colleague's vote, a hand-over, a snapshot) keeps what the reviewer was
   // doing on it: the text typed in its fields, a pending `r`, and the focus and caret in a field.
   // Without this the reason vanished mid-word and the keys typed next went to the card, where
   // `a` approves and `o` opens. Returns the field to focus once `to` is on the page, or null.
   function carryOver(from, to) {
     if (!from) return null;
+    // An open editor (edit.js) moves over whole, with what was typed in it and its caret.
+    const editor = from.querySelector("form.edit-form");
+    const place = to.querySelector("form.decide.tool-call");
+    if (editor && place) {
+      const active = editor.contains(document.activeElement) ? document.activeElement : null;
+      const range = active && typeof active.selectionStart === "number" ? [active.selectionStart, active.selectionEnd] : [0, 0];
+      place.after(editor);
+      to.dataset.editing = "yes";
+      if (active) return { field: active, start: range[0], end: range[1] };
+    }
     const fields = (node) => [...node.querySelectorAll("input[name]:not([type=hidden])")];
     const was = fields(from);
     const now = fields(to);
@@ -151,7 +221,7 @@
   function refocus(kept) {
     if (!kept) return;
     kept.field.focus({ preventScroll: true });
-    kept.field.setSelectionRange(kept.start, kept.end);
+    if (typeof kept.field.selectionStart === "number") kept.field.setSelectionRange(kept.start, kept.end);
   }
 
   // The card's approve/reject buttons are served disabled (data-arm="desk"): clicked before this
@@ -166,12 +236,20 @@
     node.querySelector(".question-text").textContent = visible(String(args.question || ""));
     const options = node.querySelector(".options");
     options.replaceChildren();
-    (Array.isArray(args.options) ? args.options : []).forEach((option) => {
+    const listed = Array.isArray(args.options) ? args.options : [];
+    listed.forEach((option, i) => {
       const button = document.createElement("button");
       Object.assign(button, { type: "submit", name: "answer", value: String(option), className: "option" });
-      button.textContent = exact(String(option));
+      const kbd = document.createElement("kbd");
+      kbd.textContent = String(i + 1);
+      const text = document.createElement("span");
+      text.className = "option-text";
+      text.textContent = exact(String(option));
+      button.append(kbd, text);
       options.append(button);
     });
+    // No options and no schema: a text answer, typed here (a schema is answered on its page).
+    if ("options" in args || "schema" in args) node.querySelectorAll("[data-if-answer]").forEach((el) => el.remove());
   }
 
   // --- browser notifications: a new approval while this tab is in the background ------
@@ -190,17 +268,16 @@
     shown.onclick = () => window.focus();
   }
 
-  // --- the queue's order and filters, as the server's approvals_queue_for ----------------
+  // --- the queue's order and filters: the server's ---------------------------------------
+  // Each card carries its place in this reviewer's queue as the server computed it
+  // (approvals/reads/queue.py queue_sort_key: tier, expiry, creation, id), and each event says
+  // whether the call passes this page's filters (queue_matches): the page restates neither rule.
   function sortKey(d) {
-    // The server's order (approvals_queue_for): named me, then a group of mine, then the rest.
-    let named = [];
     try {
-      named = JSON.parse(d.targets || "[]");
+      return JSON.parse(d.sortKey || "null") || [];
     } catch (error) {
-      named = [];
+      return [];
     }
-    const tier = named.includes(me) ? "0" : (d.assignees || "").split(" ").includes(me) ? "1" : "2";
-    return [tier, d.expires || "", d.created || "", d.approvalId || ""];
   }
 
   function moved(from, to) {
@@ -210,24 +287,14 @@
   }
 
   function before(a, b) {
-    for (let i = 0; i < a.length; i++) {
-      if (a[i] !== b[i]) return a[i] < b[i];
+    for (let i = 0; i < Math.max(a.length, b.length); i++) {
+      if (a[i] !== b[i]) return (a[i] || "") < (b[i] || "");
     }
     return false;
   }
 
   function matches(approval) {
-    const users = (approval.reviewer && approval.reviewer.users) || [];
-    if (filters.agent && approval.agent !== filters.agent) return false;
-    if (filters.tool && approval.tool !== filters.tool) return false;
-    if (filters.run && approval.run !== filters.run) return false; // written as runs are (run_filter_text)
-    if (filters.assignee === "me" && !users.includes(me)) return false;
-    // "any" and a name (a username or group:NAME) read the targets, as the server's filter
-    // does: a name keeps the calls that name it, not those reaching that user through a group.
-    const targets = (approval.reviewer && approval.reviewer.targets) || [];
-    if (filters.assignee === "any" && targets.length) return false;
-    if (filters.assignee && !["me", "any"].includes(filters.assignee) && !targets.includes(filters.assignee)) return false;
-    return true;
+    return !approval.desk || approval.desk.matches !== false;
   }
 
   // The page's bounds as the server drew them: a new approval joins this page only if it
@@ -309,27 +376,37 @@
     return !!approval.handover || approval.escalation_level > 0;
   }
 
-  // Keys typed for a field that vanished under them (its card decided elsewhere, or dropped by
-  // a snapshot) are no commands for the card selected next: the `a` of "amount" approved it,
-  // an `o` opened it. They stay off until the reviewer pauses for KEYS_HELD_MS.
+  // Keys typed for a field that vanished under them (its card decided by a colleague, or
+  // dropped by a snapshot) are no commands for the card selected next: the `a` of "amount"
+  // approved it, an `o` opened it. They stay off for KEYS_HELD_MS from the moment the field
+  // went, said once on screen; a key pressed meanwhile does not extend it. The reviewer's own
+  // decision never holds them: its card leaving is what they asked for.
   const KEYS_HELD_MS = 1000;
   let keysHeldUntil = 0;
 
-  function holdKeysIfTypingIn(node) {
-    if (node.contains(document.activeElement) && typing(document.activeElement)) {
-      keysHeldUntil = Date.now() + KEYS_HELD_MS;
-    }
+  function typingIn(node) {
+    return node.contains(document.activeElement) && !!typing(document.activeElement);
   }
 
-  // Whether a key now is still the typing that lost its field (each such key holds on longer).
-  function keysHeld() {
-    if (Date.now() >= keysHeldUntil) return false;
-    keysHeldUntil = Date.now() + KEYS_HELD_MS;
+  // True when it held them (and said so).
+  function holdKeysIfTypingIn(node) {
+    if (decidedHere.has(node.dataset.approvalId) || !typingIn(node)) return false;
+    holdKeys(node.dataset.approvalId);
     return true;
   }
 
+  function holdKeys(id, why) {
+    keysHeldUntil = Date.now() + KEYS_HELD_MS;
+    const approval = latest.get(id);
+    const what = approval && !shown(approval) ? decidedText(approval) : "The call you were typing in left this page.";
+    notice(what + " You were typing in it: keys pause for a second, so what you typed does not act on the next call." + (why ? " (" + why + ")" : ""), "info");
+  }
+
+  function keysHeld() {
+    return Date.now() < keysHeldUntil;
+  }
+
   function remove(node) {
-    holdKeysIfTypingIn(node);
     const wasSelected = node === selected();
     const index = cards().indexOf(node);
     node.remove();
@@ -354,44 +431,57 @@
     return !targets.length || users.includes(me) || list.dataset.admin === "yes";
   }
 
+  // A card drawn again: in place, or where its new place in the server's order is.
+  function upsertDrawn(existing, approval) {
+    latest.set(approval.id, approval);
+    const wasSelected = existing === selected();
+    const focus = listHasFocus();
+    const node = card(approval);
+    const kept = carryOver(existing, node);
+    if (!moved(existing, node)) existing.replaceWith(node);
+    else {
+      // Its place in the server's order changed (handed over to me by name, escalated to me):
+      // it goes there, or to the page it now belongs on, as the server's page would draw it.
+      const index = cards().indexOf(existing);
+      const typingHere = existing.contains(document.activeElement) && typing(document.activeElement);
+      existing.remove();
+      if (!place(node)) {
+        if (typingHere) holdKeys(approval.id, "moved to another page of the queue");
+        if (wasSelected) select(cards()[Math.min(index, cards().length - 1)], { focus });
+      }
+    }
+    if (node.isConnected) {
+      if (wasSelected) select(node, { focus });
+      refocus(kept);
+      if (node.dataset.summary === "pending") readSummary(approval.id);
+    }
+  }
+
   function upsert(approval, type, seq) {
     const existing = list.querySelector('[data-approval-id="' + approval.id + '"]');
+    if (existing) latest.set(approval.id, approval);
     recount(approval, type, seq);
     if (!shown(approval)) {
       offPage.delete(approval.id);
       const shownHere = existing || leftOnSnapshot.has(approval.id);
-      if (shownHere && !decidedHere.has(approval.id)) notice(decidedText(approval), "info");
+      const said = existing && holdKeysIfTypingIn(existing); // says who decided it, once
+      if (shownHere && !said && !decidedHere.has(approval.id)) notice(decidedText(approval), "info");
       leftOnSnapshot.delete(approval.id);
       if (existing) remove(existing);
     } else if (existing && !matches(approval)) {
       // Still mine, but no longer this page's (on the "any reviewer" page, one handed over to a
       // group of mine): it leaves, as the server's page drops it, saying why.
-      if (!decidedHere.has(approval.id)) notice(decidedText(approval), "info");
+      const said = holdKeysIfTypingIn(existing);
+      if (!said && !decidedHere.has(approval.id)) notice(decidedText(approval), "info");
       remove(existing);
     } else if (existing) {
-      const wasSelected = existing === selected();
-      const focus = listHasFocus();
-      const node = card(approval);
-      const kept = carryOver(existing, node);
-      if (!moved(existing, node)) existing.replaceWith(node);
-      else {
-        // Its place in the server's order changed (handed over to me by name, escalated to me):
-        // it goes there, or to the page it now belongs on, as the server's page would draw it.
-        const index = cards().indexOf(existing);
-        const typingHere = existing.contains(document.activeElement) && typing(document.activeElement);
-        existing.remove();
-        if (!place(node)) {
-          if (typingHere) keysHeldUntil = Date.now() + KEYS_HELD_MS;
-          if (wasSelected) select(cards()[Math.min(index, cards().length - 1)], { focus });
-        }
-      }
-      if (node.isConnected) {
-        if (wasSelected) select(node, { focus });
-        refocus(kept);
-      }
+      upsertDrawn(existing, approval); // no preview in an event: read again (a vote changes what is unusual)
     } else if (matches(approval)) {
       // The keys act on the selected card: a queue that was empty has none until this one.
-      if (place(card(approval)) && !selected()) select(cards()[0], { focus: false });
+      const node = card(approval);
+      latest.set(approval.id, approval);
+      if (place(node) && !selected()) select(cards()[0], { focus: false });
+      if (node.isConnected && node.dataset.summary === "pending") readSummary(approval.id);
     }
     showOffPage();
     refreshCount();
@@ -409,6 +499,7 @@
     snapshotSeq = seq;
     counted.clear();
     approvals.forEach((a) => {
+      latest.set(a.id, a);
       counted.set(a.id, true);
       offPage.delete(a.id);
     });
@@ -482,6 +573,36 @@
     return true;
   }
 
+  function dialogOpen() {
+    return (help && help.open) || (window.DeskDialog && window.DeskDialog.isOpen());
+  }
+
+  function openPage(node, hash) {
+    if (node) location.href = node.querySelector("a.details").href + (hash || "");
+  }
+
+  // `a`: a batch when one is picked (batch.js), else this card, asking first only if unusual.
+  function approveKey(node) {
+    const batch = window.DeskBatch;
+    if (batch && batch.size()) return batch.approve();
+    if (!node) return;
+    if (node.dataset.kind === "question") return answerKey(node);
+    if (refusedHere(node, "approved")) return;
+    decideWithCare(node, node.querySelector("button.approve"));
+  }
+
+  // A question: `a` or Enter puts the caret in its answer field; options take 1-9.
+  function answerKey(node) {
+    const field = node.querySelector("input.free-answer");
+    if (field) return field.focus();
+    notice("Pick an option with its number (1–9), or open it (o) to answer on its page.", "info");
+  }
+
+  function optionKey(node, n) {
+    const option = node && node.querySelectorAll("form.decide.question button.option")[n - 1];
+    if (option) decide(node, option);
+  }
+
   document.addEventListener("keydown", (event) => {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
     if (event.key === "Escape" && typing(event.target)) {
@@ -493,25 +614,38 @@
       }
       return;
     }
-    // Enter in a card's field: a reject after `r`, otherwise nothing. The browser would
-    // submit with the form's first button, Approve, which is never what typing a reason means.
+    // Enter in a card's field: a reject after `r`, an answer in a question's field, otherwise
+    // nothing. The browser would submit with the form's first button, Approve, which is never
+    // what typing a reason means.
+    if (event.target.closest("form.edit-form")) return; // the editor's keys are edit.js's
     if (event.key === "Enter" && event.target.matches("li.card input")) {
       event.preventDefault();
       const card = event.target.closest("li.card");
-      if (card.dataset.intent === "reject") decide(card, card.querySelector("form button.reject"));
+      if (event.target.matches("input.free-answer")) decide(card, card.querySelector("button.answer-send"));
+      else if (card.dataset.intent === "reject") decide(card, card.querySelector("form button.reject"));
       return;
     }
-    if (typing(event.target) || (help && help.open)) return;
+    if (typing(event.target) || dialogOpen()) return;
     if (keysHeld()) return; // typed for a field that is gone: not a command
     const node = selected();
+    if (/^[1-9]$/.test(event.key) && node && node.dataset.kind === "question") {
+      event.preventDefault();
+      optionKey(node, Number(event.key));
+      return;
+    }
     const actions = {
       j: () => move(1),
       k: () => move(-1),
-      o: () => node && (location.href = node.querySelector("a.details").href),
-      e: () => node && (location.href = node.querySelector("a.details").href + "#edit"),
-      h: () => node && (location.href = node.querySelector("a.details").href + "#handover"),
-      g: () => node && (location.href = node.querySelector("a.details").href + "#grant"),
-      a: () => node && (refusedHere(node, "approved") || decide(node, node.querySelector("button.approve"))),
+      o: () => openPage(node),
+      Enter: () => node && node.dataset.kind === "question" && answerKey(node),
+      e: () => {
+        if (!node || refusedHere(node, "edited")) return;
+        if (window.DeskEdit && node.querySelector("button.edit-open")) window.DeskEdit.open(node);
+        else openPage(node, "#edit");
+      },
+      h: () => openPage(node, "#handover"),
+      g: () => openPage(node, "#grant"),
+      a: () => approveKey(node),
       r: () => {
         if (!node || refusedHere(node, "rejected")) return;
         node.dataset.intent = "reject";
@@ -540,27 +674,70 @@
   // A button decides in place (Enter in a field is handled with the keys above).
   list.addEventListener("submit", (event) => {
     event.preventDefault();
+    if (!event.target.matches("form.decide")) return; // the editor's form is edit.js's
     const button = event.submitter;
-    if (button && button.tagName === "BUTTON") decide(event.target.closest("li.card"), button);
+    if (button && button.tagName === "BUTTON") decideWithCare(event.target.closest("li.card"), button);
   });
 
   // Refusals no retry from this card can change (codes: reviewdesk/lib/errors.py).
   const REFUSED_FOR_GOOD = ["decided", "expired", "cancelled", "voted"];
 
-  function irreversible(node, button) {
-    return node.dataset.effect === "external" && !button.classList.contains("reject");
+  function parsed(text, fallback) {
+    try {
+      return JSON.parse(text || "null") || fallback;
+    } catch (error) {
+      return fallback;
+    }
+  }
+
+  // What the confirmation says of one card: its name, the preview's key facts and first lines.
+  function facts(node) {
+    const pairs = [...node.querySelectorAll(".what .facts dt")].map((dt) => [dt.textContent, dt.nextElementSibling.textContent]);
+    const body = node.querySelector(".what .body-lines");
+    return {
+      name: node.dataset.tool + " · " + node.dataset.agent,
+      facts: pairs,
+      body: body ? body.textContent : "",
+      warnings: parsed(node.dataset.unusual, []),
+    };
+  }
+
+  // Approving asks first only where something is unusual, as the server's summary says
+  // (desk/cards.py: a preview warning, invisible characters, a quorum's last vote), in a page
+  // dialog stating the facts. Otherwise the decision is made at once: a confirmation on every
+  // email trained Enter. A card whose preview is still being read waits for it.
+  async function decideWithCare(node, button) {
+    if (!node || !button || button.disabled || node.dataset.busy) return;
+    const approving = button.classList.contains("approve") && button.closest("form.tool-call");
+    if (approving) {
+      if (node.dataset.deviceKey === "yes") {
+        notice(node.querySelector(".device-note").textContent, "info");
+        return;
+      }
+      if (node.dataset.summary === "pending") {
+        notice("Reading what " + node.dataset.tool + " will do: approve again in a moment.", "info");
+        return;
+      }
+      const unusual = parsed(node.dataset.unusual, []);
+      if (unusual.length) {
+        const ok = await window.DeskDialog.confirm({
+          title: "Approve this " + node.dataset.tool + "?",
+          lead: "Something about this call is unusual: read it before you sign.",
+          items: [facts(node)],
+          ok: "Approve anyway",
+        });
+        if (!ok || !node.isConnected) return;
+      }
+    }
+    return decide(node, button);
   }
 
   async function decide(node, button) {
     if (!node || !button || node.dataset.busy) return;
     if (button.disabled) return; // the keys too: not before arm(), nor after a refusal for good
-    if (irreversible(node, button)) {
-      const tool = node.dataset.tool;
-      if (!window.confirm(tool + " acts outside the desk and cannot be undone. " + button.textContent.trim() + "?")) return;
-    }
     const form = button.form;
     const body = new FormData(form);
-    body.set(button.name, button.value);
+    if (button.name) body.set(button.name, button.value);
     form.querySelectorAll("button").forEach((b) => (b.disabled = true));
     const answer = await post(node, form.action, body);
     if (answer.decided) {
@@ -626,7 +803,7 @@
   }
 
   // For batch.js: the queue's cards, the current one, and one decision at a time.
-  window.DeskQueue = { cards, selected, notice, post, settle, keysHeld };
+  window.DeskQueue = { cards, selected, notice, post, settle, keysHeld, facts, parsed, move, select, heldUntil: () => keysHeldUntil };
 
   // --- countdowns ---------------------------------------------------------------------
   function tick() {

@@ -23,7 +23,7 @@
     const left = at.getTime() - Date.now();
     const target = what === "target";
     const past = target ? "past target " : "expired ";
-    el.textContent = left <= 0 ? past + inWords(left) : (target ? "⏱ target " : "⏱ expires ") + inWords(left) + " · " + clock.format(at);
+    el.textContent = left <= 0 ? past + inWords(left) : (target ? "target " : "expires ") + inWords(left) + " · " + clock.format(at);
     el.title = full.format(at);
     el.classList.toggle("soon", left > 0 && left < SOON_MS);
     el.classList.toggle("gone", left <= 0);

@@ -115,11 +115,16 @@ def test_a_reviewer_sees_the_approval_arrive_and_approves_it(
     assert not [frame for frame in received if '"run.updated"' in frame]
     page.screenshot(path=str(Path(settings.VAR_DIR) / "desk-with-approval.png"), full_page=True)
 
-    card.query_selector("input[name=reason]").fill("right customer, right words")
-    page.on("dialog", lambda dialog: dialog.accept())  # send_email is irreversible: the desk asks first
-    card.query_selector("button.approve").click()
+    # The card is drawn again once its preview's summary is read (the event carries none).
+    live_card = page.locator(f"li.card[data-run='{run['id']}']")
+    expect(live_card).to_have_attribute("data-summary", "ready")
+    live_card.locator("input[name=reason]").fill("right customer, right words")
+    asked: list[str] = []
+    page.on("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
+    live_card.locator("button.approve").click()  # an ordinary email: decided at once
     page.wait_for_selector(".flash.success", timeout=10_000)
     assert "Approved send_email" in page.text_content(".flash.success")
+    assert asked == []  # never the browser's window.confirm
 
     final = wait_for_run(live_stack, carol, run["id"])
     assert final["status"] == "succeeded", final["error"]

@@ -196,6 +196,10 @@ def _check_edit(run: Run, approval: ApprovalRequest, arguments: Any) -> None:
     if errors:
         raise Invalid("the edited arguments do not match the tool's schema", errors=errors)
     try:
-        canonical_json(arguments)
+        edited = canonical_json(arguments)
     except ValueError as exc:
         raise Invalid(f"the edited arguments cannot be canonicalised (RFC 8785): {exc}") from None
+    # An "edit" that changes nothing is an approval signed under another name: the audit would
+    # say the reviewer changed the call. Refused, so an approval is recorded as one.
+    if edited == canonical_json(approval.arguments):
+        raise Invalid("No changes: use Approve", code="unchanged")

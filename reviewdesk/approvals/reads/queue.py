@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db.models import Exists, OuterRef, QuerySet
 
@@ -54,6 +54,41 @@ def queue_tiers(rows: QuerySet, user: User) -> QueueTiers:
 QUEUE_ORDER = ("expires_at", "created_at", "id")
 
 
+def queue_sort_key(payload: Mapping[str, Any], username: str) -> list[str]:
+    """An approval's place in `username`'s queue, from its payload (`approval_data`), as
+    `in_queue_order` reads the rows: the tier (0 named me, 1 a group of mine, 2 the rest), then
+    QUEUE_ORDER's columns as sortable text. The desk sends it with each card, so the page's
+    script places a live call where the server's next page would, with no rules of its own:
+    lists of these compare as the rows sort."""
+    reviewer = payload.get("reviewer") or {}
+    targets, users = reviewer.get("targets") or [], reviewer.get("users") or []
+    tier = "0" if username in targets else "1" if username in users else "2"
+    return [
+        tier,
+        payload.get("expires_at") or "",
+        payload.get("created_at") or "",
+        str(payload.get("id", "")),
+    ]
+
+
+def queue_matches(payload: Mapping[str, Any], filters: QueueFilters, username: str) -> bool:
+    """Whether the approval whose payload this is passes `filters` for `username`, as
+    `approvals_queue_for` filters the rows (a name reads the targets: the calls that name it,
+    not those reaching the user through a group)."""
+    reviewer = payload.get("reviewer") or {}
+    targets, users = reviewer.get("targets") or [], reviewer.get("users") or []
+    checks = (
+        not filters.agent or payload.get("agent") == filters.agent,
+        not filters.tool or payload.get("tool") == filters.tool,
+        not filters.run or payload.get("run") == filters.run,
+        not filters.kind or payload.get("kind") == filters.kind,
+        filters.assignee != "me" or username in users,
+        filters.assignee != "any" or not targets,
+        filters.assignee in ("", "me", "any") or filters.assignee in targets,
+    )
+    return all(checks)
+
+
 def in_queue_order(rows: QuerySet, tiers: QueueTiers) -> list[QuerySet]:
     """`rows` in the queue's order, as parts to read one after the other: the rows naming me
     (by name, then through a group of mine, each by expiry), then the rest by expiry.
@@ -89,10 +124,11 @@ class QueueFilters:
     tool: str = ""
     run: str = ""
     assignee: str = ""  # "" anyone, "me", "any" (open to every reviewer), or a username
+    kind: str = ""  # "" every kind, or one ApprovalKind ("question": the desk's Questions tab)
 
 
 # The queue's view as a URL's query names it: the desk page's, and its socket's (the same page).
-QUEUE_FILTER_NAMES = ("agent", "tool", "run", "assignee")
+QUEUE_FILTER_NAMES = ("agent", "tool", "run", "assignee", "kind")
 # The furthest offset a URL may ask for: past it every page is empty anyway, and the database's
 # integer (a bigint, and SQLite's) must not overflow on a number someone typed.
 QUEUE_MAX_OFFSET = 10**9
@@ -182,6 +218,8 @@ def approvals_queue_for(user: User, filters: QueueFilters, *, offset: int = 0) -
             rows = rows.filter(run_id=uuid.UUID(filters.run))
         except ValueError:
             rows = rows.none()
+    if filters.kind:
+        rows = rows.filter(kind=filters.kind)
     if filters.assignee == "me":
         rows = rows.filter(tiers.naming_me())
     elif filters.assignee == "any":

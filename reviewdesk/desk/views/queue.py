@@ -7,23 +7,27 @@ from dataclasses import replace
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import urlencode
 
 from agents.registry import agent_names, get_agent
 from reviewdesk.accounts.roles import is_admin, is_reviewer, is_submitter
+from reviewdesk.approvals.access import approval_get_visible
+from reviewdesk.approvals.models import ApprovalStatus
 from reviewdesk.approvals.reads.queue import (
     QUEUE_FILTER_NAMES,
     QUEUE_PAGE_SIZE,
     approvals_queue_for,
     queue_view_from,
 )
-from reviewdesk.approvals.reads.representation import approvals_data
+from reviewdesk.approvals.reads.representation import approval_data, approvals_data
+from reviewdesk.desk.cards import desk_view, with_desk_view
 from reviewdesk.desk.templatetags.desk_urls import PLACEHOLDER
 from reviewdesk.desk.views.base import DECISION_CONTEXT, DESK_SOCKET_PATH, require_reviewer
 from reviewdesk.events.services import latest_seq
+from reviewdesk.lib.errors import NotFound
 
 
 @login_required
@@ -46,11 +50,13 @@ def desk(request: HttpRequest) -> HttpResponse:
         messages.info(request, f"Call {offset + 1:,} is past the end of this queue: here is its last page.")
     kept = {name: getattr(filters, name) for name in QUEUE_FILTER_NAMES if getattr(filters, name)}
     tools = sorted({tool.name for name in agent_names() for tool in get_agent(name).all_tools()})
+    # The editor's form is built from the tool's JSON Schema (edit.js), by agent and tool.
+    schemas = {name: {tool.name: tool.parameters for tool in get_agent(name).all_tools()} for name in agent_names()}
     return render(
         request,
         "desk/desk.html",
         {
-            "approvals": approvals_data(page.approvals),
+            "approvals": with_desk_view(approvals_data(page.approvals), username=request.user.get_username()),
             "page": page,
             "page_last": page.offset + len(page.approvals),
             "page_size": QUEUE_PAGE_SIZE,
@@ -62,6 +68,10 @@ def desk(request: HttpRequest) -> HttpResponse:
             "next_query": urlencode({**kept, "offset": page.next_offset})
             if page.next_offset is not None
             else None,
+            "questions_query": urlencode({**kept, "kind": "question"}),
+            "all_kinds_query": urlencode({k: v for k, v in kept.items() if k != "kind"}),
+            "tool_schemas": schemas,
+            "card_url": reverse("desk-card", args=[PLACEHOLDER]),
             "agents": agent_names(),
             "tools": tools,
             "seq": latest_seq(),
@@ -96,3 +106,21 @@ def run_filter_text(run: str) -> str:
         return str(uuid.UUID(run)) if run else run
     except ValueError:
         return run
+
+
+@login_required
+def desk_card(request: HttpRequest, approval_id) -> JsonResponse:
+    """The desk's view (`cards.desk_view`) of one pending approval the reviewer may see, as
+    JSON: how desk.js fills in a card a live event brought, which carries no preview. 404 as the
+    approval's page for one the reviewer may not see; 410 for one no longer pending."""
+    require_reviewer(request)
+    try:
+        approval = approval_get_visible(approval_id=approval_id, user=request.user)
+    except NotFound:
+        raise Http404("no such approval") from None
+    if approval.status != ApprovalStatus.PENDING:
+        return JsonResponse({"detail": f"this approval is {approval.status}"}, status=410)
+    payload = approval_data(approval)
+    return JsonResponse(
+        {"id": payload["id"], "desk": desk_view(payload, username=request.user.get_username())}
+    )

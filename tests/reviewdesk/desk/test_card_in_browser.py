@@ -14,6 +14,7 @@ by batch.js: tested here with the script held back (404), as a script not run ye
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,7 +26,9 @@ from playwright.sync_api import expect
 from reviewdesk.accounts.roles import REVIEWERS, SUBMITTERS
 from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import Verdict
+from reviewdesk.approvals.reads.queue import QueueFilters, queue_matches, queue_sort_key
 from reviewdesk.approvals.reads.representation import approval_data
+from reviewdesk.desk.cards import desk_view
 from reviewdesk.runs.execution import run_execute
 from reviewdesk.runs.services import run_submit
 from tests.conftest import SEND_EMAIL_SCRIPT, make_user
@@ -98,6 +101,34 @@ def armed(cards: list) -> int:
     return sum(arm(card) for card in cards)
 
 
+DESK_SCRIPTS = ("shown.js", "time.js", "schema.js", "dialog.js", "desk.js", "edit.js", "batch.js", "nav.js")
+NO_FILTERS = QueueFilters()
+# What `/approvals/ID/card` answers the page: the desk's view of each approval a test sent it,
+# worked out before it is asked (Playwright answers a route from an async context, where Django
+# reads no database). Filled by `as_sent`, emptied for each page.
+CARD_VIEWS: dict[str, dict] = {}
+
+
+def as_sent(message: dict | None, username: str = "bob", filters: QueueFilters = NO_FILTERS) -> dict | None:
+    """A socket message as the desk page's socket sends it to `username` (desk/consumers.py):
+    a snapshot's approvals with the desk's view of each (its preview's summary, its place in the
+    queue); an approval event's data with its place and whether it passes the page's `filters`."""
+    if message is None:
+        return None
+    data = message.get("data")
+    if message["type"] == "snapshot":
+        approvals = [{**a, "desk": desk_view(a, username=username)} for a in data["approvals"]]
+        return {**message, "data": {**data, "approvals": approvals}}
+    if message["type"].startswith("approval.") and data and "desk" not in data:
+        CARD_VIEWS[data["id"]] = desk_view(data, username=username)
+        placed = {
+            "sort_key": queue_sort_key(data, username),
+            "matches": queue_matches(data, filters, username),
+        }
+        return {**message, "data": {**data, "desk": placed}}
+    return message
+
+
 @contextmanager
 def desk_in_chromium(
     html: str,
@@ -107,17 +138,27 @@ def desk_in_chromium(
     held_back: str | None = None,
     answer: tuple[int, dict] = (500, {}),
     posted: list | None = None,
+    username: str = "bob",
+    filters: QueueFilters = NO_FILTERS,
 ) -> Iterator:
     """The desk page `html` with desk.js, its socket a stand-in that sends `snapshot` (None:
-    nothing yet) then `pushes`: the page once all of them are applied. `held_back` is never
-    served. A POST is answered with `answer` (status, JSON), as the approval's page answers
-    desk.js, and added to `posted` as (path, Accept, body)."""
+    nothing yet) then `pushes`, each as the socket sends it to `username` (`as_sent`): the page
+    once all of them are applied. `held_back` is never served. A POST is answered with `answer`
+    (status, JSON), as the approval's page answers desk.js, and added to `posted` as (path,
+    Accept, body). A card's view (`/approvals/ID/card`) is the server's, from the database."""
     posted = [] if posted is None else posted
     files = {f"{ORIGIN}/": (html, "text/html")}
-    files.update(desk_scripts(ORIGIN, ("shown.js", "time.js", "desk.js", "batch.js"), held_back=held_back))
+    files.update(desk_scripts(ORIGIN, DESK_SCRIPTS, held_back=held_back))
+    CARD_VIEWS.clear()
+    snapshot = as_sent(snapshot, username, filters)
+    pushes = [as_sent(p, username, filters) for p in pushes or []]
 
     def serve(route) -> None:
         request = route.request
+        card = re.fullmatch(rf"{ORIGIN}/approvals/([0-9a-f-]+)/card", request.url)
+        if request.method == "GET" and card:
+            route.fulfill(json={"id": card.group(1), "desk": CARD_VIEWS[card.group(1)]})
+            return
         if request.method == "POST":  # the desk's side of a decision: `answer`, as JSON
             path = request.url.removeprefix(ORIGIN)
             posted.append((path, request.headers.get("accept", ""), request.post_data or ""))
@@ -129,7 +170,7 @@ def desk_in_chromium(
         body, content_type = files.get(request.url, ("", "text/plain"))
         route.fulfill(body=body, content_type=content_type, status=200 if body else 404)
 
-    init = f"window.__snapshot = {json.dumps(snapshot)}; window.__pushes = {json.dumps(pushes or [])};"
+    init = f"window.__snapshot = {json.dumps(snapshot)}; window.__pushes = {json.dumps(pushes)};"
     with routed_page(ORIGIN, serve, init=init + FAKE_SOCKET) as page:
         if held_back is None:
             page.wait_for_function("window.__socketSent === true")
@@ -152,8 +193,8 @@ def test_desk_js_builds_the_card_the_server_renders_for_each_kind(pending, perso
 
     assert [card[1]["data-kind"] for card in served] == ["tool_call", "reconcile"]
     # The server's cards wait, disabled, for desk.js and batch.js; the cards built are armed:
-    # the batch pick, "all of this run", Approve and Reject; Mark done, Re-run and Reject.
-    assert armed(served) == 2 + 2 + 3
+    # the batch pick, "all of this run", Approve, Reject and Edit; Mark done, Re-run and Reject.
+    assert armed(served) == 2 + 3 + 3
     assert built == served
     assert socket_urls == ["ws://desk.test/ws/desk/?events=approvals"]  # approval events only
 
@@ -236,7 +277,8 @@ APPROVED = (200, {"decided": True, "detail": "Approved send_email for run …."}
 
 def test_desk_js_arms_the_server_cards_and_decides_in_place(pending, personas):
     """desk.js enables the server's cards before its socket answers: Enter in the reason posts
-    nothing, and Approve on send_email asks first, then decides in place."""
+    nothing, and Approve on an ordinary send_email (no warning in its preview) decides in place
+    at once: neither the browser's confirm nor a page dialog asks first (issue 35, item 7)."""
     approval = pending("tool_call")
     client = Client()
     client.force_login(personas.bob)
@@ -251,7 +293,8 @@ def test_desk_js_arms_the_server_cards_and_decides_in_place(pending, personas):
         reason.press("Enter")  # without `r` first: nothing, rather than the form's Approve
         card.locator("button.approve").click()
         expect(card).to_have_count(0)  # decided in place: the card leaves the queue
-    assert asked == ["send_email acts outside the desk and cannot be undone. Approve?"]
+        expect(page.locator("dialog#confirm")).not_to_be_visible()
+    assert asked == []
     [(path, accept, body)] = posted
     assert (path, accept) == (f"/approvals/{approval.id}/", "application/json")
     assert 'name="verdict"\r\n\r\napprove\r\n' in body
@@ -308,8 +351,8 @@ def test_a_push_for_the_card_being_typed_in_keeps_the_reason_and_its_focus(pendi
         page.on("dialog", lambda dialog: dialog.accept())
         page.keyboard.press("r")
         page.keyboard.type("wrong ")
-        for push in pushes:
-            page.evaluate("(push) => window.__socket.onmessage({ data: JSON.stringify(push) })", push)
+        for message in pushes:
+            push(page, message)
             page.keyboard.type("amount ")
         reason = page.locator(f"li.card[data-approval-id='{approval.id}'] input[name=reason]")
         expect(reason).to_have_value("wrong amount amount ")
@@ -350,7 +393,7 @@ def test_keys_typed_for_a_card_decided_elsewhere_do_not_act_on_the_next(pending,
         expect(page.locator("li.card").first).to_have_attribute("data-approval-id", str(first.id))
         page.keyboard.press("r")
         page.keyboard.type("wrong ")
-        page.evaluate("(push) => window.__socket.onmessage({ data: JSON.stringify(push) })", rejected)
+        push(page, rejected)
         page.keyboard.type("amount, check it", delay=50)
         page.wait_for_timeout(300)
         assert posted == []
@@ -428,7 +471,7 @@ def test_a_live_call_joins_a_page_filtered_by_assignee_as_the_server_filters(
     data["reviewer"] = {"targets": targets, "users": ["bob"]}
     snapshot = {"seq": 0, "type": "snapshot", "data": {"approvals": []}}
     created = {"seq": 1, "type": "approval.created", "data": data}
-    with desk_in_chromium(html, snapshot, [created]) as page:
+    with desk_in_chromium(html, snapshot, [created], filters=QueueFilters(assignee=assignee)) as page:
         expect(page.locator("li.card")).to_have_count(1 if kept else 0)
 
 
@@ -449,9 +492,8 @@ def test_a_card_that_no_longer_matches_the_pages_filter_leaves_it(pending, perso
     }
     with desk_in_chromium(html, snapshot) as page:
         expect(page.locator("li.card")).to_have_count(1)
-        page.evaluate(
-            "(push) => window.__socket.onmessage({ data: JSON.stringify(push) })",
-            {"seq": 1, "type": "approval.updated", "data": handed},
+        push(
+            page, {"seq": 1, "type": "approval.updated", "data": handed}, filters=QueueFilters(assignee="any")
         )
         expect(page.locator("li.card")).to_have_count(0)
         expect(page.locator("#notices")).to_contain_text("handed over by alice")
@@ -486,8 +528,10 @@ def test_r_on_a_question_card_says_how_to_answer_it_and_throws_nothing(interrupt
         expect(page.locator("#notices .flash.info")).to_contain_text("A question is answered, not rejected")
         expect(card).not_to_have_attribute("data-intent", "reject")
         page.keyboard.press("Enter")
-        page.keyboard.press("a")
-        expect(page.locator("#notices .flash.info").first).to_contain_text("answered, not approved")
+        page.keyboard.press("a")  # a question's `a` answers: its options take their numbers
+        expect(page.locator("#notices .flash.info").first).to_contain_text(
+            "Pick an option with its number (1"
+        )
         page.wait_for_timeout(300)
     assert errors == []
     assert posted == []
@@ -564,13 +608,14 @@ def test_a_live_call_joins_a_page_filtered_by_its_run_however_the_id_is_written(
         {"seq": 1, "type": "approval.created", "data": approval_data(elsewhere)},
         {"seq": 2, "type": "approval.created", "data": approval_data(approval)},
     ]
-    with desk_in_chromium(html, snapshot, pushes) as page:
+    with desk_in_chromium(html, snapshot, pushes, filters=QueueFilters(run=str(run.id))) as page:
         expect(page.locator("li.card")).to_have_count(1)
         expect(page.locator("li.card")).to_have_attribute("data-approval-id", str(approval.id))
 
 
-def push(page, message: dict) -> None:
-    page.evaluate("(push) => window.__socket.onmessage({ data: JSON.stringify(push) })", message)
+def push(page, message: dict, username: str = "bob", filters: QueueFilters = NO_FILTERS) -> None:
+    message = as_sent(message, username, filters)
+    page.evaluate("(sent) => window.__socket.onmessage({ data: JSON.stringify(sent) })", message)
 
 
 def test_a_card_handed_over_to_me_moves_where_the_server_sorts_it(pending, personas):
@@ -664,3 +709,35 @@ def test_a_card_with_lookalike_characters_and_a_hand_over_note_is_escaped_alike_
     assert built == served
     assert '"subject": "Your\\u00a0refund\\ufe0f is\\u3164here\\u0020"' in args
     assert handover == "alice: “fine\\u202etxt”"
+
+
+def test_an_open_editor_keeps_what_was_typed_and_its_caret_when_its_card_is_drawn_again(pending, personas):
+    """bob pressed `e` and is typing in the editor when a push draws the card again (a colleague's
+    note, a snapshot, the preview read anew): the editor, a form of fields without names, vanished
+    with what he had typed, and the rest of his typing went to the desk's keys. It moves into the
+    new card whole, with its focus, and Enter signs the edit from there."""
+    approval = pending("tool_call")
+    client = Client()
+    client.force_login(personas.bob)
+    html = client.get("/").content.decode()
+    data = approval_data(approval)
+    snapshot = {"seq": 0, "type": "snapshot", "data": {"approvals": [data]}}
+    posted: list = []
+    with desk_in_chromium(html, snapshot, answer=APPROVED, posted=posted) as page:
+        card = page.locator(f"li.card[data-approval-id='{approval.id}']")
+        expect(card).to_have_attribute("data-summary", "ready")
+        page.keyboard.press("e")
+        first = card.locator("form.edit-form [data-name=to]")
+        expect(first).to_be_focused()  # the caret in the first field: typing is no shortcut
+        page.keyboard.type("m")
+        push(page, {"seq": 1, "type": "approval.updated", "data": data})
+        expect(card).to_have_attribute("data-summary", "ready")  # drawn twice: the event, the preview
+        expect(card.locator("form.edit-form")).to_have_count(1)
+        expect(first).to_have_value("ada@example.comm")
+        expect(first).to_be_focused()
+        page.keyboard.type("o")  # an `o` opened the card's page when the typing lost its field
+        page.keyboard.press("Enter")
+        expect(page.locator("#notices .flash.success")).to_have_count(1)
+    [(_, _, body)] = posted
+    assert 'name="verdict"\r\n\r\nedit\r\n' in body
+    assert '"to":"ada@example.commo"' in body

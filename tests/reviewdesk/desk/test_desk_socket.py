@@ -12,6 +12,7 @@ from django.db import connection, connections
 from django.test import Client
 
 from reviewdesk.accounts.roles import REVIEWERS
+from reviewdesk.approvals.reads.queue import queue_sort_key
 from reviewdesk.asgi import application
 from reviewdesk.events.models import DeskEvent
 from reviewdesk.events.services import REPLAY_PAGE_SIZE, event_push, latest_seq
@@ -387,7 +388,10 @@ def test_the_desk_pages_socket_skips_run_updates_and_says_so(personas, interrupt
         assert created["seq"] > snapshot["seq"] + 1, "no run.updated before the approval"
         # ... the desk page's gets the approval alone, vouching for what it skipped before it,
         received = await page.receive_json_from(timeout=5)
-        assert received == {**created, "after": snapshot["seq"]}
+        # with the approval's place in alice's queue, as the Python that orders the page says
+        # (queue_sort_key), and whether it passes the page's filters (none here: it does).
+        placed = {"sort_key": queue_sort_key(created["data"], "alice"), "matches": True}
+        assert received == {**created, "data": {**created["data"], "desk": placed}, "after": snapshot["seq"]}
         # and the next heartbeat vouches for the update after it: no replay needed.
         beat = await receive_until(page, "heartbeat", timeout=6)
         assert beat == {"seq": events[-1]["seq"], "type": "heartbeat", "data": {}, "after": snapshot["seq"]}

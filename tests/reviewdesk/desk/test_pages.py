@@ -33,6 +33,7 @@ class Skeleton(HTMLParser):
     data-for-kind): the shape of a card without its data."""
 
     VOID = ("input", "br")
+    DATA = "data"
 
     def __init__(self, html: str, start: int) -> None:
         super().__init__()
@@ -46,12 +47,14 @@ class Skeleton(HTMLParser):
         is_card = tag == "li" and "card" in (attrs.get("class") or "").split()
         if self.done or not (self.open or is_card):
             return
-        optional = next(
-            (f"if-{n}" for n in ("invisible", "quorum", "handover", "own-run") if attrs.get(f"data-if-{n}")),
-            None,
-        )
+        optional = next((name.removeprefix("data-") for name in attrs if name.startswith("data-if-")), None)
         kind = attrs.get("data-for-kind") or optional or (self.open[-1] if self.open else None)
-        self.shape.append((tag, attrs.get("class"), attrs.get("name"), kind))
+        if kind != self.DATA:
+            self.shape.append((tag, attrs.get("class"), attrs.get("name"), kind))
+        # The summary's facts and warnings and a question's options are lists of data: their
+        # items are the approval's, not the card's shape.
+        if set((attrs.get("class") or "").split()) & {"facts", "warnings", "options"}:
+            kind = self.DATA
         if tag not in self.VOID:
             self.open.append(kind)
 
@@ -70,9 +73,21 @@ def test_the_live_template_is_the_server_card_left_blank(interrupted_run, person
     assert served and blank
     # The blank card carries the reconcile form, the question's form, the invisible-characters flag, the quorum's
     # count, the hand-over note and the own-run note too; desk.js drops them for a plain tool call.
-    optional = ("reconcile", "question", "if-invisible", "if-quorum", "if-handover", "if-own-run")
-    assert [s for s in blank if s[3] not in optional] == served
-    assert {"if-quorum", "if-handover"} <= {s[3] for s in blank}
+    # The queue's summary parts apply to a call whose preview says so: its risk line, its device-key note.
+    optional = (
+        "reconcile",
+        "question",
+        "if-invisible",
+        "if-quorum",
+        "if-handover",
+        "if-own-run",
+        "if-risk",
+        "if-device-key",
+        "if-answer",
+    )
+    present = {s[3] for s in served}
+    assert [s for s in blank if s[3] not in optional or s[3] in present] == served
+    assert {"if-quorum", "if-handover", "if-risk", "if-summary"} <= {s[3] for s in blank}
     assert any(s[3] == "reconcile" for s in blank)
 
 

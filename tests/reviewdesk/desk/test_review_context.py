@@ -520,7 +520,7 @@ LOOKALIKE_SUBJECTS = {
 def the_card(desk_page: str, approval) -> str:
     """The server's card for `approval` on the desk page (not the blank template desk.js clones),
     after its start tag: the arguments in its data attribute are data for batch.js, not shown."""
-    start = desk_page.index('<div class="head">', desk_page.index(f'data-approval-id="{approval.id}"'))
+    start = desk_page.index('<div class="row">', desk_page.index(f'data-approval-id="{approval.id}"'))
     return unescape(desk_page[start : desk_page.index("</li>", start)])
 
 

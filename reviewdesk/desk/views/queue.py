@@ -51,7 +51,9 @@ def desk(request: HttpRequest) -> HttpResponse:
     kept = {name: getattr(filters, name) for name in QUEUE_FILTER_NAMES if getattr(filters, name)}
     tools = sorted({tool.name for name in agent_names() for tool in get_agent(name).all_tools()})
     # The editor's form is built from the tool's JSON Schema (edit.js), by agent and tool.
-    schemas = {name: {tool.name: tool.parameters for tool in get_agent(name).all_tools()} for name in agent_names()}
+    schemas = {
+        name: {tool.name: tool.parameters for tool in get_agent(name).all_tools()} for name in agent_names()
+    }
     return render(
         request,
         "desk/desk.html",

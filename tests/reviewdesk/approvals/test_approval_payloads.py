@@ -63,7 +63,7 @@ def every_shape(interrupted_run, quorum_reconcile, personas):
     decide(approved, reviewer, reason="fine", note="say thanks")
     shapes["approved"] = approved
     _, edited = interrupted_run()
-    decide(edited, personas.alice, verdict="edit", arguments={**edited.arguments, "subject": "Your refund"})
+    decide(edited, personas.alice, verdict="edit", arguments={**edited.arguments, "subject": "Your refund, Ada"})
     shapes["edited"] = edited
     _, quorum = interrupted_run(script=EXECUTE_SCRIPT)
     decide(quorum, reviewer)
@@ -142,7 +142,7 @@ def test_the_shapes_cover_what_a_payload_can_say(every_shape):
         approved["reviewer"] == "admin" and approved["note"] == "say thanks" and approved["reason"] == "fine"
     )
     assert data["edited"]["decision"]["verdict"] == "edit"
-    assert data["edited"]["decision"]["arguments"]["subject"] == "Your refund"
+    assert data["edited"]["decision"]["arguments"]["subject"] == "Your refund, Ada"
     # The decision that completed the quorum settles it, not the first vote.
     assert data["approved by two"]["decision"]["reviewer"] == "alice"
     assert data["approved by two"]["quorum"]["approved_by"] == ["admin", "alice"]

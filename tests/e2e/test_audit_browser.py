@@ -56,6 +56,10 @@ def test_the_admin_filters_the_audit_by_actor_and_action_and_exports_what_the_pa
     rejected = wait_for_run(live_stack, carol, rejected_run, "input_required")["approvals"][0]
     decide(live_stack, bob, approved, "approve")
     decide(live_stack, alice, rejected, "reject")
+    # Both runs end (each writes its row) before the chain is anchored and swept, so the page
+    # reads a quiet chain: a row written after the sweep would leave its lap under way.
+    for run_id in (approved_run, rejected_run):
+        wait_for_run(live_stack, carol, run_id, "succeeded")
     # Beat's three audit tasks, in this process (the stack runs no beat): an anchor over the
     # head, the full check and a sweep, recorded where the web process reads them (the same var/).
     assert off_the_loop(audit_anchor).intact

@@ -63,7 +63,9 @@ def every_shape(interrupted_run, quorum_reconcile, personas):
     decide(approved, reviewer, reason="fine", note="say thanks")
     shapes["approved"] = approved
     _, edited = interrupted_run()
-    decide(edited, personas.alice, verdict="edit", arguments={**edited.arguments, "subject": "Your refund, Ada"})
+    decide(
+        edited, personas.alice, verdict="edit", arguments={**edited.arguments, "subject": "Your refund, Ada"}
+    )
     shapes["edited"] = edited
     _, quorum = interrupted_run(script=EXECUTE_SCRIPT)
     decide(quorum, reviewer)

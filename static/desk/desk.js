@@ -134,6 +134,8 @@
       form.action = details;
       form.querySelector("[name=checkpoint_id]").value = approval.checkpoint_id;
     });
+    drawAsking(node);
+    if (window.DeskPaneSign) window.DeskPaneSign.describe(node); // who signs, once this browser's keys are known
     arm(node); // only a shown (pending) approval is drawn: see upsert and applySnapshot
     return node;
   }
@@ -173,17 +175,45 @@
     if (!(summary && summary.device_key)) node.querySelectorAll("[data-if-device-key]").forEach((el) => el.remove());
   }
 
+  // The card endpoint's answer for one approval (desk/views/queue.py desk_card), or null.
+  async function readCard(id) {
+    try {
+      const response = await fetch(urlFor(list.dataset.cardUrl, id), { credentials: "same-origin", headers: { Accept: "application/json" } });
+      return response.ok ? await response.json() : null;
+    } catch (error) {
+      return null;
+    }
+  }
+
+  // The model's words that made the call, read when its card is first selected (the page's
+  // cards do not carry them: a long run's conversation is read for the one being looked at).
+  const askingOf = new Map(); // approval id -> the model's text ("" when it said nothing)
+  function drawAsking(node) {
+    const box = node.querySelector(".asking-text");
+    const text = askingOf.get(node.dataset.approvalId);
+    if (!box || text === undefined) return;
+    box.textContent = text ? visible(text) : "The model made the call without a message.";
+    box.classList.toggle("muted", !text);
+    node.dataset.asking = "read";
+  }
+
+  async function readAsking(node) {
+    const id = node.dataset.approvalId;
+    if (!node.querySelector(".asking-text") || askingOf.has(id)) return drawAsking(node);
+    askingOf.set(id, undefined);
+    const answer = await readCard(id);
+    if (!answer) return askingOf.delete(id);
+    askingOf.set(id, String(answer.asking || ""));
+    const drawn = list.querySelector('li.card[data-approval-id="' + id + '"]');
+    if (drawn) drawAsking(drawn);
+  }
+
   // A card a live event drew has no preview yet (events carry none): ask the server for the
   // desk's view of it, then draw it again. Until then it is "pending": `a` and `A` wait for it.
   async function readSummary(id) {
-    let answer;
-    try {
-      const response = await fetch(urlFor(list.dataset.cardUrl, id), { credentials: "same-origin", headers: { Accept: "application/json" } });
-      if (!response.ok) return;
-      answer = await response.json();
-    } catch (error) {
-      return;
-    }
+    const answer = await readCard(id);
+    if (!answer) return;
+    if (typeof answer.asking === "string") askingOf.set(id, answer.asking);
     const node = list.querySelector('li.card[data-approval-id="' + id + '"]');
     const approval = latest.get(id);
     if (!node || !approval || node.dataset.summary !== "pending") return;
@@ -544,6 +574,7 @@
     cards().forEach((c) => c.removeAttribute("aria-current"));
     if (!node) return;
     node.setAttribute("aria-current", "true");
+    readAsking(node);
     if (focus) {
       node.focus({ preventScroll: true });
       node.scrollIntoView({ block: "nearest" });
@@ -710,10 +741,6 @@
     if (!node || !button || button.disabled || node.dataset.busy) return;
     const approving = button.classList.contains("approve") && button.closest("form.tool-call");
     if (approving) {
-      if (node.dataset.deviceKey === "yes") {
-        notice(node.querySelector(".device-note").textContent, "info");
-        return;
-      }
       if (node.dataset.summary === "pending") {
         notice("Reading what " + node.dataset.tool + " will do: approve again in a moment.", "info");
         return;
@@ -757,19 +784,25 @@
     decidedHere.add(node.dataset.approvalId);
     let answer;
     try {
-      const response = await fetch(action, {
-        method: "POST",
-        body,
-        headers: { Accept: "application/json" },
-        credentials: "same-origin",
-      });
-      answer = isJson(response) ? await response.json() : { decided: false, detail: "Not decided: " + pageAnswer(response) };
+      // A tool that runs only on a device-signed decision: signed here by this browser's key.
+      if (window.DeskPaneSign && window.DeskPaneSign.needed(node, body)) answer = await window.DeskPaneSign.decide(node, body);
+      else answer = await postForm(action, body);
     } catch (error) {
       answer = { decided: false, detail: "Not decided: the desk did not answer (" + error.message + ")." };
     }
     delete node.dataset.busy;
     if (!answer.decided) decidedHere.delete(node.dataset.approvalId);
     return answer;
+  }
+
+  async function postForm(action, body) {
+    const response = await fetch(action, {
+      method: "POST",
+      body,
+      headers: { Accept: "application/json" },
+      credentials: "same-origin",
+    });
+    return isJson(response) ? response.json() : { decided: false, detail: "Not decided: " + pageAnswer(response) };
   }
 
   function isJson(response) {

@@ -207,9 +207,9 @@ def test_a_queue_entry_is_the_previews_gist_with_a_risk_line_and_nothing_breaks_
     viewport,
 ):
     too_much = submit(live_stack, carol_token, refund("A-1001", 300))  # more than is left: will fail
-    mail = submit(
-        live_stack, carol_token, email("ada@example.com", body="Line one\nLine two\nLine three\nLine four")
-    )
+    reasoned = email("ada@example.com", body="Line one\nLine two\nLine three\nLine four")
+    reasoned[0]["content"] = "Ada asked for the status in <b>ticket 7</b>."
+    mail = submit(live_stack, carol_token, reasoned)
     page = desk(browser, live_stack, "alice", viewport)
     wait_cards(page, [too_much, mail])
     row = card(page, too_much).locator(".row")
@@ -228,6 +228,16 @@ def test_a_queue_entry_is_the_previews_gist_with_a_risk_line_and_nothing_breaks_
     choose(page, mail)
     detail = mail_card.locator(".detail")
     expect(detail.locator(".body-lines")).to_have_text("Line one\nLine two\nLine three\n…")
+    # The model's reason, read when the card is selected, marked untrusted and kept as text.
+    asks = detail.locator("section.asks")
+    expect(asks.locator(".asking-text")).to_have_text("Ada asked for the status in <b>ticket 7</b>.")
+    expect(asks.locator(".untrusted-tag")).to_have_text("model text, untrusted")
+    assert asks.locator(".asking-text b").count() == 0
+    choose(page, too_much)  # said nothing: the pane says so, not "reading…"
+    expect(card(page, too_much).locator(".asking-text")).to_have_text(
+        "The model made the call without a message."
+    )
+    choose(page, mail)
     expect(detail.locator("details.signed .sha")).to_be_hidden()  # one click away
     detail.locator("details.signed > summary").click()
     expect(detail.locator("details.signed .sha")).to_be_visible()
@@ -340,6 +350,36 @@ def test_e_puts_the_caret_in_the_first_field_and_an_edit_that_changes_nothing_is
     )
     decision = wait_for_run(live_stack, carol_token, run_id)["approvals"][0]["decision"]
     assert (decision["verdict"], decision["arguments"]) == ("edit", {"order_id": "A-1001", "amount": 120})
+
+
+@pytest.mark.parametrize("viewport", WIDTHS)
+def test_g_grants_by_keyboard_alone(
+    live_stack,
+    carol_token,
+    browser,  # noqa: F811
+    viewport,
+):
+    """`g` opens the item's grant fields with the caret on them (not in a field the next keys
+    would type into), Escape leaves the field, and `a` approves with the grant: three keys."""
+    run_id = submit(live_stack, carol_token, email("ada@example.com"))
+    page = desk(browser, live_stack, "alice", viewport)
+    page.on("dialog", lambda d: d.accept())
+    wait_cards(page, [run_id])
+    choose(page, run_id)
+    started = time.monotonic()
+    page.keyboard.press("g")
+    page.wait_for_url("**#grant")
+    page.wait_for_load_state("load")
+    expect(page.locator("#grant-on")).to_be_focused()
+    expect(page.locator("#grant-on")).to_be_checked()
+    page.keyboard.press("Escape")
+    page.keyboard.press("a")
+    page.wait_for_selector(".flash.success")
+    say(f"approve and always allow ({width_name(viewport)})", 3, time.monotonic() - started)
+    assert wait_for_run(live_stack, carol_token, run_id)["approvals"][0]["decision"]["verdict"] == "approve"
+    page.goto(live_stack.url + "/grants/")
+    expect(page.locator("#grants tbody tr[data-grant-id]")).to_have_count(1)
+    expect(page.locator("#grants tbody tr[data-grant-id]")).to_contain_text("send_email")
 
 
 @pytest.mark.parametrize("viewport", WIDTHS)

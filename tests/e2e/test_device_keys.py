@@ -2,7 +2,8 @@
 the admin makes a device key on /keys/ and it is pinned as the workers' root; alice makes
 hers in another browser; the admin endorses it; alice approves on the approval page, her
 browser signs; the real worker, which requires device keys, verifies her signature and
-sends the email."""
+sends the email. Then from the desk's pane: a browser of hers without the key says why and signs
+nothing; hers signs with `a`, and the worker verifies that too."""
 
 from __future__ import annotations
 
@@ -166,6 +167,46 @@ def test_alice_enrolls_the_admin_endorses_alice_approves_and_the_worker_verifies
     assert is_device_signed(decision.payload) and decision.key_id == alice_key
     assert decision.consumed_at is not None  # the gate verified and consumed it
     assert len(outbox_for(run["id"])) == 1
+
+    # The desk's pane signs the same way (issue 35): no detour to the item's page.
+    status, second = http(
+        "POST",
+        url + "/api/v1/runs",
+        token=logins["carol_token"],
+        body={
+            "agent": "demo",
+            "input": "Email Ada again.",
+            "model": {"provider": "scripted", "script": SEND_EMAIL_SCRIPT},
+        },
+    )
+    assert status == 201, second
+    second_id = wait_for_run(device_stack, logins["carol_token"], second["id"], "input_required")[
+        "approvals"
+    ][0]["id"]
+    # A browser of alice's that holds none of her keys: the pane says why, and `a` signs nothing.
+    elsewhere = logged_in(browser, url + "/", "alice")
+    row = elsewhere.locator(f"li.card[data-run='{second['id']}']")
+    expect(row.locator(".device-note")).to_contain_text(
+        "this browser holds none of your endorsed device keys"
+    )
+    row.locator(".row").click()
+    elsewhere.keyboard.press("a")
+    expect(elsewhere.locator("#notices")).to_contain_text(
+        "runs only on a decision signed by your own device key"
+    )
+    assert off_the_loop(lambda: Decision.objects.filter(request_id=second_id).exists()) is False
+    # Her own browser: the pane names her key, and `a` signs with it.
+    alice.goto(url + "/")
+    row = alice.locator(f"li.card[data-run='{second['id']}']")
+    expect(row.locator(".device-note")).to_contain_text(alice_key)
+    row.locator(".row").click()
+    alice.keyboard.press("a")
+    expect(row).to_have_count(0)
+    expect(alice.locator("#notices")).to_contain_text(f"signed by this browser's device key {alice_key}")
+    assert wait_for_run(device_stack, logins["carol_token"], second["id"])["status"] == "succeeded"
+    decision = off_the_loop(lambda: Decision.objects.get(request_id=second_id))
+    assert is_device_signed(decision.payload) and decision.key_id == alice_key
+    assert len(outbox_for(second["id"])) == 1
 
 
 def test_the_api_path_with_a_key_file_runs_the_tool_on_a_device_required_worker(

@@ -71,6 +71,24 @@ def _chat_entry(body: dict[str, Any], tool_call_id: str) -> dict[str, Any]:
     }
 
 
+def asking_text(approval: ApprovalRequest) -> str:
+    """The model's words in the message that made this call ("" when it made it without any):
+    the desk pane's "why the agent asks". Read newest first and stopped at that message, so a
+    long run costs a few rows, not its whole conversation as on the approval's page."""
+    bodies = (
+        approval.run.messages.filter(superseded_at__isnull=True)
+        .order_by("-position")
+        .values_list("body", flat=True)
+        .iterator(chunk_size=8)
+    )
+    for body in bodies:
+        if isinstance(body, dict) and body.get("tool_calls"):
+            entry = _chat_entry(body, approval.tool_call_id)
+            if entry["asks_for_this_call"]:
+                return entry["text"]
+    return ""
+
+
 def approval_tool(approval: ApprovalRequest) -> Tool | None:
     """The declared tool this approval is for, or None when its agent or tool is gone."""
     try:

@@ -13,9 +13,11 @@ from django.urls import reverse
 from django.utils.http import urlencode
 
 from agents.registry import agent_names, get_agent
+from reviewdesk.accounts.devicekeys import endorsed_key_ids
 from reviewdesk.accounts.roles import is_admin, is_reviewer, is_submitter
 from reviewdesk.approvals.access import approval_get_visible
 from reviewdesk.approvals.models import ApprovalStatus
+from reviewdesk.approvals.reads.context import asking_text
 from reviewdesk.approvals.reads.queue import (
     QUEUE_FILTER_NAMES,
     QUEUE_PAGE_SIZE,
@@ -74,6 +76,10 @@ def desk(request: HttpRequest) -> HttpResponse:
             "all_kinds_query": urlencode({k: v for k, v in kept.items() if k != "kind"}),
             "tool_schemas": schemas,
             "card_url": reverse("desk-card", args=[PLACEHOLDER]),
+            # A device-key tool is signed in the pane (pane_sign.js), as on the item's page.
+            "device_key_ids": endorsed_key_ids(request.user),
+            "payload_url": reverse("api-decision-payload", args=[PLACEHOLDER]),
+            "decision_url": reverse("api-decision", args=[PLACEHOLDER]),
             "agents": agent_names(),
             "tools": tools,
             "seq": latest_seq(),
@@ -112,8 +118,9 @@ def run_filter_text(run: str) -> str:
 
 @login_required
 def desk_card(request: HttpRequest, approval_id) -> JsonResponse:
-    """The desk's view (`cards.desk_view`) of one pending approval the reviewer may see, as
-    JSON: how desk.js fills in a card a live event brought, which carries no preview. 404 as the
+    """The desk's view (`cards.desk_view`) of one pending approval the reviewer may see, and the
+    model's words that made the call, as JSON: how desk.js fills in a card a live event brought,
+    which carries no preview, and the pane's "why the agent asks" for the selected card. 404 as the
     approval's page for one the reviewer may not see; 410 for one no longer pending."""
     require_reviewer(request)
     try:
@@ -124,5 +131,10 @@ def desk_card(request: HttpRequest, approval_id) -> JsonResponse:
         return JsonResponse({"detail": f"this approval is {approval.status}"}, status=410)
     payload = approval_data(approval)
     return JsonResponse(
-        {"id": payload["id"], "desk": desk_view(payload, username=request.user.get_username())}
+        {
+            "id": payload["id"],
+            "desk": desk_view(payload, username=request.user.get_username()),
+            # Model text, untrusted: the pane says so beside it.
+            "asking": asking_text(approval),
+        }
     )

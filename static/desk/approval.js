@@ -351,9 +351,17 @@
     document.getElementById("grant-on").focus();
   }
 
-  if (location.hash === "#edit") openEdit();
-  if (location.hash === "#handover") openHandover();
-  if (location.hash === "#grant" && page.dataset.status === "pending") openGrant();
+  // The desk's `e`, `h` and `g` open this page at #edit, #handover or #grant, with the caret in
+  // the part they name. Done again once the page has loaded: the browser's own scroll to the
+  // fragment then moves focus to the page (the target is no field), and the keys typed next
+  // went to the page, not to the part they were opened for.
+  function openFromHash() {
+    if (location.hash === "#edit") openEdit();
+    if (location.hash === "#handover") openHandover();
+    if (location.hash === "#grant" && page.dataset.status === "pending") openGrant();
+  }
+  openFromHash();
+  window.addEventListener("load", () => setTimeout(openFromHash), { once: true });
   const editLink = document.getElementById("edit-link");
   if (editLink) {
     editLink.addEventListener("click", (event) => {

@@ -98,7 +98,7 @@ def test_a_failed_call_shows_as_failed_on_the_runs_list_though_the_run_succeeded
     )
 
 
-def test_the_run_page_says_a_failed_call_failed_in_its_title_timeline_ledger_and_conversation(
+def test_the_run_page_says_a_failed_call_failed_in_its_title_timeline_ledger_thread_and_conversation(
     refund_failed, personas
 ):
     run, _ = refund_failed
@@ -118,6 +118,9 @@ def test_the_run_page_says_a_failed_call_failed_in_its_title_timeline_ledger_and
         f'result of <code>{call_id}</code></span> <span class="outcome failed">failed</span>' in conversation
     )
     assert f"<code>{run.id}</code>" not in page  # the title and the timeline name it by its task
+    thread = page[page.index('<p class="tools">') + len('<p class="tools">') :]
+    thread = thread[: thread.index("</p>")]
+    assert thread == 'Tools called: <code>refund_payment</code> <span class="call-failed">failed</span>'
 
 
 def test_the_timeline_leads_with_what_a_person_cares_about_and_folds_the_workers_steps(

@@ -841,9 +841,9 @@
   // --- countdowns ---------------------------------------------------------------------
   function tick() {
     cards().forEach((node) => {
-      window.DeskTime.show(node.querySelector(".countdown"), node.dataset.expires);
+      window.DeskTime.show(node.querySelector(".countdown"), node.dataset.expires, "expires", true);
       const target = node.querySelector(".countdown.target");
-      if (node.dataset.respondBy) window.DeskTime.show(target, node.dataset.respondBy, "target");
+      if (node.dataset.respondBy) window.DeskTime.show(target, node.dataset.respondBy, "target", true);
       else target.textContent = "";
     });
   }

@@ -389,11 +389,13 @@ def test_an_ordinary_irreversible_approve_decides_at_once(pending, personas, sta
     decides, and neither the browser's confirm nor the page's dialog asks first."""
     approval = pending("tool_call")
     posted: list = []
-    with approval_page(personas.bob, approval, held_back=None, posted=posted, decide=True) as page:
-        with no_native_dialog(page):
-            expect(page.locator("#decide-form button.approve")).to_be_enabled()
-            page.keyboard.press("a")
-            expect(page.locator("body")).to_contain_text("posted natively")
+    with (
+        approval_page(personas.bob, approval, held_back=None, posted=posted, decide=True) as page,
+        no_native_dialog(page),
+    ):
+        expect(page.locator("#decide-form button.approve")).to_be_enabled()
+        page.keyboard.press("a")
+        expect(page.locator("body")).to_contain_text("posted natively")
     assert len(posted) == 1 and "verdict=approve" in posted[0], posted
     assert status_of(approval) == "approved"
 
@@ -430,7 +432,9 @@ def test_an_unusual_approve_asks_in_the_page_dialog_and_enter_does_not_sign(
         assert fits_the_width(page, "#confirm"), "the dialog overflows the window"
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / f"approval-confirm-{viewport['width']}.png"))
+        submits = page.evaluate("window.__submits")
         page.keyboard.press("a")  # the page's keys sleep while the dialog is open
+        assert page.evaluate("window.__submits") == submits
         page.keyboard.press("Enter")  # on Cancel: nothing is signed
         expect(dialog).to_be_hidden()
         assert posted == []
@@ -487,9 +491,8 @@ def test_rejecting_an_unusual_call_never_asks(interrupted_run, personas):
     _, approval = interrupted_run(REFUND_SCRIPT)
     refunded_already("100.00")
     posted: list = []
-    with approval_page(personas.bob, approval, held_back=None, posted=posted) as page:
-        with no_native_dialog(page):
-            page.locator("#decide-form input[name=reason]").fill("too much")
-            page.locator("#decide-form button.reject").click()
-            expect(page.locator("body")).to_contain_text("posted natively")
+    with approval_page(personas.bob, approval, held_back=None, posted=posted) as page, no_native_dialog(page):
+        page.locator("#decide-form input[name=reason]").fill("too much")
+        page.locator("#decide-form button.reject").click()
+        expect(page.locator("body")).to_contain_text("posted natively")
     assert len(posted) == 1 and "verdict=reject" in posted[0], posted

@@ -9,6 +9,7 @@ decision signed by the server while this browser holds the reviewer's own key.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from collections.abc import Iterator
@@ -17,14 +18,16 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.templatetags.static import static
 from django.test import Client
 from playwright.sync_api import expect
 
+from agents.decisions import is_device_signed
 from reviewdesk.approvals.deciding.record import approval_decide
-from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest
+from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, Decision
 from reviewdesk.approvals.reads.representation import approval_data
 from reviewdesk.demo.models import DemoRefund
 from reviewdesk.events.services import latest_seq
@@ -87,13 +90,15 @@ def approval_page(
     init: str = "",
     posted: list | None = None,
     decide: bool = False,
+    api: list | None = None,
     **options,
 ) -> Iterator:
     """Load the approval page as `user` in a fresh browser (no device key held), `held_back`
     never served, its socket sending `snapshot()`, read after the page: the page once loaded
     (every script served has run). `init` runs before the page's scripts; a POST to the page
     (a form sent natively) is answered with a stub and its body added to `posted`, and with
-    `decide` also posted to the page in Django (a decision stored as the page would store it).
+    `decide` also posted to the page in Django (a decision stored as the page would store it),
+    as are the page's requests to /api/ (a device-signed decision), each added to `api`.
     The preview endpoint is Django's. `options` go to Playwright's new_page (viewport)."""
     client = Client()
     client.force_login(user)
@@ -127,6 +132,17 @@ def approval_page(
                 with orm_in_the_loop(connection):
                     client.post(path, data=form, content_type="application/x-www-form-urlencoded")
             route.fulfill(status=200, body="<p>posted natively</p>", content_type="text/html")
+            return
+        if decide and route.request.url.startswith(f"{ORIGIN}/api/"):  # a device-signed decision
+            if api is not None:
+                api.append(f"{route.request.method} {route.request.url}")
+            url = route.request.url.removeprefix(ORIGIN)
+            with orm_in_the_loop(connection):
+                if route.request.method == "POST":
+                    answer = client.post(url, data=route.request.post_data, content_type="application/json")
+                else:
+                    answer = client.get(url)
+            route.fulfill(status=answer.status_code, body=answer.content, content_type="application/json")
             return
         body, content_type = files.get(route.request.url, ("", "text/plain"))
         route.fulfill(body=body, content_type=content_type, status=200 if body else 404)
@@ -496,3 +512,65 @@ def test_rejecting_an_unusual_call_never_asks(interrupted_run, personas):
         page.locator("#decide-form button.reject").click()
         expect(page.locator("body")).to_contain_text("posted natively")
     assert len(posted) == 1 and "verdict=reject" in posted[0], posted
+
+
+def hold_key_in_browser(page, key, key_id: str, username: str) -> None:
+    """Put `key` in this browser's key store as devicekey.js keeps a key it made (the private
+    half a non-extractable CryptoKey), for `username`, then reload: approval_sign.js finds it."""
+    pkcs8 = key.private_bytes(Encoding.DER, PrivateFormat.PKCS8, NoEncryption())
+    raw = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    page.evaluate(
+        """async ([pkcs8, raw, keyId, username]) => {
+             const bytes = (b64) => Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+             const privateKey = await crypto.subtle.importKey("pkcs8", bytes(pkcs8), { name: "Ed25519" }, false, ["sign"]);
+             const publicKey = await crypto.subtle.importKey("raw", bytes(raw), { name: "Ed25519" }, true, ["verify"]);
+             const db = await new Promise((resolve, reject) => {
+               const request = indexedDB.open("reviewdesk-device-keys", 1);
+               request.onupgradeneeded = () => request.result.createObjectStore("keys", { keyPath: "key_id" });
+               request.onsuccess = () => resolve(request.result);
+               request.onerror = () => reject(request.error);
+             });
+             await new Promise((resolve, reject) => {
+               const tx = db.transaction("keys", "readwrite");
+               tx.objectStore("keys").put({ key_id: keyId, username, label: "test", fingerprint: "", privateKey, publicKey });
+               tx.oncomplete = resolve;
+               tx.onerror = () => reject(tx.error);
+             });
+             db.close();
+           }""",
+        [base64.b64encode(pkcs8).decode(), base64.b64encode(raw).decode(), key_id, username],
+    )
+    page.reload()
+
+
+def test_a_confirmed_unusual_approve_is_signed_by_the_device_key_and_a_cancelled_one_is_not(
+    interrupted_run, personas, device_keys, status_of
+):
+    """alice's browser holds her endorsed device key. An unusual approve is held for the
+    dialog: cancelled, approval_sign.js never saw it (no payload fetched); confirmed, the
+    re-sent submit reaches approval_sign.js, which signs it with her key."""
+    _, approval = interrupted_run(REFUND_SCRIPT)
+    refunded_already("100.00")
+    api: list = []
+    with (
+        approval_page(personas.alice, approval, held_back=None, decide=True, api=api) as page,
+        no_native_dialog(page),
+    ):
+        hold_key_in_browser(page, device_keys.alice, device_keys.alice_key_id, "alice")
+        expect(page.locator("#device-signing")).to_contain_text(device_keys.alice_key_id)
+        expect(page.locator("#decide-form button.approve")).to_be_enabled()
+        page.keyboard.press("a")
+        expect(page.locator("#confirm")).to_be_visible()
+        page.locator("#confirm-cancel").click()
+        expect(page.locator("#confirm")).to_be_hidden()
+        assert api == []  # the held submit never reached approval_sign.js
+        page.keyboard.press("a")
+        page.locator("#confirm-ok").click()
+        for _ in range(100):
+            if status_of(approval) != "pending":
+                break
+            page.wait_for_timeout(100)
+    assert [request.split(" ")[0] for request in api] == ["GET", "POST"], api
+    assert status_of(approval) == "approved"
+    decision = Decision.objects.get(request_id=approval.pk)
+    assert decision.key_id == device_keys.alice_key_id and is_device_signed(decision.payload)

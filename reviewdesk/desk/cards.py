@@ -50,11 +50,13 @@ def with_desk_view(payloads: list[dict[str, Any]], *, username: str) -> list[dic
     return [{**p, "desk": desk_view(p, username=username)} for p in payloads]
 
 
-def call_summary(payload: dict[str, Any]) -> dict[str, Any]:
+def call_summary(payload: dict[str, Any], *, preview: dict[str, Any] | None = None) -> dict[str, Any]:
     """The preview as the queue reads it: {"title", "facts": [[label, value]...], "body": first
     lines or None, "warnings", "invisible", "risk": one line or "", "unusual": [why approving
-    it asks first], "device_key": the tool runs only on a device-signed decision}."""
-    result = approval_preview(_stand_in(payload), payload["arguments"])
+    it asks first], "device_key": the tool runs only on a device-signed decision}. `preview`:
+    `approval_preview` of the payload's arguments when the caller already has it (a preview may
+    read the tool's world: once is enough)."""
+    result = preview if preview is not None else approval_preview(_stand_in(payload), payload["arguments"])
     preview = result["preview"] or {}
     rows = [(str(label), str(value)) for label, value in preview.get("rows") or []]
     keyed = [row for row in rows if row[0].strip().lower() in KEY_LABELS]

@@ -5,7 +5,6 @@
   const page = document.getElementById("approval");
   const { visible, exact, hasInvisible, shownJson } = window.DeskShown;
   const approvalId = page.dataset.approvalId;
-  const irreversible = page.dataset.effect === "external";
   const help = document.getElementById("keys-help");
   const decideForm = document.getElementById("decide-form");
   const editDetails = document.getElementById("edit");
@@ -53,6 +52,11 @@
     if (count && q) {
       count.textContent = q.approved_by.length + " of " + q.required;
       document.getElementById("quorum-by").textContent = q.approved_by.length ? "approved by " + q.approved_by.join(", ") : "";
+    }
+    // A vote changes what approving means (the last one runs the call): the server says anew.
+    if (q && String(q.approved_by.length) !== page.dataset.votes) {
+      page.dataset.votes = String(q.approved_by.length);
+      rereadSummary();
     }
     const targets = (approval.reviewer && approval.reviewer.targets) || [];
     const users = (approval.reviewer && approval.reviewer.users) || [];
@@ -116,10 +120,93 @@
     // server refuses a decision on an approval that is no longer pending.
   }
 
-  // --- confirmation for irreversible effects ------------------------------------------
-  function confirmed(button) {
-    if (!irreversible || button.classList.contains("reject")) return true;
-    return window.confirm("This acts outside the desk and cannot be undone. " + button.textContent.replace(/^\s*\w\s/, "").trim() + "?");
+  // --- approving asks first only where something is unusual ----------------------------
+  // As on the desk: the server's summary of the call (desk/cards.py call_summary, served in
+  // #call-summary) lists what is unusual about approving it: a preview warning, invisible
+  // characters, a quorum's last vote. Only then does approving ask, in the page dialog
+  // (dialog.js) stating the facts; otherwise it decides at once. An edit asks on the summary of
+  // its edited arguments (the preview endpoint's, the same rule). Rejecting never asks.
+  const summaryNode = document.getElementById("call-summary");
+  let summary = summaryNode ? JSON.parse(summaryNode.textContent) : null;
+  let rereading = null; // the summary read again after a vote: a promise, until it answers
+  let edited = { sent: null, summary: null }; // the summary of the edited arguments last read
+  let passing = null; // the button whose confirmed submit is let through (send, below)
+
+  const isUnusual = (s) => !!(s && s.unusual && s.unusual.length);
+
+  function refused(text) {
+    const note = document.getElementById("decided-notice");
+    note.textContent = text;
+    note.className = "flash error";
+    note.hidden = false;
+  }
+
+  // The preview endpoint's answer for `value` ({preview, errors, summary}); when it cannot be
+  // read, a summary saying so: a call the desk could not read is unusual.
+  async function previewOf(value) {
+    try {
+      const token = document.querySelector("[name=csrfmiddlewaretoken]").value;
+      const response = await fetch(page.dataset.previewUrl, {
+        method: "POST",
+        credentials: "same-origin",
+        headers: { "Content-Type": "application/json", "X-CSRFToken": token, Accept: "application/json" },
+        body: JSON.stringify({ arguments: value }),
+      });
+      const result = await response.json();
+      if (!result.summary && !result.preview) throw new Error(result.detail || "no summary (" + response.status + ")");
+      return result;
+    } catch (error) {
+      const why = "the desk could not read what this call would do (" + error.message + "): judge by the arguments";
+      return { preview: null, errors: [why], summary: { facts: [], body: null, unusual: [why] } };
+    }
+  }
+
+  function rereadSummary() {
+    if (!summary || !decideForm || page.dataset.status !== "pending") return;
+    const reading = previewOf(original).then((result) => {
+      if (result.summary) summary = result.summary;
+    });
+    rereading = reading.finally(() => {
+      if (rereading === reading) rereading = null;
+    });
+  }
+
+  // Ask about `s` (a summary) in the page dialog, if it lists anything unusual: true to go on.
+  function askIfUnusual(s, isEdit) {
+    if (!isUnusual(s)) return Promise.resolve(true);
+    if (!window.DeskDialog) {
+      refused("Not decided: the confirmation did not load. Reload the page.");
+      return Promise.resolve(false);
+    }
+    return window.DeskDialog.confirm({
+      title: (isEdit ? "Sign the edited " : "Approve this ") + page.dataset.tool + "?",
+      lead: "Something about " + (isEdit ? "the edited call" : "this call") + " is unusual: read it before you sign.",
+      items: [
+        {
+          name: page.dataset.tool + " · " + page.dataset.agent,
+          facts: (s.facts || []).map(([label, value]) => [visible(label), exact(value)]),
+          body: s.body === null || s.body === undefined ? "" : exact(s.body),
+          warnings: s.unusual.map((w) => visible(w)),
+        },
+      ],
+      ok: isEdit ? "Sign the edit anyway" : "Approve anyway",
+    });
+  }
+
+  // Hold this submit (prevented, so approval_sign.js skips it too), and once `ask()` says yes
+  // send the form again with the same button. That second submit passes the handlers here
+  // untouched: approval_sign.js signs it with the device key, or the browser posts it.
+  function holdThenSend(event, form, button, ask) {
+    event.preventDefault();
+    ask().then((ok) => {
+      if (!ok || page.dataset.status !== "pending" || button.disabled) return;
+      passing = button;
+      try {
+        form.requestSubmit(button); // its submit event fires within this call
+      } finally {
+        passing = null;
+      }
+    });
   }
 
   let intent = null;
@@ -133,7 +220,13 @@
     });
     decideForm.addEventListener("submit", (event) => {
       const button = event.submitter;
-      if (!button || button.tagName !== "BUTTON" || !confirmed(button)) event.preventDefault();
+      if (!button || button.tagName !== "BUTTON") return event.preventDefault();
+      if (button === passing || !button.classList.contains("approve")) return;
+      if (!rereading && !isUnusual(summary)) return; // ordinary: decided at once
+      holdThenSend(event, decideForm, button, async () => {
+        if (rereading) await rereading;
+        return askIfUnusual(summary, false);
+      });
     });
   }
 
@@ -205,19 +298,11 @@
   }
 
   async function refreshPreview(value) {
-    const token = editForm.querySelector("[name=csrfmiddlewaretoken]").value;
-    try {
-      const response = await fetch(page.dataset.previewUrl, {
-        method: "POST",
-        credentials: "same-origin",
-        headers: { "Content-Type": "application/json", "X-CSRFToken": token, Accept: "application/json" },
-        body: JSON.stringify({ arguments: value }),
-      });
-      const result = await response.json();
-      if (textarea.dataset.sent === JSON.stringify(value)) drawPreview(result); // not a stale answer
-    } catch (error) {
-      drawPreview({ preview: null, errors: ["the preview did not load (" + error.message + ")"] });
-    }
+    const sent = JSON.stringify(value);
+    const result = await previewOf(value);
+    if (textarea.dataset.sent !== sent) return; // a stale answer
+    edited = { sent: sent, summary: result.summary };
+    drawPreview(result);
   }
 
   function resetReview() {
@@ -298,13 +383,19 @@
   if (editForm) {
     textarea.addEventListener("input", onEdit);
     editForm.addEventListener("submit", (event) => {
+      if (event.submitter === passing) return;
       if (!reviewed) {
         event.preventDefault();
         onEdit();
         if (!submit.disabled) showDiff();
         return;
       }
-      if (!confirmed(submit)) event.preventDefault();
+      // What is signed is the edited arguments: asked about as they are, read for them.
+      const value = parsed;
+      const sent = JSON.stringify(value);
+      const known = edited.sent === sent ? edited.summary : null;
+      if (known && !isUnusual(known)) return; // ordinary, and already read: signed at once
+      holdThenSend(event, editForm, submit, async () => askIfUnusual(known || (await previewOf(value)).summary, true));
     });
     back.addEventListener("click", () => {
       resetReview();
@@ -405,6 +496,7 @@
   // --- keys ---------------------------------------------------------------------------
   document.addEventListener("keydown", (event) => {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
+    if (window.DeskDialog && window.DeskDialog.isOpen()) return; // its own keys: Esc, Tab, Enter
     const field = event.target.closest("input, textarea, select");
     if (event.key === "Escape" && field) {
       intent = null;

@@ -46,13 +46,15 @@
     return li;
   }
 
-  // {title, lead, items: [{name, facts, body, warnings}], ok: the confirming button's words}
+  // {title, lead, items: [{name, facts, body, warnings}], ok: the confirming button's words,
+  //  danger: true for a destructive confirmation (its button red, not the approving green)}
   function confirm(spec) {
     if (answer) answer(false);
     title.textContent = spec.title;
     lead.textContent = spec.lead || "";
     items.replaceChildren(...(spec.items || []).map(entry));
     ok.textContent = spec.ok || "Approve";
+    ok.classList.toggle("danger", !!spec.danger);
     const warned = (spec.items || []).some((i) => i.warnings && i.warnings.length);
     dialog.dataset.warned = warned ? "yes" : "";
     dialog.returnValue = "";

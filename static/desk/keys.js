@@ -43,10 +43,33 @@
     await DK.postJson(button.dataset.recordsUrl, { record: draft.record, signature: signature });
   }
 
+  // Revoking asks first, in the page dialog (dialog.js), naming the key: whose, which, its
+  // fingerprint. Without the dialog (its script did not load) nothing is revoked.
+  function confirmRevoke(button) {
+    if (!window.DeskDialog) {
+      say("Not revoked: the confirmation did not load. Reload the page.", "error");
+      return Promise.resolve(false);
+    }
+    const row = button.closest("tr");
+    const cells = row ? row.querySelectorAll("td") : [];
+    const facts = [["Key id", button.dataset.keyId]];
+    if (row) {
+      facts.unshift(["User", row.dataset.user || ""]);
+      facts.push(["Label", cells[1] ? cells[1].textContent : ""], ["Fingerprint", row.querySelector(".fingerprint").textContent]);
+    }
+    return window.DeskDialog.confirm({
+      title: "Revoke " + button.dataset.keyId + "?",
+      lead: "Decisions it signed stop running: a worker refuses anything signed by a revoked key, whenever it was signed.",
+      items: [{ name: "Device key " + button.dataset.keyId, facts: facts }],
+      ok: "Revoke key",
+      danger: true,
+    });
+  }
+
   page.querySelectorAll("button.endorse, button.revoke").forEach((button) => {
     button.addEventListener("click", async () => {
       const action = button.classList.contains("endorse") ? "endorse" : "revoke";
-      if (action === "revoke" && !window.confirm("Revoke " + button.dataset.keyId + "? Decisions it signed stop running.")) return;
+      if (action === "revoke" && !(await confirmRevoke(button))) return;
       try {
         await signRecord(button);
         say((action === "endorse" ? "Endorsed " : "Revoked ") + button.dataset.keyId + ".");

@@ -18,7 +18,7 @@ from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import expect
 
 from reviewdesk.accounts.services import token_create
-from tests.e2e.conftest import wait_for_run
+from tests.e2e.conftest import http, wait_for_run
 from tests.e2e.test_desk_review import SHOTS, browser, submit  # noqa: F401
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -479,3 +479,64 @@ def test_on_a_phone_the_first_decision_is_on_the_first_screen_and_targets_fit_a_
     decided = first.get_attribute("data-run")
     approve.tap()
     expect(card(page, decided)).to_have_count(0, timeout=10_000)
+
+
+def approval_page(browser, stack, username: str, viewport: dict, approval_id: str):  # noqa: F811
+    page = browser.new_context(viewport=viewport).new_page()
+    page.goto(f"{stack.url}/accounts/login/?next=/approvals/{approval_id}/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", f"{username}-password")
+    page.click("button[type=submit]")
+    expect(page.locator("#decide-form button.approve")).to_be_enabled(timeout=10_000)
+    return page
+
+
+@pytest.mark.parametrize("viewport", WIDTHS)
+def test_on_the_approval_page_only_the_unusual_asks_first_in_the_page_dialog(
+    live_stack,
+    carol_token,
+    browser,  # noqa: F811
+    viewport,
+):
+    """As on the desk: an ordinary email is approved at once with `a`; the lookalike address
+    with an invisible character asks in #confirm (its facts, its warnings in red, the focus on
+    Cancel): Enter cancels and the call stays pending; "Approve anyway" decides it. The
+    browser's own dialog never opens."""
+    ordinary = submit(live_stack, carol_token, email("ada@example.com"))
+    outlier = submit(live_stack, carol_token, LOOKALIKE)
+    natives: list[str] = []
+
+    def pending_approval(run_id: str) -> str:
+        return wait_for_run(live_stack, carol_token, run_id, "input_required")["approvals"][0]["id"]
+
+    page = approval_page(browser, live_stack, "alice", viewport, pending_approval(ordinary))
+    page.on("dialog", lambda d: (natives.append(d.message), d.dismiss()))
+    page.keyboard.press("a")  # an ordinary email: decided, nothing asks
+    expect(page.locator(".flash.success")).to_contain_text("Approved send_email", timeout=10_000)
+    decision = wait_for_run(live_stack, carol_token, ordinary)["approvals"][0]["decision"]
+    assert (decision["verdict"], decision["reviewer"]) == ("approve", "alice")
+
+    page.goto(f"{live_stack.url}/approvals/{pending_approval(outlier)}/")
+    expect(page.locator("#decide-form button.approve")).to_be_enabled(timeout=10_000)
+    page.keyboard.press("a")
+    dialog = page.locator("dialog#confirm")
+    expect(dialog).to_be_visible()
+    expect(dialog.locator("dl.facts")).to_contain_text("ada@examp1e.com")
+    expect(dialog).to_contain_text("the arguments contain invisible characters")
+    warning = dialog.locator(".warning").first
+    expect(warning).to_contain_text("ada@examp1e.com is not a known customer's address")
+    assert warning.evaluate("(el) => getComputedStyle(el).color") == RED
+    expect(page.locator("#confirm-cancel")).to_be_focused()
+    assert axe_violations(page) == []
+    page.keyboard.press("Enter")  # on Cancel: nothing is signed
+    expect(dialog).not_to_be_visible()
+    _, run = http("GET", f"{live_stack.url}/api/v1/runs/{outlier}", token=carol_token)
+    assert run["approvals"][0]["status"] == "pending" and run["approvals"][0]["decision"] is None
+
+    page.keyboard.press("a")
+    expect(dialog).to_be_visible()
+    page.locator("#confirm-ok").click()
+    expect(page.locator(".flash.success")).to_contain_text("Approved send_email", timeout=10_000)
+    decision = wait_for_run(live_stack, carol_token, outlier)["approvals"][0]["decision"]
+    assert (decision["verdict"], decision["reviewer"]) == ("approve", "alice")
+    assert natives == []

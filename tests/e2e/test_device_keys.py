@@ -82,10 +82,14 @@ def off_the_loop(work):
         return pool.submit(run).result()
 
 
+# The browser's own dialogs (window.confirm...) any page opened: none, the desk asks in #confirm.
+NATIVE_DIALOGS: list[str] = []
+
+
 def logged_in(browser, url: str, username: str):
     """A page in its own browser context (its own IndexedDB: its own device keys)."""
     page = browser.new_context().new_page()
-    page.on("dialog", lambda dialog: dialog.accept())
+    page.on("dialog", lambda dialog: (NATIVE_DIALOGS.append(dialog.message), dialog.dismiss()))
     page.goto(url)
     page.fill("input[name=username]", username)
     page.fill("input[name=password]", f"{username}-password")
@@ -129,6 +133,7 @@ def test_alice_enrolls_the_admin_endorses_alice_approves_and_the_worker_verifies
     device_stack, logins, browser, trust_file
 ):
     url = device_stack.url
+    NATIVE_DIALOGS.clear()
     admin = logged_in(browser, url + "/keys/", "admin")
     admin_key = create_key(admin, "admin laptop")
     # The bootstrap, on the server: the admin's key becomes the workers' pinned root.
@@ -158,8 +163,9 @@ def test_alice_enrolls_the_admin_endorses_alice_approves_and_the_worker_verifies
 
     alice.goto(f"{url}/approvals/{approval_id}/")
     expect(alice.locator("#device-signing")).to_contain_text(alice_key)
-    alice.click("#decide-form button.approve")
+    alice.click("#decide-form button.approve")  # an ordinary email: nothing asks
     expect(alice.locator("#decision-signer")).to_contain_text("device-signed", timeout=10_000)
+    assert NATIVE_DIALOGS == []
 
     finished = wait_for_run(device_stack, logins["carol_token"], run["id"])
     assert finished["status"] == "succeeded", finished

@@ -172,16 +172,18 @@ def test_a_reviewer_grants_from_the_approval_page_with_the_g_key_and_the_grants_
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
             page = log_in(browser, live_stack, "alice", f"/approvals/{approval['id']}/")
-            page.on("dialog", lambda dialog: dialog.accept())  # send_email is irreversible: confirm
+            natives: list[str] = []
+            page.on("dialog", lambda dialog: (natives.append(dialog.message), dialog.dismiss()))
             page.keyboard.press("g")
             expect(page.locator("#grant-on")).to_be_checked()
             page.check("input[name=grant_match][value=constraints]")
             page.fill("#grant-constraints", '{"to": {"endswith": "@example.com"}}')
             page.select_option("#grant-scope", "agent")
             page.fill("#grant-max-uses", "5")
-            page.click("#decide-form button.approve")
+            page.click("#decide-form button.approve")  # an ordinary email: nothing asks
             page.wait_for_load_state()
             assert wait_for_run(live_stack, carol, run_id)["status"] == "succeeded"
+            assert natives == []
 
             second = submit(live_stack, carol, scripted)
             run = wait_for_run(live_stack, carol, second)

@@ -87,8 +87,10 @@ def test_two_reviewers_on_two_pages_approve_execute_and_only_then_it_runs(
     # bob's socket is live before alice votes, so what reaches it below is a push.
     expect(bob_page.locator("#approval")).to_have_attribute("data-socket", "live", timeout=10_000)
 
-    alice_page.on("dialog", lambda dialog: dialog.accept())  # execute is irreversible: the page asks
-    alice_page.click("#decide-form button.approve")
+    natives: list[str] = []  # the browser's own dialogs: none (the page asks in #confirm)
+    for page in (alice_page, bob_page):
+        page.on("dialog", lambda dialog: (natives.append(dialog.message), dialog.dismiss()))
+    alice_page.click("#decide-form button.approve")  # the first vote: nothing unusual, nothing asks
     expect(alice_page.locator(".flash.success")).to_contain_text("1 of 2, waiting for another reviewer")
 
     # bob's page hears alice's vote over the socket, without a reload.
@@ -105,9 +107,14 @@ def test_two_reviewers_on_two_pages_approve_execute_and_only_then_it_runs(
     assert after_one["side_effects"] == []
     assert after_one["approvals"][0]["status"] == "pending"
 
-    bob_page.on("dialog", lambda dialog: dialog.accept())
+    # bob's is the last vote, which runs the command: the page asks first, saying so.
     bob_page.click("#decide-form button.approve")
+    expect(bob_page.locator("#confirm .warning")).to_contain_text(
+        "yours is the last of 2 approvals: approving runs it"
+    )
+    bob_page.click("#confirm-ok")
     expect(bob_page.locator(".flash.success")).to_contain_text("Approved execute")
+    assert natives == []
 
     final = wait_for_run(live_stack, carol, run["id"], "succeeded", "failed")
     expect(card).to_have_count(0, timeout=10_000)  # decided: it leaves the desk

@@ -19,6 +19,7 @@ from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus, Verdict
 from reviewdesk.approvals.reads.context import approval_context, approval_preview, approval_tool
 from reviewdesk.approvals.reads.representation import approval_data
+from reviewdesk.desk.cards import call_summary
 from reviewdesk.desk.questions import posted_answer, question_form
 from reviewdesk.desk.views.base import DECISION_CONTEXT, DESK_SOCKET_PATH, DONE, require_reviewer
 from reviewdesk.desk.views.grants import grant_form_context, posted_grant
@@ -43,13 +44,17 @@ def approval_page(request: HttpRequest, approval_id) -> HttpResponse:
     voted = approval.status == ApprovalStatus.PENDING and any(
         d.reviewer_id == request.user.pk for d in approval.approving_decisions()
     )
+    payload = approval_data(approval)
+    preview = approval_preview(approval, approval.arguments)
     return render(
         request,
         "desk/approval.html",
         {
-            "approval": approval_data(approval),
+            "approval": payload,
             "context": approval_context(approval),
-            "preview": approval_preview(approval, approval.arguments),
+            "preview": preview,
+            # What approving would confirm first, as on the desk (cards.call_summary's "unusual").
+            "summary": _summary(payload, preview),
             "schema": tool.parameters if tool else {},
             "canonical_arguments": canonical_json(approval.arguments).decode(),
             "may_decide": qualifies and not voted,
@@ -64,6 +69,12 @@ def approval_page(request: HttpRequest, approval_id) -> HttpResponse:
             **DECISION_CONTEXT,
         },
     )
+
+
+def _summary(payload: dict, preview: dict) -> dict | None:
+    """The desk's summary of a tool call (`call_summary`): its facts, its body's first lines and
+    what is unusual about approving it. None for a question or a reconciliation."""
+    return call_summary(payload, preview=preview) if payload["kind"] == ApprovalKind.TOOL_CALL else None
 
 
 def _failed_calls(approval: ApprovalRequest) -> set[str]:
@@ -87,10 +98,14 @@ PREVIEW_MAX_DEPTH = 32
 @login_required
 @require_http_methods(["POST"])
 def approval_preview_json(request: HttpRequest, approval_id) -> JsonResponse:
-    """What the call would do with the edited arguments: {"preview", "errors"} as JSON.
+    """What the call would do with the edited arguments: {"preview", "errors", "summary"} as
+    JSON, "summary" the desk's (`call_summary`) for the call with these arguments: its facts,
+    and what is unusual about approving it (the page confirms an edit only then). None for a
+    question or a reconciliation.
 
-    The approval page calls it as the reviewer edits (session + CSRF). Reviewers only,
-    and only for an approval they may see; it reads and never acts.
+    The approval page calls it as the reviewer edits (session + CSRF), and with the original
+    arguments when a vote changes what approving means. Reviewers only, and only for an
+    approval they may see; it reads and never acts.
     """
     require_reviewer(request)
     try:
@@ -108,6 +123,8 @@ def approval_preview_json(request: HttpRequest, approval_id) -> JsonResponse:
     if json_depth_exceeds(body["arguments"], PREVIEW_MAX_DEPTH):
         return JsonResponse({"detail": f"the arguments nest deeper than {PREVIEW_MAX_DEPTH}"}, status=400)
     result = approval_preview(approval, body["arguments"])
+    edited = {**approval_data(approval), "arguments": body["arguments"]}
+    result = {**result, "summary": _summary(edited, result)}
     return JsonResponse(result, status=422 if result["errors"] and result["preview"] is None else 200)
 
 

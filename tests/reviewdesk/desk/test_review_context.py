@@ -156,6 +156,21 @@ def test_a_refund_preview_warns_when_it_exceeds_what_is_left(interrupted_run, pe
     ]
 
 
+def test_the_preview_of_edited_arguments_says_what_is_unusual_about_signing_them(interrupted_run, personas):
+    """The approval page confirms an edit only when its edited call is unusual: the endpoint's
+    summary is the desk's (`call_summary`) for the arguments sent, not for the original ones."""
+    _, refund = interrupted_run(REFUND_SCRIPT)  # 250.00 of an order of 250.00: ordinary
+    DemoRefund.objects.create(order_id="A-1001", amount=Decimal("100.00"), idempotency_key="earlier")
+    alice = logged_in(personas.alice)
+    within = preview(alice, refund, {"order_id": "A-1001", "amount": 150}).json()["summary"]
+    assert within["unusual"] == []
+    assert ["This refund", "150.00"] in within["facts"]
+    beyond = preview(alice, refund, {"order_id": "A-1001", "amount": 151}).json()["summary"]
+    assert beyond["unusual"] == ["this refund exceeds what is left to refund (150.00): it will fail"]
+    hidden = preview(alice, refund, {"order_id": "A-1001\u202e", "amount": 1}).json()["summary"]
+    assert "the arguments contain invisible characters (shown escaped)" in hidden["unusual"]
+
+
 def test_the_preview_endpoint_refuses_bad_arguments_and_strangers(interrupted_run, personas):
     _, approval = interrupted_run()
     alice = logged_in(personas.alice)

@@ -363,7 +363,8 @@ def test_g_grants_by_keyboard_alone(
     would type into), Escape leaves the field, and `a` approves with the grant: three keys."""
     run_id = submit(live_stack, carol_token, email("ada@example.com"))
     page = desk(browser, live_stack, "alice", viewport)
-    page.on("dialog", lambda d: d.accept())
+    native = []
+    page.on("dialog", lambda d: (native.append(d.message), d.dismiss()))
     wait_cards(page, [run_id])
     choose(page, run_id)
     started = time.monotonic()
@@ -376,6 +377,7 @@ def test_g_grants_by_keyboard_alone(
     page.keyboard.press("a")
     page.wait_for_selector(".flash.success")
     say(f"approve and always allow ({width_name(viewport)})", 3, time.monotonic() - started)
+    assert native == []  # an ordinary email asks nothing, in no browser dialog
     assert wait_for_run(live_stack, carol_token, run_id)["approvals"][0]["decision"]["verdict"] == "approve"
     page.goto(live_stack.url + "/grants/")
     expect(page.locator("#grants tbody tr[data-grant-id]")).to_have_count(1)

@@ -1,6 +1,8 @@
 """axe-core (axe-playwright-python, its axe.min.js from the wheel: nothing downloaded) on the
-desk, the approval page, the run page, the runs list, the grants page and the audit page, in headless Chromium
-against daphne and a Celery worker: no serious or critical violation on any of them. Each page
+desk, the Questions tab, the approval page of a call and of a question, the run page, the runs
+list, the grants, settings, tokens, webhooks, keys and API docs pages, and an admin's audit and
+MCP pages, and the login page, in headless Chromium against daphne and a Celery worker, each at
+1280 and 390 px wide: no violation of any impact on any of them. Each page
 is also photographed at 1280 px and at phone width under var/screenshots/, and axe's findings
 per page are written next to them (axe-<page>.json)."""
 
@@ -20,7 +22,14 @@ from tests.reviewdesk.desk.test_review_context import REFUND_SCRIPT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-BLOCKING = ("serious", "critical")
+QUESTION_SCRIPT = [
+    {
+        "tool_calls": [
+            {"name": "ask_human", "arguments": {"question": "Which plan?", "options": ["basic", "pro"]}}
+        ]
+    },
+    {"content": "ok"},
+]
 
 
 @pytest.fixture
@@ -53,15 +62,17 @@ def audit(page, name: str, found: dict[str, list[dict]]) -> None:
     shoot(page, f"a11y-{name}")
 
 
-def test_no_page_of_the_desk_has_a_serious_or_critical_accessibility_violation(
+def test_no_page_of_the_desk_has_any_accessibility_violation_at_either_width(
     live_stack,
     carol_token,
     browser,  # noqa: F811
 ):
     decided_run = submit(live_stack, carol_token, SEND_EMAIL_SCRIPT)
     pending_run = submit(live_stack, carol_token, REFUND_SCRIPT)
+    question_run = submit(live_stack, carol_token, QUESTION_SCRIPT)
     decided = wait_for_run(live_stack, carol_token, decided_run, "input_required")
     pending = wait_for_run(live_stack, carol_token, pending_run, "input_required")
+    asked = wait_for_run(live_stack, carol_token, question_run, "input_required")
     found: dict[str, list[dict]] = {}
 
     page = log_in(browser, live_stack, "alice", f"/approvals/{decided['approvals'][0]['id']}/")
@@ -87,19 +98,31 @@ def test_no_page_of_the_desk_has_a_serious_or_critical_accessibility_violation(
     page.goto(f"{live_stack.url}/grants/")
     page.wait_for_selector("#grants tbody tr[data-grant-id]")
     audit(page, "grants", found)
+    page.goto(f"{live_stack.url}/?kind=question")
+    card_for(page, question_run)
+    audit(page, "questions", found)
+    page.goto(f"{live_stack.url}/approvals/{asked['approvals'][0]['id']}/")
+    page.wait_for_selector("#answer-form button.option:not(:disabled)")
+    audit(page, "question", found)
+    for name in ("settings", "tokens", "webhooks", "keys"):
+        page.goto(f"{live_stack.url}/{name}/")
+        audit(page, name, found)
+    page.goto(f"{live_stack.url}/api/docs/")
+    audit(page, "api-docs", found)
 
     admin = log_in(browser, live_stack, "admin", "/audit/")
     admin.wait_for_selector("#audit .badge.sig.ok")
     audit(admin, "audit", found)
+    admin.goto(f"{live_stack.url}/mcp/")
+    audit(admin, "mcp", found)
+    login = browser.new_context().new_page()
+    login.goto(f"{live_stack.url}/accounts/login/")
+    audit(login, "login", found)
 
     impacts = {name: dict(Counter(v["impact"] for v in vs)) for name, vs in found.items()}
     print("axe violations by impact per page:", json.dumps(impacts))
-    blocking = {
-        name: [
-            f"{v['id']} ({v['impact']}, {v['width']} px): {v['nodes'][:3]}"
-            for v in vs
-            if v["impact"] in BLOCKING
-        ]
+    any_impact = {
+        name: [f"{v['id']} ({v['impact']}, {v['width']} px): {v['nodes'][:3]}" for v in vs]
         for name, vs in found.items()
     }
-    assert blocking == {name: [] for name in found}, blocking
+    assert any_impact == {name: [] for name in found}, any_impact

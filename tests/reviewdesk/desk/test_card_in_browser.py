@@ -157,7 +157,13 @@ def desk_in_chromium(
         request = route.request
         card = re.fullmatch(rf"{ORIGIN}/approvals/([0-9a-f-]+)/card", request.url)
         if request.method == "GET" and card:
-            route.fulfill(json={"id": card.group(1), "desk": CARD_VIEWS[card.group(1)]})
+            # Only a pushed approval's view is worked out: the others (the snapshot's, the
+            # server's cards, read for the selected card's "why the agent asks") answer 404.
+            view = CARD_VIEWS.get(card.group(1))
+            if view is None:
+                route.fulfill(status=404, json={"detail": "no such approval"})
+            else:
+                route.fulfill(json={"id": card.group(1), "desk": view})
             return
         if request.method == "POST":  # the desk's side of a decision: `answer`, as JSON
             path = request.url.removeprefix(ORIGIN)

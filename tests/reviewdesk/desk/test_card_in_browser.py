@@ -101,7 +101,19 @@ def armed(cards: list) -> int:
     return sum(arm(card) for card in cards)
 
 
-DESK_SCRIPTS = ("shown.js", "time.js", "schema.js", "dialog.js", "desk.js", "edit.js", "batch.js", "nav.js")
+DESK_SCRIPTS = (
+    "shown.js",
+    "time.js",
+    "schema.js",
+    "dialog.js",
+    "desk_card.js",
+    "desk_decide.js",
+    "desk_keys.js",
+    "desk.js",
+    "edit.js",
+    "batch.js",
+    "nav.js",
+)
 NO_FILTERS = QueueFilters()
 # What `/approvals/ID/card` answers the page: the desk's view of each approval a test sent it,
 # worked out before it is asked (Playwright answers a route from an async context, where Django

@@ -344,6 +344,9 @@ def test_a_card_refused_as_decided_elsewhere_stays_off(pending, personas):
         expect(card.locator("button.approve")).to_be_disabled()
         expect(card.locator("button.reject")).to_be_disabled()
         page.keyboard.press("a")  # the selected card: a key acts on armed buttons only
+        page.keyboard.press("r")  # and a reason sent with Enter: a reject by the keys, not posted
+        page.keyboard.type("too late")
+        page.keyboard.press("Enter")
         page.wait_for_timeout(500)
         expect(page.locator("#notices .flash")).to_have_count(1)
     assert len(posted) == 1

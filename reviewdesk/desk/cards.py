@@ -2,7 +2,7 @@
 (its key facts, the first lines of its body, its warnings), one risk line, what would make
 approving it unusual (and so confirmed in a dialog, and never swept into a batch by "select
 all similar"), and its place in the queue's order. The page's cards, the socket's snapshot and
-the card endpoint for a live call all take it from here (`desk_view`), and desk.js only draws it:
+the card endpoint for a live call all take it from here (`desk_view`), and desk_card.js only draws it:
 the browser restates none of these rules.
 """
 

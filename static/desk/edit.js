@@ -3,7 +3,7 @@
 // checkbox; enum: a select; anything else: its JSON), with the whole JSON as an advanced view.
 // The caret lands in the first field, so typing never reaches the desk's keys. An edit that
 // changes nothing is refused here ("No changes: use Approve") and by the server (422 unchanged).
-// Signed as one decision (verdict "edit") through desk.js's post, like Approve.
+// Signed as one decision (verdict "edit") through desk_decide.js's post (window.DeskQueue), like Approve.
 (function () {
   "use strict";
   const queue = window.DeskQueue;
@@ -137,7 +137,7 @@
 
     // The JSON view, once typed in, is what is signed; until then the fields are.
     json.addEventListener("input", () => (json.dataset.typed = "yes"));
-    // The card the editor is in now: desk.js moves it into a card drawn again (a push, a snapshot).
+    // The card the editor is in now: desk_card.js's carryOver moves it into a card drawn again (a push, a snapshot).
     const here = () => form.closest("li.card") || node;
     cancel.addEventListener("click", () => {
       const current = here();

@@ -2,7 +2,7 @@
 // the reviewer's own device key (the card's data-device-key) is decided here as on its page
 // (approval_sign.js): the exact payload bytes are fetched (/api/v1/approvals/{id}/payload),
 // signed by the key this browser holds (devicekey.js: the private key never leaves it), and
-// the decision is posted with its signature. desk.js's post() hands such decisions here, so
+// the decision is posted with its signature. desk_decide.js's post() hands such decisions here, so
 // Approve, `a`, an edit and a batch all sign the same way; a rejection needs no device key.
 (function () {
   "use strict";
@@ -67,7 +67,7 @@
     return response.json().catch(() => ({ detail: "the desk answered " + response.status + " " + response.statusText }));
   }
 
-  // One device-signed decision: {decided, detail, code?}, as desk.js's post() answers.
+  // One device-signed decision: {decided, detail, code?}, as desk_decide.js's post() answers.
   async function decide(node, body) {
     const key = await settledEntry();
     if (!key) return { decided: false, detail: "Not decided: " + missing(node.dataset.tool), code: "device_signature_required" };

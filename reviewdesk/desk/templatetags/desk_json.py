@@ -32,7 +32,7 @@ def pretty_json(value: Any) -> str:
 @register.filter
 def ascii_json(value: Any) -> str:
     # For a data attribute batch.js parses: invisible characters never reach the page raw.
-    # desk.js writes the same text for a live card (JSON.stringify, then \uXXXX past ASCII).
+    # desk_card.js writes the same text for a live card (JSON.stringify, then \uXXXX past ASCII).
     return json.dumps(value, indent=2, ensure_ascii=True, sort_keys=False)
 
 

@@ -1,6 +1,6 @@
-"""A card's links, written the way desk.js writes a live card's: the view reverses each URL once
+"""A card's links, written the way desk_card.js writes a live card's: the view reverses each URL once
 per page with PLACEHOLDER for the id (`run_url`, `approval_url`), and `{{ pattern|url_for:id }}`
-puts an id in its place, as desk.js's urlFor does with the same patterns. A `{% url %}` per link
+puts an id in its place, as desk_card.js's urlFor does with the same patterns. A `{% url %}` per link
 per card reversed the same route twenty times a page (the desk at 10,000 pending,
 whose page holds twice the cards it holds at 10)."""
 

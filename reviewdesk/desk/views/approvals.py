@@ -160,7 +160,7 @@ def _decide(request: HttpRequest, approval: ApprovalRequest) -> HttpResponse:
     if decision.request.status == ApprovalStatus.PENDING:  # a quorum vote: others must add theirs
         votes = len(decision.request.approving_decisions())
         done = f"{done[:-1]}: {votes} of {decision.request.required_approvals}, waiting for another reviewer."
-    if _wants_json(request):  # desk.js decides in place and keeps the reviewer in the queue
+    if _wants_json(request):  # desk_decide.js decides in place and keeps the reviewer in the queue
         return JsonResponse({"decided": True, "detail": done})
     messages.success(request, done)
     return _back_to(request.POST.get("next", ""), request)

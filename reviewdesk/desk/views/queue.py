@@ -94,7 +94,7 @@ def card_context(request: HttpRequest) -> dict[str, str]:
     """What desk/_card.html reads besides its approval, worked out once a page rather than once
     a card (a page at 10,000 pending holds twice the cards of one at 10): the viewer's
     name (their own runs' calls are not theirs to decide) and the links, as patterns that the
-    url_for filter and desk.js's urlFor fill with an id."""
+    url_for filter and desk_card.js's urlFor fill with an id."""
     return {
         "username": request.user.get_username(),
         "desk_url": reverse("desk"),

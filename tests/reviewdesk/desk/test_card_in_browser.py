@@ -101,7 +101,19 @@ def armed(cards: list) -> int:
     return sum(arm(card) for card in cards)
 
 
-DESK_SCRIPTS = ("shown.js", "time.js", "schema.js", "dialog.js", "desk.js", "edit.js", "batch.js", "nav.js")
+DESK_SCRIPTS = (
+    "shown.js",
+    "time.js",
+    "schema.js",
+    "dialog.js",
+    "desk_card.js",
+    "desk_decide.js",
+    "desk_keys.js",
+    "desk.js",
+    "edit.js",
+    "batch.js",
+    "nav.js",
+)
 NO_FILTERS = QueueFilters()
 # What `/approvals/ID/card` answers the page: the desk's view of each approval a test sent it,
 # worked out before it is asked (Playwright answers a route from an async context, where Django
@@ -157,7 +169,13 @@ def desk_in_chromium(
         request = route.request
         card = re.fullmatch(rf"{ORIGIN}/approvals/([0-9a-f-]+)/card", request.url)
         if request.method == "GET" and card:
-            route.fulfill(json={"id": card.group(1), "desk": CARD_VIEWS[card.group(1)]})
+            # Only a pushed approval's view is worked out: the others (the snapshot's, the
+            # server's cards, read for the selected card's "why the agent asks") answer 404.
+            view = CARD_VIEWS.get(card.group(1))
+            if view is None:
+                route.fulfill(status=404, json={"detail": "no such approval"})
+            else:
+                route.fulfill(json={"id": card.group(1), "desk": view})
             return
         if request.method == "POST":  # the desk's side of a decision: `answer`, as JSON
             path = request.url.removeprefix(ORIGIN)
@@ -326,6 +344,9 @@ def test_a_card_refused_as_decided_elsewhere_stays_off(pending, personas):
         expect(card.locator("button.approve")).to_be_disabled()
         expect(card.locator("button.reject")).to_be_disabled()
         page.keyboard.press("a")  # the selected card: a key acts on armed buttons only
+        page.keyboard.press("r")  # and a reason sent with Enter: a reject by the keys, not posted
+        page.keyboard.type("too late")
+        page.keyboard.press("Enter")
         page.wait_for_timeout(500)
         expect(page.locator("#notices .flash")).to_have_count(1)
     assert len(posted) == 1

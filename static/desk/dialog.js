@@ -65,7 +65,11 @@
     });
   }
 
+  // The close event is queued, not fired at once: a confirmation asked again straight after one
+  // was closed (Esc, then `a`) is open when the first one's event arrives. That stale event
+  // answered the new question "no" while its dialog stayed up, and its Approve then did nothing.
   dialog.addEventListener("close", () => {
+    if (dialog.open) return;
     const resolve = answer;
     answer = null;
     if (resolve) resolve(dialog.returnValue === "ok");

@@ -85,3 +85,31 @@ def test_revoking_a_key_asks_in_the_page_dialog_and_cancel_keeps_it(personas, de
             "Could not revoke: this browser holds no device key of yours to sign with"
         )
     assert natives == []
+
+
+def test_a_confirmation_asked_again_right_after_one_was_cancelled_answers_its_own_button(personas):
+    """dialog.js: the close event is queued, so one cancelled confirmation's event can arrive
+    after the next was opened (Esc, then `a` at once). It must not answer the new one: the
+    second dialog's confirming button still says yes."""
+    client = Client()
+    client.force_login(personas.admin)
+    files = {f"{ORIGIN}/keys/": (client.get("/keys/").content.decode(), "text/html")}
+    files.update(desk_scripts(ORIGIN, SCRIPTS))
+
+    def serve(route) -> None:
+        body, content_type = files.get(route.request.url, ("", "text/plain"))
+        route.fulfill(body=body, content_type=content_type, status=200 if body else 404)
+
+    with routed_page(ORIGIN, serve, path="/keys/") as page:
+        answers = page.evaluate(
+            """async () => {
+              const first = window.DeskDialog.confirm({ title: "first" });
+              document.getElementById("confirm-cancel").click(); // closed: its event is queued
+              const second = window.DeskDialog.confirm({ title: "second" });
+              await new Promise((resolve) => setTimeout(resolve, 50)); // the stale event arrives
+              const stillOpen = document.getElementById("confirm").open;
+              document.getElementById("confirm-ok").click();
+              return [await first, stillOpen, await second];
+            }"""
+        )
+    assert answers == [False, True, True]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 
 import pytest
 from django.db import connection
@@ -70,19 +71,32 @@ def test_two_workers_finding_the_same_change_at_once_record_and_audit_it_once(mo
 
 
 def test_two_workers_pinning_overlapping_tools_at_once_both_finish(monkeypatch):
-    """One lists read_file and delete_file, the other (the server changed its list between)
-    read_file alone; they meet before their first inserts. The first inserts delete_file, then
-    waits on the other's insert of read_file; the other audits it and commits. Were an audit row
-    written as it is asked for, the first would hold the writers' lock while it waited, and the
-    other would wait on that lock to audit: a deadlock, one of them failing."""
-    met = threading.Barrier(2)
+    """One (A) lists read_file and delete_file, the other (B: the server changed its list
+    between) read_file alone. The test orders them: A inserts delete_file, and only then does B
+    insert read_file, a second before A's own insert of read_file, which waits on B's. Were an
+    audit row written as it is asked for, A would hold the writers' lock from delete_file's
+    audit while it waited, and B would wait on that lock to audit read_file: a deadlock, one of
+    them failing. Written at the block's end, B audits and commits, and A reads B's pin."""
     seal = pins.seal_first_sight
+    first_seen: dict[str, int] = {}
+    a_at_read_file = threading.Event()
+    b_sealed = threading.Event()
 
-    def seal_when_both_have_read(**kwargs):
-        wait_for_the_other(met)
-        return seal(**kwargs)
+    def seal_in_order(**kwargs):
+        sealed = seal(**kwargs)
+        me = threading.get_ident()
+        if kwargs["tool"] == "delete_file":
+            first_seen["a"] = me  # A's first insert (and, written at once, its audit) follow
+        elif first_seen.get("a") == me:
+            a_at_read_file.set()
+            b_sealed.wait(timeout=5)
+            time.sleep(1)  # B's insert of read_file lands before A's
+        else:
+            a_at_read_file.wait(timeout=5)
+            b_sealed.set()
+        return sealed
 
-    monkeypatch.setattr(pins, "seal_first_sight", seal_when_both_have_read)
+    monkeypatch.setattr(pins, "seal_first_sight", seal_in_order)
 
     results = in_threads(
         lambda: DjangoPinStore().reconcile(SERVER, [READ, DELETE]),

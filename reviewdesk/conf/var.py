@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import secrets
 import tempfile
+import threading
 from pathlib import Path
 
 # A unix socket path must fit in sockaddr_un.sun_path (108 bytes on Linux).
@@ -52,14 +53,26 @@ def ensure_private_file(path: Path) -> Path:
 
 
 def read_or_create_secret(path: Path, *, nbytes: int = 48) -> str:
-    """Return the secret stored at `path`, creating it (mode 0600) on first use."""
+    """Return the secret stored at `path`, creating it (mode 0600) on first use.
+
+    Two processes (or threads) may both find it missing: the first to link its file into place
+    wins and the other reads the winner's. The file is written whole under a name of its own
+    first, so the loser never reads it empty (a plain O_EXCL create raised FileExistsError in
+    the loser, or handed it a file not yet written)."""
     if path.exists():
         return path.read_text().strip()
     ensure_var_dir(path.parent)
     value = secrets.token_urlsafe(nbytes)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    draft = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.draft")
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:
         handle.write(value + "\n")
+    try:
+        os.link(draft, path)
+    except FileExistsError:
+        value = path.read_text().strip()
+    finally:
+        draft.unlink(missing_ok=True)
     return value
 
 

@@ -8,6 +8,8 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -232,3 +234,26 @@ def test_the_embedded_defaults_var_and_database_are_private(tmp_path):
     assert stat.S_IMODE(var.stat().st_mode) == 0o700
     assert stat.S_IMODE((var / "db.sqlite3").stat().st_mode) == 0o600
     assert stat.S_IMODE((var / "secret_key").stat().st_mode) == 0o600
+
+
+def test_threads_making_one_secret_at_once_all_read_the_one_that_won(tmp_path, monkeypatch):
+    """Eight threads find the secret missing, then meet just before creating it (as the web
+    process and a worker do on a first start): none fails, all return the one value in the file,
+    which is 0600, and no draft is left beside it."""
+    path = tmp_path / "var" / "audit.key"
+    gate = threading.Barrier(8)
+    token = secrets.token_urlsafe
+
+    def at_once(nbytes):
+        gate.wait(timeout=10)
+        return token(nbytes)
+
+    monkeypatch.setattr(var.secrets, "token_urlsafe", at_once)
+    with ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(var.read_or_create_secret, path, nbytes=32) for _ in range(8)]
+        outcomes = [f.exception() or f.result() for f in futures]
+
+    assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
+    assert set(outcomes) == {path.read_text().strip()} and len(path.read_text().strip()) > 20
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert sorted(p.name for p in path.parent.iterdir()) == ["audit.key"]

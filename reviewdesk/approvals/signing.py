@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -24,13 +25,13 @@ from django.conf import settings
 
 from agents.decisions import key_id_for, sign_payload
 from agents.registry import UnknownAgent, get_agent
+from reviewdesk.conf import var
 
 
 def _write_private(path: Path, data: bytes) -> None:
+    """Create it whole or raise FileExistsError: a racing reader never sees it half written."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
+    var.create_private(path, data)
 
 
 def _add_to_keyring(path: Path, public_key: Ed25519PublicKey) -> None:
@@ -50,7 +51,7 @@ def _write_keyring(path: Path, keys: dict[str, str]) -> None:
     by none: a worker's start-up check refuses a keyring with a write bit when it runs as root,
     and one it could write otherwise. The rename needs the directory's write bit, not the file's."""
     path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # two writers at once
     tmp.unlink(missing_ok=True)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
     with os.fdopen(fd, "w") as handle:

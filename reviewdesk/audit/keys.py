@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import os
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
@@ -114,10 +113,9 @@ def plain_boundary() -> int | None:
 
 
 def _write_private(path: Path, data: bytes) -> None:
+    """Create it whole or raise FileExistsError: a racing reader never sees it half written."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
+    var.create_private(path, data)
 
 
 def _publish(public_key: Ed25519PublicKey) -> None:

@@ -55,25 +55,32 @@ def ensure_private_file(path: Path) -> Path:
 def read_or_create_secret(path: Path, *, nbytes: int = 48) -> str:
     """Return the secret stored at `path`, creating it (mode 0600) on first use.
 
-    Two processes (or threads) may both find it missing: the first to link its file into place
-    wins and the other reads the winner's. The file is written whole under a name of its own
-    first, so the loser never reads it empty (a plain O_EXCL create raised FileExistsError in
-    the loser, or handed it a file not yet written)."""
+    Two processes (or threads) may both find it missing: the first to put its file in place
+    wins and the other reads the winner's (`create_private`). A plain O_EXCL create raised
+    FileExistsError in the loser, or handed it a file not yet written."""
     if path.exists():
         return path.read_text().strip()
     ensure_var_dir(path.parent)
     value = secrets.token_urlsafe(nbytes)
-    draft = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.draft")
-    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(value + "\n")
     try:
-        os.link(draft, path)
+        create_private(path, (value + "\n").encode())
     except FileExistsError:
         value = path.read_text().strip()
+    return value
+
+
+def create_private(path: Path, data: bytes) -> None:
+    """Create `path` (0600) holding `data`, or raise FileExistsError when it exists. Written
+    whole under a draft name of this process and thread, then linked into place: whoever finds
+    it there reads it whole, never empty or half written, and of two creators one wins."""
+    draft = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.draft")
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.link(draft, path)
     finally:
         draft.unlink(missing_ok=True)
-    return value
 
 
 def redis_socket_path(var_dir: Path) -> Path:

@@ -8,11 +8,11 @@ from celery import shared_task
 from django.utils import timezone
 
 from reviewdesk.approvals.lifecycle.clock import approvals_escalate, approvals_remind
+from reviewdesk.approvals.lifecycle.digest import digests_send
 from reviewdesk.approvals.lifecycle.notify import (
     REMINDER,
     approvals_notify,
     approvals_warn_expiring,
-    digests_send,
     notify_send,
 )
 

@@ -19,9 +19,10 @@ from reviewdesk.approvals.lifecycle.clock import (
     approvals_escalate,
     approvals_remind,
 )
+from reviewdesk.approvals.lifecycle.digest import digests_send
 from reviewdesk.approvals.lifecycle.handover import approval_handover
 from reviewdesk.approvals.lifecycle.links import LINK_SALT
-from reviewdesk.approvals.lifecycle.notify import approvals_notify, digests_send
+from reviewdesk.approvals.lifecycle.notify import approvals_notify
 from reviewdesk.approvals.models import ApprovalLink, ApprovalRequest, Decision
 from reviewdesk.approvals.tasks import approvals_tick
 from reviewdesk.audit.models import AuditEvent

@@ -22,15 +22,9 @@ from django.utils import timezone
 
 from reviewdesk.accounts.models import NotificationPreference
 from reviewdesk.approvals.deciding.record import approval_decide
-from reviewdesk.approvals.lifecycle import notify
-from reviewdesk.approvals.lifecycle.notify import (
-    approvals_notify,
-    digest_items,
-    digest_send,
-    digests_send,
-    expiring_due,
-    expiring_send,
-)
+from reviewdesk.approvals.lifecycle import digest
+from reviewdesk.approvals.lifecycle.digest import digest_items, digest_send, digests_send
+from reviewdesk.approvals.lifecycle.notify import approvals_notify, expiring_due, expiring_send
 from reviewdesk.approvals.models import ApprovalRequest, NotificationSent
 from reviewdesk.approvals.tasks import approvals_tick
 from reviewdesk.audit.models import AuditEvent
@@ -282,7 +276,7 @@ def test_two_digest_ticks_that_read_the_same_moment_send_one_mail(interrupted_ru
 
 
 def test_a_digest_lists_so_many_and_the_next_one_the_rest(interrupted_run, personas, mailoutbox, monkeypatch):
-    monkeypatch.setattr(notify, "DIGEST_ITEMS_MAX", 2)
+    monkeypatch.setattr(digest, "DIGEST_ITEMS_MAX", 2)
     queue(interrupted_run, emails(3))
     approvals_notify(now=timezone.now())
 

@@ -112,6 +112,18 @@ def assert_nothing_to_click_before_the_script(browser, url: str) -> None:
     context.close()
 
 
+def email_run_waiting(stack, token: str, task: str) -> dict:
+    """A demo run that emails Ada, submitted over the API, once its call waits for a decision."""
+    status, run = http(
+        "POST",
+        stack.url + "/api/v1/runs",
+        token=token,
+        body={"agent": "demo", "input": task, "model": {"provider": "scripted", "script": SEND_EMAIL_SCRIPT}},
+    )
+    assert status == 201, run
+    return wait_for_run(stack, token, run["id"], "input_required")
+
+
 def create_key(page, label: str) -> str:
     page.fill("#key-label", label)
     page.click("#create-key")
@@ -147,18 +159,7 @@ def test_alice_enrolls_the_admin_endorses_alice_approves_and_the_worker_verifies
     endorse(admin, alice_key)  # on another page: the admin compared this fingerprint out of band
     assert off_the_loop(lambda: DeviceKey.objects.get(key_id=alice_key).fingerprint) == fingerprint
 
-    status, run = http(
-        "POST",
-        url + "/api/v1/runs",
-        token=logins["carol_token"],
-        body={
-            "agent": "demo",
-            "input": "Email Ada.",
-            "model": {"provider": "scripted", "script": SEND_EMAIL_SCRIPT},
-        },
-    )
-    assert status == 201, run
-    run = wait_for_run(device_stack, logins["carol_token"], run["id"], "input_required")
+    run = email_run_waiting(device_stack, logins["carol_token"], "Email Ada.")
     approval_id = run["approvals"][0]["id"]
 
     alice.goto(f"{url}/approvals/{approval_id}/")
@@ -175,20 +176,8 @@ def test_alice_enrolls_the_admin_endorses_alice_approves_and_the_worker_verifies
     assert len(outbox_for(run["id"])) == 1
 
     # The desk's pane signs the same way (issue 35): no detour to the item's page.
-    status, second = http(
-        "POST",
-        url + "/api/v1/runs",
-        token=logins["carol_token"],
-        body={
-            "agent": "demo",
-            "input": "Email Ada again.",
-            "model": {"provider": "scripted", "script": SEND_EMAIL_SCRIPT},
-        },
-    )
-    assert status == 201, second
-    second_id = wait_for_run(device_stack, logins["carol_token"], second["id"], "input_required")[
-        "approvals"
-    ][0]["id"]
+    second = email_run_waiting(device_stack, logins["carol_token"], "Email Ada again.")
+    second_id = second["approvals"][0]["id"]
     # A browser of alice's that holds none of her keys: the pane says why, and `a` signs nothing.
     elsewhere = logged_in(browser, url + "/", "alice")
     row = elsewhere.locator(f"li.card[data-run='{second['id']}']")
@@ -230,18 +219,7 @@ def test_the_api_path_with_a_key_file_runs_the_tool_on_a_device_required_worker(
     ):
         call_command("trust", *command)
     _, alice_token = token_create(user=DeviceKey.objects.get(user__username="alice").user, scopes=["review"])
-    status, run = http(
-        "POST",
-        device_stack.url + "/api/v1/runs",
-        token=logins["carol_token"],
-        body={
-            "agent": "demo",
-            "input": "Email Ada.",
-            "model": {"provider": "scripted", "script": SEND_EMAIL_SCRIPT},
-        },
-    )
-    assert status == 201, run
-    run = wait_for_run(device_stack, logins["carol_token"], run["id"], "input_required")
+    run = email_run_waiting(device_stack, logins["carol_token"], "Email Ada.")
 
     done = subprocess.run(
         [

@@ -37,23 +37,8 @@
     return grant;
   }
 
-  async function decide(entry, body) {
-    const query = new URLSearchParams({ verdict: body.verdict, checkpoint_id: body.checkpoint_id, reason: body.reason, note: body.note, key_id: entry.key_id });
-    if (body.external_ref !== undefined) query.set("external_ref", body.external_ref);
-    if (body.arguments !== undefined) query.set("arguments", JSON.stringify(body.arguments));
-    const fetched = await fetch(page.dataset.payloadUrl + "?" + query, { credentials: "same-origin", headers: { Accept: "application/json" } });
-    const signable = await fetched.json();
-    if (!fetched.ok) throw new Error(signable.detail || "the payload was refused");
-    const signature = await window.DeskDeviceKey.sign(entry, signable.bytes);
-    const response = await fetch(page.dataset.decisionUrl, {
-      method: "POST",
-      credentials: "same-origin",
-      headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": window.DeskDeviceKey.csrfToken() },
-      body: JSON.stringify(Object.assign({}, body, { signature: signature, key_id: entry.key_id, payload: signable.payload })),
-    });
-    const decided = await response.json();
-    if (!response.ok) throw new Error(decided.detail || "the decision was refused");
-    return decided;
+  function decide(entry, body) {
+    return window.DeskDeviceKey.decide(entry, { payload: page.dataset.payloadUrl, decision: page.dataset.decisionUrl }, body);
   }
 
   const found = window.DeskDeviceKey.find(page.dataset.username, endorsed).then((entry) => {

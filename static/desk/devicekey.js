@@ -78,5 +78,33 @@
     return toB64(await crypto.subtle.sign({ name: "Ed25519" }, entry.privateKey, fromB64(bytesB64)));
   }
 
-  window.DeskDeviceKey = { create: create, all: all, find: find, sign: sign, postJson: postJson, csrfToken: csrfToken };
+  async function answerOf(response, refused) {
+    const data = await response.json().catch(() => ({ detail: "the desk answered " + response.status + " " + response.statusText }));
+    if (response.ok) return data;
+    const error = new Error(data.detail || refused);
+    error.code = data.code;
+    throw error;
+  }
+
+  // One device-signed decision, from the approval page (approval_sign.js) or the desk's pane
+  // (pane_sign.js): the exact payload bytes for `body` (a decision as the API takes it) fetched
+  // from `urls.payload`, signed with `entry`, and posted with the signature to `urls.decision`.
+  // Resolves to the stored decision; rejects with the desk's `detail` as message and `code`.
+  async function decide(entry, urls, body) {
+    const query = new URLSearchParams({ verdict: body.verdict, checkpoint_id: body.checkpoint_id, reason: body.reason, note: body.note, key_id: entry.key_id });
+    ["external_ref", "answer"].forEach((name) => body[name] !== undefined && query.set(name, body[name]));
+    if (body.arguments !== undefined) query.set("arguments", JSON.stringify(body.arguments));
+    const fetched = await fetch(urls.payload + "?" + query, { credentials: "same-origin", headers: { Accept: "application/json" } });
+    const signable = await answerOf(fetched, "the payload was refused");
+    const signature = await sign(entry, signable.bytes);
+    const response = await fetch(urls.decision, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrfToken() },
+      body: JSON.stringify(Object.assign({}, body, { signature: signature, key_id: entry.key_id, payload: signable.payload })),
+    });
+    return answerOf(response, "the decision was refused");
+  }
+
+  window.DeskDeviceKey = { create: create, all: all, find: find, sign: sign, decide: decide, postJson: postJson, csrfToken: csrfToken };
 })();

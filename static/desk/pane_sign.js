@@ -63,32 +63,17 @@
     return out;
   }
 
-  async function json(response) {
-    return response.json().catch(() => ({ detail: "the desk answered " + response.status + " " + response.statusText }));
-  }
-
   // One device-signed decision: {decided, detail, code?}, as desk_decide.js's post() answers.
   async function decide(node, body) {
     const key = await settledEntry();
     if (!key) return { decided: false, detail: "Not decided: " + missing(node.dataset.tool), code: "device_signature_required" };
     const id = node.dataset.approvalId;
     const decision = fields(body);
-    const query = new URLSearchParams({ verdict: decision.verdict, checkpoint_id: decision.checkpoint_id, reason: decision.reason, note: decision.note, key_id: key.key_id });
-    if (decision.external_ref !== undefined) query.set("external_ref", decision.external_ref);
-    if (decision.answer !== undefined) query.set("answer", decision.answer);
-    if (decision.arguments !== undefined) query.set("arguments", JSON.stringify(decision.arguments));
-    const fetched = await fetch(urlFor(list.dataset.payloadUrl, id) + "?" + query, { credentials: "same-origin", headers: { Accept: "application/json" } });
-    const signable = await json(fetched);
-    if (!fetched.ok) return { decided: false, detail: "Not decided: " + (signable.detail || "the payload was refused"), code: signable.code };
-    const signature = await window.DeskDeviceKey.sign(key, signable.bytes);
-    const response = await fetch(urlFor(list.dataset.decisionUrl, id), {
-      method: "POST",
-      credentials: "same-origin",
-      headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": window.DeskDeviceKey.csrfToken() },
-      body: JSON.stringify(Object.assign({}, decision, { signature: signature, key_id: key.key_id, payload: signable.payload })),
-    });
-    const answer = await json(response);
-    if (!response.ok) return { decided: false, detail: "Not decided: " + (answer.detail || "the decision was refused"), code: answer.code };
+    try {
+      await window.DeskDeviceKey.decide(key, { payload: urlFor(list.dataset.payloadUrl, id), decision: urlFor(list.dataset.decisionUrl, id) }, decision);
+    } catch (error) {
+      return { decided: false, detail: "Not decided: " + error.message, code: error.code };
+    }
     const verb = { approve: "Approved", edit: "Approved as edited", rerun: "Re-run", answer: "Answered" }[decision.verdict] || "Decided";
     return { decided: true, detail: verb + ": " + node.dataset.tool + ", signed by this browser's device key " + key.key_id + "." };
   }

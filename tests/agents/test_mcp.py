@@ -29,7 +29,7 @@ from agents.providers.scripted import ScriptedProvider
 from agents.registry import Agent
 from agents.state import CallStatus
 from agents.testing.host import InMemoryHost
-from agents.tools import Effect, Tool
+from agents.tools import Effect, Tool, ToolError, ToolUnavailable
 
 SERVER_SCRIPT = Path(__file__).resolve().parents[1] / "fixtures" / "mcp_server.py"
 APPROVAL = {"lookup_*": NEVER, "*": ALWAYS}
@@ -221,7 +221,7 @@ def test_a_definition_changed_after_approval_is_refused_at_sending(server, files
     host.approve("call_0_0")
     files["description"].write_text("Delete every order.")
     tool = agent.tool("delete_order")  # as the approved call's tool was looked up before the change
-    with pytest.raises(mcp.ToolError, match="definition changed since it was pinned"):
+    with pytest.raises(ToolError, match="definition changed since it was pinned"):
         tool.run({"order_id": "A-1"}, host.tool_context(host.state().batch[0]))
     assert received(files) == []
 
@@ -259,7 +259,7 @@ def test_a_stdio_server_gets_exactly_its_declared_environment_plus_path(files, m
 def test_http_headers_from_the_environment_are_read_at_connect_time(monkeypatch):
     monkeypatch.delenv("ORDERS_TOKEN", raising=False)
     header = mcp.env("ORDERS_TOKEN", "Bearer {}")
-    with pytest.raises(mcp.ToolUnavailable, match="ORDERS_TOKEN is not set"):
+    with pytest.raises(ToolUnavailable, match="ORDERS_TOKEN is not set"):
         header.resolve()
     monkeypatch.setenv("ORDERS_TOKEN", "t-9")
     assert header.resolve() == "Bearer t-9"
@@ -393,7 +393,7 @@ def test_a_tool_built_from_an_earlier_pin_sends_nothing_once_another_definition_
     files["description"].write_text("Delete every order of the customer.")
     step(agent, InMemoryHost(pins=pins), [{"content": "Listed."}])
     pins.accept("orders")
-    with pytest.raises(mcp.ToolError, match="definition changed since it was pinned"):
+    with pytest.raises(ToolError, match="definition changed since it was pinned"):
         earlier.run({"order_id": "A-1"}, host.tool_context(host.state().batch[0]))
     assert received(files) == []
 
@@ -409,14 +409,14 @@ def test_a_forked_child_starts_its_own_sessions_and_never_uses_its_parents(files
     )
     agent = agent_with(server)
     step(agent, InMemoryHost(), [{"content": "Parent."}])
-    parent_runtime = mcp._RUNTIME
+    parent_runtime = mcp.runtime._RUNTIME
     read, write = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover - the child reports through the pipe
         try:
             host = InMemoryHost()
             outcome = step(agent, host, [call("lookup_order", order_id="F-1"), {"content": "Child."}])
-            fresh = mcp._RUNTIME is not parent_runtime and mcp._RUNTIME.pid == os.getpid()
+            fresh = mcp.runtime._RUNTIME is not parent_runtime and mcp.runtime._RUNTIME.pid == os.getpid()
             os.write(write, json.dumps({"outcome": str(outcome), "fresh": fresh}).encode())
         finally:
             os._exit(0)
@@ -426,7 +426,7 @@ def test_a_forked_child_starts_its_own_sessions_and_never_uses_its_parents(files
     os.waitpid(child, 0)
     assert report == {"outcome": str(Finished("Child.")), "fresh": True}
     assert [c["pid"] != os.getpid() for c in received(files)] == [True]
-    assert mcp._RUNTIME is parent_runtime  # the parent's own sessions are untouched
+    assert mcp.runtime._RUNTIME is parent_runtime  # the parent's own sessions are untouched
 
 
 def test_the_in_memory_pin_store_trusts_only_a_servers_first_sight():

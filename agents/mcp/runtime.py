@@ -1,89 +1,38 @@
-"""MCP servers as tool sources: a server's tools become an agent's gated tools.
-
-    orders = MCPServerStdio(
-        "orders", "python", ["-m", "orders_mcp"], env={"ORDERS_TOKEN": env("ORDERS_TOKEN")},
-        approval={"lookup_*": NEVER, "*": ALWAYS},
-    )
-    register(Agent(name="support", system_prompt="...", tools=(), mcp_servers=(orders,)))
-
-Each MCP tool is an ordinary `agents.tools.Tool` whose function sends the `tools/call`: the
-gate verifies the decision's signature and arguments, consumes it and writes the ledger row
-before that function runs, exactly as for any tool. The official `mcp` SDK speaks the protocol.
-
-Definitions are pinned (the "rug pull" defence). A worker lists a server's tools when a run
-needs them and reconciles them with a `PinStore` (the desk's: `reviewdesk.mcp.pins`): the
-first sight of a server pins its tools' names, descriptions, input schemas and annotation
-hints; the model, the reviewer and an edit's schema check all use the pinned definition. A tool
-served differently from its pin, no longer served, or added to a server already seen is
-refused with an error the model reads until an admin accepts the new definition. Right before each `tools/call` the worker lists the tools again and sends
-nothing unless the served definition is still the pinned one.
-
-Processes: the SDK is async. Each worker process runs one event-loop thread holding its
-sessions (started lazily in the process that needs it, so Celery's prefork parent never owns
-one); tools call into it synchronously with timeouts. A stdio server is started when a run
-first needs it, kept for the process's life and restarted when it stops answering. Web
-processes never start a server: they read tool definitions from the pins (`use_pin_store`).
-
-Failure classes (agents/tools.py): a server that cannot be started or reached, or does not
-answer the `tools/list` before the call, raises `ToolUnavailable` (nothing was sent: retried
-under the budget); `isError` is a `ToolError` the model reads; a failure once the `tools/call`
-may have been sent raises `MCPCallInterrupted`, which for an `external` tool makes the ledger
-row `unknown` (a human reconciles it).
-"""
+"""The process's side of MCP: the tools an agent gets from its servers, and the per-process
+event loop holding the sessions their calls go through (started lazily, one per process, never
+in Celery's prefork parent). Web processes never start a server: they build tools from the pins
+(`use_pin_store`)."""
 
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import logging
 import os
-import re
 import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import jsonschema
 
-from agents.canonical import sha256_hex
-from agents.tools import (
-    ALWAYS,
-    NEVER,
-    ApprovalPolicy,
-    Effect,
-    Tool,
-    ToolContext,
-    ToolError,
-    ToolSource,
-    ToolUnavailable,
+from agents.mcp.pins import RUNNABLE_STATES, PinState, PinStore, ToolDefinition, refusal
+from agents.mcp.servers import (
+    MCPConfigurationError,
+    MCPServer,
+    MCPServerStdio,
+    _resolved,
+    definitions_of,
 )
+from agents.tools import NEVER, Effect, Tool, ToolContext, ToolError, ToolSource, ToolUnavailable
 
 if TYPE_CHECKING:
     from mcp import ClientSession
     from mcp_types import RequestParamsMeta
-
-__all__ = [
-    "ALWAYS",
-    "NEVER",
-    "InMemoryPinStore",
-    "MCPCallInterrupted",
-    "MCPConfigurationError",
-    "MCPServerHTTP",
-    "MCPServerStdio",
-    "PinState",
-    "PinStore",
-    "ToolDefinition",
-    "env",
-    "mcp_tools",
-    "prepare_servers",
-    "use_pin_store",
-]
 
 logger = logging.getLogger(__name__)
 
@@ -98,299 +47,12 @@ RETRY_DOWN_AFTER_SECONDS = 30.0
 IDEMPOTENCY_META_KEY = "io.reviewdesk/idempotency-key"
 
 
-class MCPConfigurationError(Exception):
-    """A declaration the desk cannot serve: two tools under one name, a bad pattern."""
-
-
 class MCPCallInterrupted(Exception):
     """The `tools/call` may have reached the server before the connection failed or the
     time ran out: its outcome is unknown (an `external` tool's ledger row becomes `unknown`)."""
 
 
-# --- Pinned definitions: the seam with the desk's pin store (reviewdesk/mcp/) -------------
-
-
-# The annotations a pin covers: what `trust_annotations=True` reads to set a tool's effect kind,
-# and what a reviewer may read as the tool's own claim (the title is left out: display only).
-PINNED_HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
-
-# The tool names the desk pins (the MCP specification's recommended names): any other is
-# refused, never pinned, as an admin's page and URLs could not name it safely.
-TOOL_NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,128}")
-
-
-def tool_name_acceptable(name: str) -> bool:
-    return TOOL_NAME_PATTERN.fullmatch(name) is not None
-
-
-@dataclass(frozen=True)
-class ToolDefinition:
-    """A tool as a server serves it. `digest` covers what the model and the reviewer are
-    shown, what an edit is checked against and what may decide how a call runs: the name,
-    description, input schema and the annotations' four hints (`PINNED_HINTS`; with
-    `trust_annotations=True` they set the tool's effect kind)."""
-
-    server: str
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    annotations: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def digest(self) -> str:
-        """SHA-256 (hex) of the RFC 8785 canonical JSON of {name, description, inputSchema,
-        annotations}, the annotations cut to the hints of `PINNED_HINTS` the server sent."""
-        return sha256_hex(
-            {
-                "name": self.name,
-                "description": self.description,
-                "inputSchema": self.input_schema,
-                "annotations": self.pinned_hints,
-            }
-        )
-
-    @property
-    def pinned_hints(self) -> dict[str, Any]:
-        """The annotations' hints the pin covers, as served (a hint not sent is left out)."""
-        return {hint: self.annotations[hint] for hint in PINNED_HINTS if hint in self.annotations}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "server": self.server,
-            "name": self.name,
-            "description": self.description,
-            "inputSchema": self.input_schema,
-            "annotations": self.annotations,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ToolDefinition:
-        return cls(
-            server=str(data["server"]),
-            name=str(data["name"]),
-            description=str(data.get("description") or ""),
-            input_schema=dict(data.get("inputSchema") or {}),
-            annotations=dict(data.get("annotations") or {}),
-        )
-
-
-class PinState(StrEnum):
-    PINNED = "pinned"  # served as pinned
-    NEW = "new"  # first sight: now recorded and pinned
-    CHANGED = "changed"  # served differently from its pin: refused until an admin accepts
-    GONE = "gone"  # pinned but no longer served: refused
-
-
-RUNNABLE_STATES = frozenset({PinState.PINNED, PinState.NEW})
-
-
-class PinStore(Protocol):
-    def reconcile(self, server: str, served: Sequence[ToolDefinition]) -> dict[str, PinState]:
-        """Compare what `server` serves now with its pins; pin first-seen definitions. For a
-        CHANGED or GONE tool, record the served definition (or its absence) as awaiting an
-        admin and raise the admin notice once. Returns the state of every pinned or served tool."""
-        ...
-
-    def pinned(self, server: str) -> list[ToolDefinition]:
-        """The accepted definitions of `server`'s tools."""
-        ...
-
-
-class InMemoryPinStore:
-    """A `PinStore` in memory, for the runtime's tests and the in-memory host. `accept` does
-    what `manage.py mcp_tools --accept SERVER` does on the desk."""
-
-    def __init__(self) -> None:
-        self.pins: dict[str, dict[str, ToolDefinition]] = {}
-        self.awaiting: dict[str, dict[str, ToolDefinition | None]] = {}
-        self.notices: list[tuple[str, str, PinState]] = []
-
-    def reconcile(self, server: str, served: Sequence[ToolDefinition]) -> dict[str, PinState]:
-        first_sight = server not in self.pins  # only a server's first sight is trusted
-        pins = self.pins.setdefault(server, {})
-        awaiting = self.awaiting.setdefault(server, {})
-        served_by_name = {d.name: d for d in served}
-        states: dict[str, PinState] = {}
-        for name, definition in served_by_name.items():
-            pin = pins.get(name)
-            if pin is None and first_sight and tool_name_acceptable(name):
-                pins[name] = definition
-                states[name] = PinState.NEW
-            elif pin is None:  # added to a server already seen, or a name refused: an admin's
-                states[name] = self._await(server, name, definition, PinState.CHANGED)
-            elif pin.digest == definition.digest:
-                states[name] = PinState.PINNED
-                awaiting.pop(name, None)
-            else:
-                states[name] = self._await(server, name, definition, PinState.CHANGED)
-        for name in pins.keys() - served_by_name.keys():
-            states[name] = self._await(server, name, None, PinState.GONE)
-        return states
-
-    def _await(self, server: str, name: str, served: ToolDefinition | None, state: PinState) -> PinState:
-        awaiting = self.awaiting[server]
-        if name not in awaiting or awaiting[name] != served:
-            awaiting[name] = served
-            self.notices.append((server, name, state))  # once per new served definition
-        return state
-
-    def pinned(self, server: str) -> list[ToolDefinition]:
-        return list(self.pins.get(server, {}).values())
-
-    def accept(self, server: str) -> None:
-        pins = self.pins.setdefault(server, {})
-        for name, served in self.awaiting.pop(server, {}).items():
-            if served is None:
-                pins.pop(name, None)
-            elif tool_name_acceptable(name):
-                pins[name] = served
-
-
-# --- Secrets from the environment, resolved when the worker connects -----------------------
-
-
-@dataclass(frozen=True)
-class env:  # noqa: N801 - reads as a function: headers={"Authorization": env("FS_TOKEN")}
-    """A value read from the worker's environment when it connects, so no secret sits in code.
-    `template` may wrap it: env("FS_TOKEN", "Bearer {}")."""
-
-    name: str
-    template: str = "{}"
-
-    def resolve(self) -> str:
-        try:
-            value = os.environ[self.name]
-        except KeyError:
-            raise ToolUnavailable(f"the environment variable {self.name} is not set") from None
-        return self.template.format(value)
-
-
-Secret = str | env
-
-
-def _resolved(values: Mapping[str, Secret] | None) -> dict[str, str]:
-    return {
-        key: value.resolve() if isinstance(value, env) else str(value)
-        for key, value in (values or {}).items()
-    }
-
-
-# --- Declaring a server ---------------------------------------------------------------------
-
-
-class _ServerDeclaration:
-    """What stdio and HTTP declarations share: the name, the approval patterns, the effect
-    mapping and the prefix. Declarations compare by identity: each is one server of one module."""
-
-    name: str
-    approval: Mapping[str, ApprovalPolicy] | None
-    trust_annotations: bool
-    tool_prefix: str | None
-
-    def _check(self) -> None:
-        if not self.name or not isinstance(self.name, str):
-            raise MCPConfigurationError("an MCP server needs a name")
-        for pattern, policy in (self.approval or {}).items():
-            if not isinstance(pattern, str) or not callable(policy):
-                raise MCPConfigurationError(
-                    f"MCP server {self.name}: approval maps fnmatch patterns to policies (ALWAYS, NEVER "
-                    f"or a function of the arguments); got {pattern!r}: {policy!r}"
-                )
-
-    def tool_name(self, served_name: str) -> str:
-        """The agent's name for a served tool: the server's own, after `tool_prefix`."""
-        return f"{self.tool_prefix or ''}{served_name}"
-
-    def policy_for(self, served_name: str) -> ApprovalPolicy:
-        """The first `approval` pattern matching the served name (not the prefixed one) gives
-        the policy; none matching, or no `approval`: every call needs a human."""
-        for pattern, policy in (self.approval or {}).items():
-            if fnmatch.fnmatchcase(served_name, pattern):
-                return policy
-        return ALWAYS
-
-    def effect_for(self, definition: ToolDefinition) -> Effect:
-        """`external` unless the declaration trusts the server's annotations (docs/mcp.md)."""
-        if not self.trust_annotations:
-            return Effect.EXTERNAL
-        hints = definition.annotations
-        if hints.get("readOnlyHint") is True:
-            return Effect.READ
-        if hints.get("idempotentHint") is True:
-            return Effect.IDEMPOTENT_EXTERNAL
-        return Effect.EXTERNAL
-
-    def _connect_key(self) -> int:
-        return id(self)
-
-
-@dataclass(frozen=True, eq=False)
-class MCPServerStdio(_ServerDeclaration):
-    """A server the worker starts as a process and talks to over stdin/stdout. Its
-    environment is exactly `env` plus PATH (the worker's, unless `env` sets one): nothing else
-    of the worker's environment reaches it. A value may be `env("NAME")`, read at start."""
-
-    name: str
-    command: str
-    args: Sequence[str] = ()
-    env: Mapping[str, Secret] | None = None
-    approval: Mapping[str, ApprovalPolicy] | None = None
-    trust_annotations: bool = False
-    tool_prefix: str | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "args", tuple(self.args))
-        self._check()
-
-
-@dataclass(frozen=True, eq=False)
-class MCPServerHTTP(_ServerDeclaration):
-    """A server reached over streamable HTTP at `url`. A header value may be `env("NAME")`
-    (or `env("NAME", "Bearer {}")`), read from the worker's environment when it connects."""
-
-    name: str
-    url: str
-    headers: Mapping[str, Secret] | None = None
-    approval: Mapping[str, ApprovalPolicy] | None = None
-    trust_annotations: bool = False
-    tool_prefix: str | None = None
-
-    def __post_init__(self) -> None:
-        self._check()
-
-
-MCPServer = MCPServerStdio | MCPServerHTTP
-
-
-def definitions_of(server: MCPServer, tools: Sequence[Any]) -> list[ToolDefinition]:
-    """The SDK's `mcp.types.Tool`s as definitions (annotations in their wire names)."""
-    definitions = []
-    for tool in tools:
-        annotations = (
-            tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else {}
-        )
-        definitions.append(
-            ToolDefinition(
-                server=server.name,
-                name=tool.name,
-                description=tool.description or "",
-                input_schema=dict(tool.input_schema or {}),
-                annotations=annotations,
-            )
-        )
-    return definitions
-
-
 # --- The tools an agent gets from its servers ------------------------------------------------
-
-
-def refusal(tool_name: str, state: PinState) -> str:
-    if state == PinState.GONE:
-        return (
-            f"the MCP tool {tool_name} is no longer served by its server since it was pinned; "
-            "an admin must accept the change"
-        )
-    return f"the MCP tool {tool_name}'s definition changed since it was pinned; an admin must accept it"
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ FIGURES = [
     ({"4"}, "bench.pause_resume", (20, 120)),
     ({"7"}, "bench.desk", (60, 600)),
     ({"8"}, "bench.fanout", (45, 300)),
+    ({"10"}, "bench.reach", (40, 240)),
     # Last: its history stays in the database, and the other figures measure before it.
     ({"9"}, "bench.history", (120, 900)),
 ]
@@ -159,6 +160,10 @@ def breakdown_text(rows: list[dict[str, Any]]) -> str:
                     f"  writers' lock, {role}: taken {lock['taken']} times a cycle, waited {lock['wait_ms']} ms, "
                     f"held {lock['held_ms']} ms (of which committing {lock['commit_ms']} ms)"
                 )
+        if "reach" in extra:
+            from bench.reach import reach_text
+
+            lines.append(reach_text(extra["reach"]))
         if "pause_resume" in extra:
             lines.append(pause_resume_text(extra["pause_resume"]))
         if "growth_200_vs_100" in extra:
@@ -239,7 +244,8 @@ def main() -> int:
                 traceback.print_exc()
     finally:
         stack.stop()
-    results.sort(key=lambda r: r["id"])
+    # "10a" after "9": by the figure's number, then its letter.
+    results.sort(key=lambda r: (int("".join(c for c in r["id"] if c.isdigit())), r["id"]))
     out = {
         "mode": mode,
         "database": connection.vendor,

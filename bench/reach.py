@@ -67,6 +67,7 @@ class Framework:
         self.desk = desk
         self.tickets: dict[str, Ticket] = {}
         self.started: dict[str, float] = {}
+        self.received: dict[str, float] = {}
         self.refused: list[str] = []
         self.lock = threading.Lock()
 
@@ -76,6 +77,7 @@ class Framework:
         decision = approval.get("decision")
         if ticket is None or not decision:
             return
+        self.received.setdefault(ticket.approval_id, time.time())
         with self.lock:
             if ticket.approval_id in self.started:
                 return  # a redelivery: consumed once already
@@ -178,6 +180,9 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
     await sock.wait_for(lambda m: m.get("type") == "snapshot", 30)
     card: list[float] = []
     via: dict[str, list[float]] = {"sse": [], "webhook": []}
+    # Each in two: the decision reaching the framework, then its verify and consume.
+    arrive: dict[str, list[float]] = {"sse": [], "webhook": []}
+    check: list[float] = []
     own_card: list[float] = []
     own_resume: list[float] = []
     async with httpx.AsyncClient(base_url=stack.desk_url, timeout=30) as http:
@@ -210,6 +215,9 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
             stop.set()
             if started is not None:
                 via[mode].append(ms(started - sent))
+                received = framework.received[ticket.approval_id]
+                arrive[mode].append(ms(received - sent))
+                check.append(ms(started - received))
     await sock.close()
     server.shutdown()
     desk.close()
@@ -220,6 +228,9 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
             "sse": spread(via["sse"]),
             "webhook": spread(via["webhook"]),
             "own_resume": spread(own_resume),
+            "sse_arrival": spread(arrive["sse"]),
+            "webhook_arrival": spread(arrive["webhook"]),
+            "verify_and_consume": spread(check),
             "refused": framework.refused,
         }
     }
@@ -269,6 +280,9 @@ def reach_text(r: dict[str, Any]) -> str:
     lines.append(line("decision → framework's tool starts, SSE", r["sse"]))
     lines.append(line("decision → framework's tool starts, webhook", r["webhook"]))
     lines.append(line("the desk's own resume: decision → tool starts", r["own_resume"]))
+    lines.append(line("  of which: decision → event on the SSE stream", r["sse_arrival"]))
+    lines.append(line("  of which: decision → webhook received", r["webhook_arrival"]))
+    lines.append(line("  of which: verify + consume (POST) in the framework", r["verify_and_consume"]))
     if r["refused"]:
         lines.append("  REFUSED by the client: " + json.dumps(r["refused"]))
     return "\n".join(lines)

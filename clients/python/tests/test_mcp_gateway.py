@@ -19,6 +19,7 @@ import anyio
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+
 from reviewdesk_client.mcp_gateway import is_gated
 
 CLIENT_ROOT = Path(__file__).resolve().parents[1]

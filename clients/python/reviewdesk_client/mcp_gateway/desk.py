@@ -24,10 +24,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.to_thread
+import httpx
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 
-from reviewdesk_client import AlreadyConsumed, DecisionExpired, DeskClient, SQLiteStore, VerificationError
+from reviewdesk_client import (
+    AlreadyConsumed,
+    DecisionExpired,
+    DeskClient,
+    DeskError,
+    SQLiteStore,
+    VerificationError,
+)
 from reviewdesk_client.canonical import args_sha256, jcs
 from reviewdesk_client.mcp_gateway.proxy import UpstreamCall, error_result
 
@@ -93,8 +101,14 @@ class DeskGate:
         # Two identical calls at once meet one approval and one of them runs the tool.
         lock = self._locks.setdefault(key, anyio.Lock())
         async with lock:
-            pending = await self._io(self._pending, key, call)
-            outcome = await self._await_outcome(ctx, pending.ticket)
+            try:
+                pending = await self._io(self._pending, key, call)
+                outcome = await self._await_outcome(ctx, pending.ticket)
+            except (DeskError, httpx.HTTPError) as exc:
+                logger.error("the desk did not take the call to %s: %s", call.tool, exc)
+                return error_result(
+                    f"Review Desk could not be reached or refused the call; it was not sent: {exc}"
+                )
             if outcome is None:
                 return _waiting(pending.ticket)
             return await self._settle(pending, outcome, call)
@@ -203,8 +217,10 @@ class DeskGate:
                 "the call was not sent",
                 _meta(ticket, "refused"),
             )
+        arguments = _json_copy(verified.arguments)  # the verified arguments, nothing shared
         try:
-            await self._io(self.desk.consume, verified)
+            # The arguments about to be sent are the verified ones; then the single-use consume.
+            await self._io(self.desk.guard, verified, arguments)
         except AlreadyConsumed:
             await self._io(self.desk.store.delete_state, pending.key)
             return error_result(
@@ -217,9 +233,10 @@ class DeskGate:
                 f"the decision on this call expired before it could run; the call was not sent: {ticket.url}",
                 _meta(ticket, "expired"),
             )
+        except VerificationError as exc:
+            return error_result(f"the call was not sent: {exc}", _meta(ticket, "refused"))
         # Used: the same call made again asks anew from here on.
         await self._io(self.desk.store.delete_state, pending.key)
-        arguments = _json_copy(verified.arguments)  # exactly the verified bytes, nothing shared
         meta = {IDEMPOTENCY_META_KEY: f"{ticket.run_id}:{ticket.tool_call_id}"}
         try:
             result = await call.send(arguments, meta)

@@ -5,8 +5,10 @@ is how these tests count what really ran, and with which arguments."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -237,3 +239,221 @@ def test_a_tool_added_after_the_first_sight_is_not_served_until_accepted(setup: 
     listed, ran = anyio.run(listing, "extra")
     assert "wipe" in listed and not ran.is_error
     assert setup.runs() == [{"tool": "wipe", "arguments": {"order_id": "9"}}]
+
+
+# --- gated calls, against the real desk (conftest.py) ---------------------------------------
+
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+REFUND = {"order_id": "1234", "amount": 250}
+GATE_REFUND = ("--gate", "refund*")
+
+
+@pytest.fixture
+def gated(setup: Setup, desk: Any) -> Setup:
+    """The gateway as the desk's service account, the desk's keys pinned."""
+    setup.desk = desk.url
+    setup.env = {"REVIEWDESK_TOKEN": desk.tokens["svc"], "REVIEWDESK_KEYS": json.dumps(desk.keys)}
+    return setup
+
+
+def approval_of(result: Any) -> dict[str, Any]:
+    """What the gateway says of the approval in its own results' `_meta`."""
+    return (result.meta or {})["io.reviewdesk/approval"]
+
+
+@dataclass
+class Decided:
+    result: Any
+    approval_id: str
+    progress: list[str]
+
+
+async def call_and_decide(
+    client: ClientSession, desk: Any, tool: str, arguments: dict[str, Any], verdict: str, **fields: Any
+) -> Decided:
+    """Call a gated tool; as soon as the gateway's progress names the approval, a reviewer
+    (alice) decides it through the desk's API; the call's result once the gateway answers."""
+    progress: list[str] = []
+    named = anyio.Event()
+    results: list[Any] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append(message or "")
+        if message and UUID.search(message):
+            named.set()
+
+    async def call() -> None:
+        results.append(await client.call_tool(tool, arguments, progress_callback=on_progress))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(call)
+        with anyio.fail_after(60):
+            await named.wait()
+        approval_id = UUID.search(progress[-1]).group(0)
+        await anyio.to_thread.run_sync(lambda: desk.decide(approval_id, verdict, **fields))
+    return Decided(results[0], approval_id, progress)
+
+
+def test_an_approved_call_runs_once_with_the_arguments_sent(gated: Setup, desk: Any) -> None:
+    async def scenario() -> Decided:
+        async with gateway(gated, *GATE_REFUND, "--wait", "60") as client:
+            return await call_and_decide(client, desk, "refund", REFUND, "approve")
+
+    decided = anyio.run(scenario)
+    assert not decided.result.is_error, text(decided.result)
+    assert text(decided.result) == "refunded 250 on order 1234"
+    assert gated.runs() == [{"tool": "refund", "arguments": REFUND}]
+    assert (
+        decided.progress[0].startswith("waiting for a reviewer: ")
+        and decided.approval_id in decided.progress[0]
+    )
+    _, approval = desk.api("GET", f"/api/v1/approvals/{decided.approval_id}")
+    assert approval["status"] == "approved" and approval["tool"] == "refund"
+
+
+def test_an_edited_call_runs_with_the_reviewers_arguments(gated: Setup, desk: Any) -> None:
+    edited = {"order_id": "1234", "amount": 100}
+
+    async def scenario() -> Decided:
+        async with gateway(gated, *GATE_REFUND, "--wait", "60") as client:
+            return await call_and_decide(client, desk, "refund", REFUND, "edit", arguments=edited)
+
+    decided = anyio.run(scenario)
+    assert not decided.result.is_error, text(decided.result)
+    assert text(decided.result) == "refunded 100 on order 1234"
+    assert gated.runs() == [{"tool": "refund", "arguments": edited}]
+
+
+def test_a_rejected_call_is_an_error_with_the_reason_and_never_runs(gated: Setup, desk: Any) -> None:
+    async def scenario() -> Decided:
+        async with gateway(gated, *GATE_REFUND, "--wait", "60") as client:
+            return await call_and_decide(
+                client, desk, "refund", REFUND, "reject", reason="refunds over 200 need a manager"
+            )
+
+    decided = anyio.run(scenario)
+    assert decided.result.is_error
+    assert "rejected this call: refunds over 200 need a manager" in text(decided.result)
+    assert approval_of(decided.result)["status"] == "rejected"
+    assert gated.runs() == []
+
+
+def test_a_call_not_decided_in_time_waits_and_the_same_call_meets_the_same_approval(
+    gated: Setup, desk: Any
+) -> None:
+    """--wait 1: the call answers that it waits, with the approval's URL, and sends nothing. The
+    same call again (from a restarted gateway: the store keeps it) meets the same approval;
+    other arguments raise another. Approved, the same call runs once; once more, it asks anew."""
+
+    async def call(*calls: dict[str, Any]) -> list[Any]:
+        async with gateway(gated, *GATE_REFUND, "--wait", "1") as client:
+            return [await client.call_tool("refund", arguments) for arguments in calls]
+
+    (waiting,) = anyio.run(call, REFUND)
+    assert waiting.is_error and "waits for a reviewer" in text(waiting)
+    pending = approval_of(waiting)
+    assert pending["status"] == "pending" and pending["url"] in text(waiting)
+    assert pending["id"] in pending["url"]
+
+    again, other = anyio.run(call, REFUND, {"order_id": "1234", "amount": 251})
+    assert approval_of(again) == pending  # the same approval, not a new one
+    assert approval_of(other)["id"] != pending["id"]
+    assert gated.runs() == []
+
+    desk.decide(pending["id"], "approve")
+    ran, once_more = anyio.run(call, REFUND, REFUND)
+    assert not ran.is_error and text(ran) == "refunded 250 on order 1234"
+    assert gated.runs() == [{"tool": "refund", "arguments": REFUND}]
+    assert once_more.is_error and approval_of(once_more)["id"] not in (
+        pending["id"],
+        approval_of(other)["id"],
+    )
+    assert len(gated.runs()) == 1
+
+
+def test_a_cancelled_approval_is_an_error_and_the_same_call_asks_anew(gated: Setup, desk: Any) -> None:
+    async def call() -> Any:
+        async with gateway(gated, *GATE_REFUND, "--wait", "0") as client:
+            return await client.call_tool("refund", REFUND)
+
+    pending = approval_of(anyio.run(call))
+    _, approval = desk.api("GET", f"/api/v1/approvals/{pending['id']}")
+    status, _ = desk.api("POST", f"/api/v1/runs/{approval['run_id']}/cancel")
+    assert status in (200, 202), status
+    cancelled = anyio.run(call)
+    assert cancelled.is_error and "was cancelled on the desk" in text(cancelled)
+    assert approval_of(cancelled) == {**pending, "status": "cancelled"}
+    assert approval_of(anyio.run(call))["id"] != pending["id"]
+    assert gated.runs() == []
+
+
+def test_a_decision_signed_by_an_unpinned_key_is_refused_before_the_tool_runs(
+    gated: Setup, desk: Any
+) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    other = Ed25519PrivateKey.generate().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    gated.env["REVIEWDESK_KEYS"] = json.dumps({"someone-else": base64.b64encode(other).decode()})
+
+    async def scenario() -> Decided:
+        async with gateway(gated, *GATE_REFUND, "--wait", "60") as client:
+            return await call_and_decide(client, desk, "refund", REFUND, "approve")
+
+    decided = anyio.run(scenario)
+    assert decided.result.is_error and "failed verification" in text(decided.result)
+    assert approval_of(decided.result)["status"] == "refused"
+    assert gated.runs() == []
+
+
+def test_a_replayed_decision_is_refused_before_the_tool_runs(gated: Setup, desk: Any) -> None:
+    """After an approved call ran, someone with the store points the same call back at the used
+    approval: the gateway's own nonce record refuses it; with that record wiped too, the desk's
+    single-use consume does. The tool ran once."""
+    from reviewdesk_client import SQLiteStore
+    from reviewdesk_client.mcp_gateway.desk import call_key
+    from reviewdesk_client.mcp_gateway.pins import tool_digest
+
+    async def approved() -> Decided:
+        async with gateway(gated, *GATE_REFUND, "--wait", "60") as client:
+            return await call_and_decide(client, desk, "refund", REFUND, "approve")
+
+    async def call() -> Any:
+        async with gateway(gated, *GATE_REFUND, "--wait", "5") as client:
+            return await client.call_tool("refund", REFUND)
+
+    decided = anyio.run(approved)
+    assert not decided.result.is_error and len(gated.runs()) == 1
+    digest = tool_digest(json.loads(gated.pins.read_text())["tools"]["refund"]["definition"])
+    store = SQLiteStore(gated.store)
+    (ticket,) = store.tickets("mcp:orders")
+    store.put_state(call_key("orders", "refund", digest, REFUND), ticket.tool_call_id)
+
+    replayed = anyio.run(call)
+    assert replayed.is_error and "failed verification" in text(replayed), text(replayed)
+    assert approval_of(replayed)["id"] == decided.approval_id
+
+    store._run("DELETE FROM consumed_nonces")
+    replayed_again = anyio.run(call)
+    assert replayed_again.is_error and "already used" in text(replayed_again), text(replayed_again)
+    assert gated.runs() == [{"tool": "refund", "arguments": REFUND}]
+    store.close()
+
+
+def test_a_call_decided_under_one_definition_never_runs_under_another(gated: Setup, desk: Any) -> None:
+    """Approved while the upstream served the pinned definition; the upstream then changes it:
+    the call is refused until the change is accepted, and then it asks a reviewer anew."""
+
+    async def call(variant: str) -> Any:
+        async with gateway(gated, *GATE_REFUND, "--wait", "0", variant=variant) as client:
+            return await client.call_tool("refund", REFUND)
+
+    pending = approval_of(anyio.run(call, ""))
+    desk.decide(pending["id"], "approve")
+    refused = anyio.run(call, "changed")
+    assert refused.is_error and "definition changed since it was pinned" in text(refused)
+    assert gated.command("--accept", "--yes", variant="changed").returncode == 0
+    asked_anew = anyio.run(call, "changed")
+    assert asked_anew.is_error and approval_of(asked_anew)["status"] == "pending"
+    assert approval_of(asked_anew)["id"] != pending["id"]
+    assert gated.runs() == []

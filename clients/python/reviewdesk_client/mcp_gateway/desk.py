@@ -14,6 +14,7 @@ minted for it, until the decision is used or the approval ends.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -65,6 +66,11 @@ class Pending:
     key: str
 
 
+def call_key(name: str, tool: str, digest: str, arguments: Any) -> str:
+    """The store's key for "this call": an identical call made again meets the same approval."""
+    return f"mcp-gateway:{name}:{tool}:{digest}:{args_sha256(arguments)}"
+
+
 class DeskGate:
     """The `Gate` of a gateway with a desk. Blocking desk calls run in worker threads."""
 
@@ -97,7 +103,7 @@ class DeskGate:
         return await anyio.to_thread.run_sync(lambda: function(*args, **kwargs))
 
     async def run(self, ctx: ServerRequestContext[Any, Any], call: UpstreamCall) -> types.CallToolResult:
-        key = f"mcp-gateway:{self.name}:{call.tool}:{call.digest}:{args_sha256(call.arguments)}"
+        key = call_key(self.name, call.tool, call.digest, call.arguments)
         # Two identical calls at once meet one approval and one of them runs the tool.
         lock = self._locks.setdefault(key, anyio.Lock())
         async with lock:
@@ -123,11 +129,17 @@ class DeskGate:
         if tool_call_id is not None:
             ticket = store.ticket(self.external_id, tool_call_id)
             if ticket is not None:
-                return Pending(ticket, key)
+                return Pending(self._with_url(ticket), key)
         else:
             tool_call_id = f"mcp-{uuid.uuid4().hex}"
             store.put_state(key, tool_call_id)
-        return Pending(self._submit(tool_call_id, call), key)
+        return Pending(self._with_url(self._submit(tool_call_id, call)), key)
+
+    def _with_url(self, ticket: Ticket) -> Ticket:
+        """The approval's page as the desk named it, else where the desk keeps it."""
+        if ticket.url:
+            return ticket
+        return dataclasses.replace(ticket, url=f"{self.desk.url}/approvals/{ticket.approval_id}/")
 
     def _submit(self, tool_call_id: str, call: UpstreamCall) -> Ticket:
         definition = call.definition
@@ -147,7 +159,7 @@ class DeskGate:
             calls=[desk_call],
             title=f"MCP gateway {self.name}",
         )
-        logger.info("%s waits for a reviewer: %s", call.tool, ticket.url)
+        logger.info("%s waits for a reviewer: approval %s", call.tool, ticket.approval_id)
         return ticket
 
     # --- waiting ----------------------------------------------------------------------------

@@ -378,7 +378,7 @@ def test_a_cancelled_approval_is_an_error_and_the_same_call_asks_anew(gated: Set
 
     pending = approval_of(anyio.run(call))
     _, approval = desk.api("GET", f"/api/v1/approvals/{pending['id']}")
-    status, _ = desk.api("POST", f"/api/v1/runs/{approval['run_id']}/cancel")
+    status, _ = desk.api("POST", f"/api/v1/runs/{approval['run']}/cancel")
     assert status in (200, 202), status
     cancelled = anyio.run(call)
     assert cancelled.is_error and "was cancelled on the desk" in text(cancelled)

@@ -193,6 +193,7 @@ def _confirm(question: str) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="mcp_gateway %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per desk poll otherwise
     options = parse(sys.argv[1:] if argv is None else argv)
     try:
         return anyio.run(run, options)

@@ -104,20 +104,32 @@ class DeskGate:
 
     async def run(self, ctx: ServerRequestContext[Any, Any], call: UpstreamCall) -> types.CallToolResult:
         key = call_key(self.name, call.tool, call.digest, call.arguments)
-        # Two identical calls at once meet one approval and one of them runs the tool.
+        # Identical calls at once are taken one after the other: one approval for them, and its
+        # decision used once (the next one then asks anew).
         lock = self._locks.setdefault(key, anyio.Lock())
-        async with lock:
-            try:
-                pending = await self._io(self._pending, key, call)
-                outcome = await self._await_outcome(ctx, pending.ticket)
-            except (DeskError, httpx.HTTPError) as exc:
-                logger.error("the desk did not take the call to %s: %s", call.tool, exc)
-                return error_result(
-                    f"Review Desk could not be reached or refused the call; it was not sent: {exc}"
-                )
+        try:
+            async with lock:
+                return await self._run_locked(ctx, call, key)
+        finally:
+            if not lock.locked() and lock.statistics().tasks_waiting == 0:
+                self._locks.pop(key, None)
+
+    async def _run_locked(
+        self, ctx: ServerRequestContext[Any, Any], call: UpstreamCall, key: str
+    ) -> types.CallToolResult:
+        # Nothing was sent upstream when the desk fails: `_settle` sends last and reports
+        # without raising.
+        try:
+            pending = await self._io(self._pending, key, call)
+            outcome = await self._await_outcome(ctx, pending.ticket)
             if outcome is None:
                 return _waiting(pending.ticket)
             return await self._settle(pending, outcome, call)
+        except (DeskError, httpx.HTTPError) as exc:
+            logger.error("the desk failed on the call to %s: %s", call.tool, exc)
+            return error_result(
+                f"Review Desk could not be reached or refused the call; it was not sent: {exc}"
+            )
 
     # --- finding or raising the approval --------------------------------------------------
 
@@ -205,7 +217,7 @@ class DeskGate:
         return await self._run_approved(pending, verified, call)
 
     async def _rejected(self, pending: Pending, verified: Verified) -> types.CallToolResult:
-        with contextlib.suppress(AlreadyConsumed, DecisionExpired):
+        with contextlib.suppress(DeskError, httpx.HTTPError):
             await self._io(self.desk.consume, verified)  # the desk learns the reject was delivered
         await self._io(self.desk.store.delete_state, pending.key)
         reason = verified.reason or "no reason given"

@@ -23,6 +23,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from reviewdesk_client.mcp_gateway import is_gated
+from reviewdesk_client.mcp_gateway.pins import PinFile, PinsError, PinState, tool_digest
 
 CLIENT_ROOT = Path(__file__).resolve().parents[1]
 UPSTREAM = Path(__file__).with_name("mcp_upstream.py")
@@ -128,6 +129,71 @@ def text(result: Any) -> str:
 
 def tools_by_name(listing: Any) -> dict[str, dict[str, Any]]:
     return {t.name: t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in listing.tools}
+
+
+# --- pins, in process --------------------------------------------------------------------
+
+REPO = CLIENT_ROOT.parents[1]
+DESK_PYTHON = Path(os.environ.get("DESK_PYTHON", REPO / ".venv" / "bin" / "python"))
+
+
+def wire_tool(name: str, description: str = "Refund.", **extra: Any) -> dict[str, Any]:
+    return {"name": name, "description": description, "inputSchema": {"type": "object"}, **extra}
+
+
+def test_the_digest_is_the_desks_own() -> None:
+    """The same tools hash alike here and in the desk's agents.mcp (run by the desk's Python):
+    the four hints count, the title and other annotations do not, key order does not."""
+    tools = [
+        wire_tool("refund"),
+        wire_tool("refund", annotations={"destructiveHint": True, "title": "Refund"}),
+        wire_tool("lookup", "Look up.", annotations={"readOnlyHint": True, "idempotentHint": False}),
+        {"inputSchema": {"properties": {"b": {"type": "integer"}, "a": {}}, "type": "object"}, "name": "x"},
+    ]
+    desk = subprocess.run(
+        [str(DESK_PYTHON), str(Path(__file__).with_name("mcp_desk_digest.py"))],
+        input=json.dumps(tools),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=60,
+    )
+    assert desk.returncode == 0, desk.stderr
+    assert [tool_digest(t) for t in tools] == json.loads(desk.stdout)
+    assert tool_digest(tools[1]) != tool_digest(tools[0])
+    assert tool_digest({**tools[1], "annotations": {"destructiveHint": True}}) == tool_digest(tools[1])
+
+
+def test_first_sight_pins_and_later_changes_are_refused(tmp_path: Path) -> None:
+    pins = PinFile(tmp_path / "pins.json", "orders")
+    served = [wire_tool("refund"), wire_tool("lookup"), wire_tool("bad name")]
+    first = pins.reconcile(served)
+    assert first.states == {"refund": PinState.NEW, "lookup": PinState.NEW, "bad name": PinState.CHANGED}
+    assert [t["name"] for t in first.tools] == ["refund", "lookup"]  # a bad name is never served
+
+    later = pins.reconcile([wire_tool("refund", "Refund to any card."), wire_tool("wipe")])
+    assert later.states == {"refund": PinState.CHANGED, "wipe": PinState.CHANGED, "lookup": PinState.GONE}
+    assert not any(later.runnable(name) for name in later.states)
+    listed = {t["name"]: t["description"] for t in later.tools}
+    assert listed == {"refund": "Refund.", "lookup": "Refund."}  # the pins; the added tool is hidden
+
+    accepted = pins.accept([wire_tool("refund", "Refund to any card."), wire_tool("wipe")], ["refund"])
+    assert [c.name for c in accepted] == ["refund"]
+    after = pins.reconcile([wire_tool("refund", "Refund to any card."), wire_tool("wipe")])
+    assert after.states == {"refund": PinState.PINNED, "wipe": PinState.CHANGED, "lookup": PinState.GONE}
+
+
+def test_a_pins_file_of_another_server_or_with_a_forged_pin_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "pins.json"
+    PinFile(path, "orders").reconcile([wire_tool("refund")])
+    with pytest.raises(PinsError, match="belongs to server 'orders'"):
+        PinFile(path, "billing").load()
+    data = json.loads(path.read_text())
+    data["tools"]["refund"]["definition"]["description"] = "Refund to any card."
+    path.write_text(json.dumps(data))
+    with pytest.raises(PinsError, match="does not match its digest"):
+        PinFile(path, "orders").load()
 
 
 # --- the proxy without a desk ---------------------------------------------------------------

@@ -344,3 +344,25 @@ def test_only_the_submitter_may_consume(desk, client):
     )
     assert status in (403, 404)
     client.consume(verified)
+
+
+def test_the_async_client_does_the_same_flow(desk, client):
+    import asyncio
+
+    from reviewdesk_client import AsyncDeskClient
+
+    async def flow():
+        adesk = AsyncDeskClient(desk=client)
+        call = adesk.call("call_1", "refund_payment", ARGUMENTS, verdicts=("approve", "reject"))
+        [ticket] = await adesk.submit(
+            external_id=external_id(), framework="test", agent="support-bot", checkpoint="c", calls=[call]
+        )
+        assert await adesk.outcome(ticket) is None
+        await asyncio.to_thread(desk.decide, ticket.approval_id, "approve")
+        outcome = await adesk.wait(ticket, 10)
+        verified = adesk.verify(outcome.decision, ticket, current_arguments=ARGUMENTS)
+        await adesk.guard(verified, ARGUMENTS)
+        await adesk.report_tool(verified, "confirmed")
+        return (await adesk.report_run(ticket.run_id, "succeeded"))["run"]["status"]
+
+    assert asyncio.run(flow()) == "succeeded"

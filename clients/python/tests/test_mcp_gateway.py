@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -22,7 +23,9 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from reviewdesk_client import SQLiteStore
 from reviewdesk_client.mcp_gateway import is_gated
+from reviewdesk_client.mcp_gateway.desk import call_key
 from reviewdesk_client.mcp_gateway.pins import PinFile, PinsError, PinState, tool_digest
 
 CLIENT_ROOT = Path(__file__).resolve().parents[1]
@@ -316,7 +319,9 @@ GATE_REFUND = ("--gate", "refund*")
 
 @pytest.fixture
 def gated(setup: Setup, desk: Any) -> Setup:
-    """The gateway as the desk's service account, the desk's keys pinned."""
+    """The gateway as the desk's service account, the desk's keys pinned; a name (an external
+    run) of its own on the session's desk."""
+    setup.name = f"orders-{uuid.uuid4().hex[:8]}"
     setup.desk = desk.url
     setup.env = {"REVIEWDESK_TOKEN": desk.tokens["svc"], "REVIEWDESK_KEYS": json.dumps(desk.keys)}
     return setup
@@ -335,7 +340,7 @@ class Decided:
 
 
 async def call_and_decide(
-    client: ClientSession, desk: Any, tool: str, arguments: dict[str, Any], verdict: str, **fields: Any
+    client: ClientSession, desk: Any, tool: str, arguments: dict[str, Any], verdict: str, /, **fields: Any
 ) -> Decided:
     """Call a gated tool; as soon as the gateway's progress names the approval, a reviewer
     (alice) decides it through the desk's API; the call's result once the gateway answers."""
@@ -438,6 +443,9 @@ def test_a_call_not_decided_in_time_waits_and_the_same_call_meets_the_same_appro
 
 
 def test_a_cancelled_approval_is_an_error_and_the_same_call_asks_anew(gated: Setup, desk: Any) -> None:
+    """Cancelling the gateway's run on the desk cancels its waiting call: the call made again
+    says so and sends nothing; made once more, it is a new request in a new run."""
+
     async def call() -> Any:
         async with gateway(gated, *GATE_REFUND, "--wait", "0") as client:
             return await client.call_tool("refund", REFUND)
@@ -445,11 +453,18 @@ def test_a_cancelled_approval_is_an_error_and_the_same_call_asks_anew(gated: Set
     pending = approval_of(anyio.run(call))
     _, approval = desk.api("GET", f"/api/v1/approvals/{pending['id']}")
     status, _ = desk.api("POST", f"/api/v1/runs/{approval['run']}/cancel")
-    assert status in (200, 202), status
+    assert status == 200, status
     cancelled = anyio.run(call)
     assert cancelled.is_error and "was cancelled on the desk" in text(cancelled)
     assert approval_of(cancelled) == {**pending, "status": "cancelled"}
-    assert approval_of(anyio.run(call))["id"] != pending["id"]
+
+    anew = approval_of(anyio.run(call))
+    assert anew["id"] != pending["id"] and anew["status"] == "pending"
+    _, new_approval = desk.api("GET", f"/api/v1/approvals/{anew['id']}")
+    assert new_approval["run"] != approval["run"]
+    store = SQLiteStore(gated.store)
+    assert store.ticket_by_approval(anew["id"]).external_id == f"mcp:{gated.name}:2"
+    store.close()
     assert gated.runs() == []
 
 
@@ -476,9 +491,6 @@ def test_a_replayed_decision_is_refused_before_the_tool_runs(gated: Setup, desk:
     """After an approved call ran, someone with the store points the same call back at the used
     approval: the gateway's own nonce record refuses it; with that record wiped too, the desk's
     single-use consume does. The tool ran once."""
-    from reviewdesk_client import SQLiteStore
-    from reviewdesk_client.mcp_gateway.desk import call_key
-    from reviewdesk_client.mcp_gateway.pins import tool_digest
 
     async def approved() -> Decided:
         async with gateway(gated, *GATE_REFUND, "--wait", "60") as client:
@@ -492,8 +504,9 @@ def test_a_replayed_decision_is_refused_before_the_tool_runs(gated: Setup, desk:
     assert not decided.result.is_error and len(gated.runs()) == 1
     digest = tool_digest(json.loads(gated.pins.read_text())["tools"]["refund"]["definition"])
     store = SQLiteStore(gated.store)
-    (ticket,) = store.tickets("mcp:orders")
-    store.put_state(call_key("orders", "refund", digest, REFUND), ticket.tool_call_id)
+    (ticket,) = store.tickets(f"mcp:{gated.name}")
+    used = {"external_id": ticket.external_id, "tool_call_id": ticket.tool_call_id}
+    store.put_state(call_key(gated.name, "refund", digest, REFUND), json.dumps(used))
 
     replayed = anyio.run(call)
     assert replayed.is_error and "failed verification" in text(replayed), text(replayed)

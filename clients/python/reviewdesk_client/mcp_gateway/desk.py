@@ -77,6 +77,8 @@ class DeskGate:
     def __init__(self, name: str, wait_seconds: float, desk_factory: Callable[[], DeskClient]) -> None:
         self.name = name
         self.external_id = f"mcp:{name}"
+        # The run new calls go to, once the first one ended (`_next_external_id`).
+        self._run_key = f"mcp-gateway:{name}:run"
         self.wait_seconds = wait_seconds
         self._desk_factory = desk_factory
         self._desk: DeskClient | None = None
@@ -134,18 +136,43 @@ class DeskGate:
     # --- finding or raising the approval --------------------------------------------------
 
     def _pending(self, key: str, call: UpstreamCall) -> Pending:
-        """The open approval of this exact call, or a new one. The tool call id is stored before
-        the submit: a submit cut off is sent again under the same id (idempotent on the desk)."""
+        """The open approval of this exact call, or a new one. Which run and tool call id the call
+        went to is stored before the submit: a submit cut off is sent again under the same ids
+        (idempotent on the desk)."""
         store = self.desk.store
-        tool_call_id = store.get_state(key)
-        if tool_call_id is not None:
-            ticket = store.ticket(self.external_id, tool_call_id)
+        saved = store.get_state(key)
+        if saved is not None:
+            ref = json.loads(saved)
+            external_id, tool_call_id = ref["external_id"], ref["tool_call_id"]
+            ticket = store.ticket(external_id, tool_call_id)
             if ticket is not None:
                 return Pending(self._with_url(ticket), key)
         else:
-            tool_call_id = f"mcp-{uuid.uuid4().hex}"
-            store.put_state(key, tool_call_id)
-        return Pending(self._with_url(self._submit(tool_call_id, call)), key)
+            external_id, tool_call_id = self._external_id(), f"mcp-{uuid.uuid4().hex}"
+            store.put_state(key, json.dumps({"external_id": external_id, "tool_call_id": tool_call_id}))
+        try:
+            ticket = self._submit(external_id, tool_call_id, call)
+        except DeskError as error:
+            if (error.status, error.code) != (409, "ended"):
+                raise
+            # The gateway's run was cancelled on the desk (its pending calls with it): later
+            # calls are new requests, each still decided by a reviewer, in a run of their own.
+            external_id = self._next_external_id(external_id)
+            store.put_state(key, json.dumps({"external_id": external_id, "tool_call_id": tool_call_id}))
+            ticket = self._submit(external_id, tool_call_id, call)
+        return Pending(self._with_url(ticket), key)
+
+    def _external_id(self) -> str:
+        return self.desk.store.get_state(self._run_key) or self.external_id
+
+    def _next_external_id(self, ended: str) -> str:
+        current = self._external_id()
+        if current == ended:
+            generation = int(ended.rsplit(":", 1)[1]) + 1 if ended != self.external_id else 2
+            current = f"{self.external_id}:{generation}"
+            self.desk.store.put_state(self._run_key, current)
+            logger.warning("the desk's run %s has ended: new calls go to the run %s", ended, current)
+        return current
 
     def _with_url(self, ticket: Ticket) -> Ticket:
         """The approval's page as the desk named it, else where the desk keeps it."""
@@ -153,7 +180,7 @@ class DeskGate:
             return ticket
         return dataclasses.replace(ticket, url=f"{self.desk.url}/approvals/{ticket.approval_id}/")
 
-    def _submit(self, tool_call_id: str, call: UpstreamCall) -> Ticket:
+    def _submit(self, external_id: str, tool_call_id: str, call: UpstreamCall) -> Ticket:
         definition = call.definition
         desk_call = self.desk.call(
             tool_call_id,
@@ -164,7 +191,7 @@ class DeskGate:
             description=definition.get("description") or "",
         )
         (ticket,) = self.desk.submit(
-            external_id=self.external_id,
+            external_id=external_id,
             framework=FRAMEWORK,
             agent=self.name,
             checkpoint=f"{tool_call_id}@{call.digest}",

@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +51,11 @@ class Setup:
         return self.root / "store.sqlite3"
 
     @property
+    def switch(self) -> Path:
+        """Once this file exists, the running upstream serves `refund` changed."""
+        return self.root / "switch"
+
+    @property
     def log(self) -> Path:
         return self.root / "upstream.log"
 
@@ -71,6 +76,8 @@ class Setup:
             "UPSTREAM_LOG",
             "--env",
             f"UPSTREAM_VARIANT={variant}",
+            "--env",
+            f"UPSTREAM_SWITCH={self.switch}",
             *options,
             "--",
             sys.executable,
@@ -340,7 +347,14 @@ class Decided:
 
 
 async def call_and_decide(
-    client: ClientSession, desk: Any, tool: str, arguments: dict[str, Any], verdict: str, /, **fields: Any
+    client: ClientSession,
+    desk: Any,
+    tool: str,
+    arguments: dict[str, Any],
+    verdict: str,
+    /,
+    before_decision: Callable[[], object] = lambda: None,
+    **fields: Any,
 ) -> Decided:
     """Call a gated tool; as soon as the gateway's progress names the approval, a reviewer
     (alice) decides it through the desk's API; the call's result once the gateway answers."""
@@ -361,6 +375,7 @@ async def call_and_decide(
         with anyio.fail_after(60):
             await named.wait()
         approval_id = UUID.search(progress[-1]).group(0)
+        before_decision()
         await anyio.to_thread.run_sync(lambda: desk.decide(approval_id, verdict, **fields))
     return Decided(results[0], approval_id, progress)
 
@@ -532,7 +547,36 @@ def test_a_call_decided_under_one_definition_never_runs_under_another(gated: Set
     refused = anyio.run(call, "changed")
     assert refused.is_error and "definition changed since it was pinned" in text(refused)
     assert gated.command("--accept", "--yes", variant="changed").returncode == 0
+
+    # Someone with the store points the call under the new definition at the old decision:
+    # its checkpoint names the old definition, so it is refused.
+    new_digest = tool_digest(json.loads(gated.pins.read_text())["tools"]["refund"]["definition"])
+    store = SQLiteStore(gated.store)
+    old = store.ticket_by_approval(pending["id"])
+    new_key = call_key(gated.name, "refund", new_digest, REFUND)
+    store.put_state(new_key, json.dumps({"external_id": old.external_id, "tool_call_id": old.tool_call_id}))
+    tampered = anyio.run(call, "changed")
+    assert tampered.is_error and "changed since this call was decided" in text(tampered), text(tampered)
+    store.delete_state(new_key)
+    store.close()
+
     asked_anew = anyio.run(call, "changed")
     assert asked_anew.is_error and approval_of(asked_anew)["status"] == "pending"
     assert approval_of(asked_anew)["id"] != pending["id"]
+    assert gated.runs() == []
+
+
+def test_a_definition_changed_while_the_call_waits_is_refused_before_it_runs(gated: Setup, desk: Any) -> None:
+    """The upstream changes `refund` after the call was submitted and before the reviewer
+    approves: the gateway lists the tools again before sending and sends nothing."""
+
+    async def scenario() -> Decided:
+        async with gateway(gated, *GATE_REFUND, "--wait", "60") as client:
+            return await call_and_decide(
+                client, desk, "refund", REFUND, "approve", before_decision=gated.switch.touch
+            )
+
+    decided = anyio.run(scenario)
+    assert decided.result.is_error
+    assert "definition changed since this call was decided" in text(decided.result)
     assert gated.runs() == []

@@ -580,3 +580,28 @@ def test_a_definition_changed_while_the_call_waits_is_refused_before_it_runs(gat
     assert decided.result.is_error
     assert "definition changed since this call was decided" in text(decided.result)
     assert gated.runs() == []
+
+
+def test_a_call_a_standing_grant_covers_runs_without_waiting(gated: Setup, desk: Any) -> None:
+    """A reviewer approves with a grant for the gateway's agent: the same call made again is
+    approved at its submit, signed, verified and run at once, even with --wait 0; a call the
+    grant does not cover still waits for a human."""
+
+    async def approved_with_grant() -> Decided:
+        async with gateway(gated, *GATE_REFUND, "--wait", "60") as client:
+            grant = {"match": "exact", "scope": "agent", "max_uses": 1}
+            return await call_and_decide(client, desk, "refund", REFUND, "approve", grant=grant)
+
+    async def calls() -> list[Any]:
+        async with gateway(gated, *GATE_REFUND, "--wait", "0") as client:
+            return [
+                await client.call_tool("refund", REFUND),
+                await client.call_tool("refund", {"order_id": "1234", "amount": 999}),
+            ]
+
+    first = anyio.run(approved_with_grant)
+    assert not first.result.is_error, text(first.result)
+    granted, other = anyio.run(calls)
+    assert not granted.is_error and text(granted) == "refunded 250 on order 1234", text(granted)
+    assert other.is_error and approval_of(other)["status"] == "pending"
+    assert gated.runs() == [{"tool": "refund", "arguments": REFUND}] * 2

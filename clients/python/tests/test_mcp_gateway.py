@@ -6,6 +6,7 @@ is how these tests count what really ran, and with which arguments."""
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import re
@@ -605,3 +606,40 @@ def test_a_call_a_standing_grant_covers_runs_without_waiting(gated: Setup, desk:
     assert not granted.is_error and text(granted) == "refunded 250 on order 1234", text(granted)
     assert other.is_error and approval_of(other)["status"] == "pending"
     assert gated.runs() == [{"tool": "refund", "arguments": REFUND}] * 2
+
+
+def test_identical_calls_at_once_run_the_tool_once(gated: Setup, desk: Any) -> None:
+    """Two identical calls in flight together: one approval for them; approved, the tool runs
+    once; the other call, taken after it, finds the decision used and asks anew (rejected here)."""
+    names: list[str] = []
+    named = anyio.Event()
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        found = UUID.search(message or "")
+        if found and found.group(0) not in names:
+            names.append(found.group(0))
+            named.set()
+
+    async def scenario() -> list[Any]:
+        nonlocal named
+        results: list[Any] = []
+        async with gateway(gated, *GATE_REFUND, "--wait", "60") as client, anyio.create_task_group() as group:
+
+            async def call() -> None:
+                results.append(await client.call_tool("refund", REFUND, progress_callback=on_progress))
+
+            group.start_soon(call)
+            group.start_soon(call)
+            for verdict in ("approve", "reject"):
+                with anyio.fail_after(60):
+                    await named.wait()
+                named = anyio.Event()
+                decide = functools.partial(desk.decide, names[-1], verdict, reason="once is enough")
+                await anyio.to_thread.run_sync(decide)
+        return results
+
+    first, second = anyio.run(scenario)
+    assert not first.is_error and text(first) == "refunded 250 on order 1234"
+    assert second.is_error and approval_of(second)["status"] == "rejected"
+    assert len(names) == 2 and approval_of(second)["id"] == names[1]
+    assert gated.runs() == [{"tool": "refund", "arguments": REFUND}]

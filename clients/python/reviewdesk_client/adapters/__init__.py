@@ -1,0 +1,1 @@
+"""Framework adapters. Each module imports its SDK lazily; nothing here imports an SDK."""

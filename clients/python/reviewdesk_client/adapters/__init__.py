@@ -1,1 +1,0 @@
-"""Framework adapters. Each module imports its SDK lazily; nothing here imports an SDK."""

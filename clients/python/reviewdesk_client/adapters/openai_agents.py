@@ -19,6 +19,7 @@ own top-level package, so this module must be importable where the SDK is absent
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import dataclasses
@@ -128,21 +129,22 @@ class DeskGate:
         if verified is None:
             return REFUSED.format(why="no verified reviewer decision for this call")
         ticket = self.desk.store.ticket(external_id, ctx.tool_call_id)
-        why = _guard_mismatch(verified, ticket, ctx.tool_name, args_json)
+        why = _not_the_reviewed_call(verified, ticket, ctx.tool_name, args_json)
         if why:
             return REFUSED.format(why=why)
+        to_run = verified.arguments if verified.verdict == "edit" else _parsed(args_json)
         try:
-            self.desk.consume(verified)
-        except (AlreadyConsumed, DecisionExpired) as error:
+            self.desk.guard(verified, to_run)  # the arguments about to run, then consume once
+        except (VerificationError, AlreadyConsumed, DecisionExpired) as error:
             return REFUSED.format(why=f"the decision cannot be used ({error})")
         try:
-            output = await inner(ctx, json.dumps(verified.arguments))
+            output = await inner(ctx, json.dumps(to_run))
         except Exception as error:
             self._report_tool(verified, "failed", str(error))
             raise
         self._report_tool(verified, "confirmed", _summary(output))
         if verified.verdict == "edit" and isinstance(output, str):
-            return EDIT_NOTICE.format(arguments=json.dumps(verified.arguments)) + output
+            return EDIT_NOTICE.format(arguments=json.dumps(to_run)) + output
         return output
 
     def _report_tool(self, verified, status: str, summary: str) -> None:
@@ -294,22 +296,36 @@ class DeskGate:
         )
 
 
-def _guard_mismatch(verified, ticket, tool_name: str, args_json: str) -> str:
-    """Why the call about to run is not the one the verified decision is for ("" if it is)."""
+def resumer_handler(build_agent, **gate_kwargs):
+    """A handler for ``python -m reviewdesk_client.resumer --handler pkg.mod:name``.
+
+    ``build_agent(gate)`` builds the agent as the paused process did, its gated tools wrapped
+    with ``gate.gated``. Settled approvals of other frameworks are left alone.
+    """
+
+    def handle(desk, ticket, outcome) -> GateResult | None:
+        if not ticket.external_id.startswith("oa:"):
+            return None
+        gate = DeskGate(desk, **gate_kwargs)
+        thread_id = thread_id_of(ticket.external_id)
+        outcomes = {ticket.tool_call_id: outcome}
+        return asyncio.run(gate.resume(build_agent(gate), thread_id, outcomes=outcomes))
+
+    return handle
+
+
+def _not_the_reviewed_call(verified, ticket, tool_name: str, args_json: str) -> str:
+    """Why the call about to run is not the one the reviewer saw ("" if it is)."""
     if ticket is None or verified.approval_id != ticket.approval_id:
         return "the decision is not for this call"
     if ticket.tool != tool_name:
         return "the decision is for another tool"
-    if verified.verdict not in ("approve", "edit"):
-        return f"the decision is a {verified.verdict}"
     try:
-        about_to_run = _parsed(args_json)
+        model_arguments = _parsed(args_json)
     except ValueError:
         return "the call's arguments are not JSON"
-    if args_sha256(about_to_run) != ticket.arguments_sha256:
+    if args_sha256(model_arguments) != ticket.arguments_sha256:
         return "the call's arguments are not the ones the reviewer saw"
-    if verified.verdict == "approve" and args_sha256(verified.arguments) != ticket.arguments_sha256:
-        return "the approved arguments are not the call's"
     return ""
 
 

@@ -18,6 +18,7 @@ The SDK is imported inside the functions, so this module imports where the SDK i
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import functools
@@ -28,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reviewdesk_client import AlreadyConsumed, DecisionExpired, VerificationError
-from reviewdesk_client.canonical import args_sha256
 
 log = logging.getLogger(__name__)
 
@@ -268,12 +268,13 @@ class DeskGate:
         verified = self.desk.store.take_verified(key)
         if verified is None:
             raise ToolFailed(REFUSED.format(why="no verified reviewer decision for this call"))
-        why = _guard_mismatch(verified, self.desk.store.ticket(external_id, call.tool_call_id), call)
-        if why:
-            raise ToolFailed(REFUSED.format(why=why))
+        ticket = self.desk.store.ticket(external_id, call.tool_call_id)
+        if ticket is None or ticket.approval_id != verified.approval_id or ticket.tool != call.tool_name:
+            raise ToolFailed(REFUSED.format(why="the decision is not for this call"))
         try:
-            self.desk.consume(verified)
-        except (AlreadyConsumed, DecisionExpired) as error:
+            # call.args already holds override_args for an edit: the arguments that will run
+            self.desk.guard(verified, call.args_as_dict())
+        except (VerificationError, AlreadyConsumed, DecisionExpired) as error:
             raise ToolFailed(REFUSED.format(why=f"the decision cannot be used ({error})")) from None
         self._in_flight[key] = verified
 
@@ -298,6 +299,24 @@ class DeskGate:
             self.desk.report_tool(verified, status, summary=summary[:500])
         except Exception:
             log.warning("could not report %s for %s", status, verified.tool_call_id, exc_info=True)
+
+
+def resumer_handler(build_agent, **gate_kwargs):
+    """A handler for ``python -m reviewdesk_client.resumer --handler pkg.mod:name``.
+
+    ``build_agent(gate)`` builds the agent as the paused process did. Each settled call of a
+    turn comes through here; the turn resumes once, with the last of them.
+    """
+
+    def handle(desk, ticket, outcome) -> GateResult | None:
+        if not ticket.external_id.startswith("pa:"):
+            return None
+        gate = DeskGate(desk, **gate_kwargs)
+        conversation_id = conversation_id_of(ticket.external_id)
+        outcomes = {ticket.tool_call_id: outcome}
+        return asyncio.run(gate.resume(build_agent(gate), conversation_id, outcomes=outcomes))
+
+    return handle
 
 
 @dataclass
@@ -346,20 +365,6 @@ def _guard_type():
             raise error
 
     return ReviewDeskGuard
-
-
-def _guard_mismatch(verified, ticket, call) -> str:
-    """Why the call about to run is not the one the verified decision is for ("" if it is)."""
-    if ticket is None or verified.approval_id != ticket.approval_id:
-        return "the decision is not for this call"
-    if ticket.tool != call.tool_name:
-        return "the decision is for another tool"
-    if verified.verdict not in ("approve", "edit"):
-        return f"the decision is a {verified.verdict}"
-    # call.args already holds override_args for an edit: the arguments that will run
-    if args_sha256(call.args_as_dict()) != args_sha256(verified.arguments):
-        return "the arguments about to run are not the ones the reviewer decided on"
-    return ""
 
 
 def _last_tool_calls(history) -> dict:

@@ -29,7 +29,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from reviewdesk_client import AlreadyConsumed, DecisionExpired, VerificationError
+from reviewdesk_client import AlreadyConsumed, AsyncDeskClient, DecisionExpired, VerificationError
 from reviewdesk_client.canonical import args_sha256
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,8 @@ class DeskGate:
         approval_ttl_seconds: int | None = None,
         context_items: int = 20,
     ):
-        self.desk = desk
+        # an AsyncDeskClient's blocking client: the gate runs desk calls in threads itself
+        self.desk = desk.desk if isinstance(desk, AsyncDeskClient) else desk
         self.agent_name = agent_name
         self.reviewers = reviewers
         self.approval_ttl_seconds = approval_ttl_seconds
@@ -134,24 +135,24 @@ class DeskGate:
             return REFUSED.format(why=why)
         to_run = verified.arguments if verified.verdict == "edit" else _parsed(args_json)
         try:
-            self.desk.guard(verified, to_run)  # the arguments about to run, then consume once
+            await _io(self.desk.guard, verified, to_run)  # the arguments about to run, then consume
         except (VerificationError, AlreadyConsumed, DecisionExpired) as error:
             return REFUSED.format(why=f"the decision cannot be used ({error})")
         try:
             output = await inner(ctx, json.dumps(to_run))
         except Exception as error:
-            self._report_tool(verified, "failed", str(error))
+            await self._report_tool(verified, "failed", str(error))
             raise
-        self._report_tool(verified, "confirmed", _summary(output))
+        await self._report_tool(verified, "confirmed", _summary(output))
         if verified.verdict == "edit" and isinstance(output, str):
             return EDIT_NOTICE.format(arguments=json.dumps(to_run)) + output
         return output
 
-    def _report_tool(self, verified, status: str, summary: str) -> None:
+    async def _report_tool(self, verified, status: str, summary: str) -> None:
         # The tool already ran: a lost report leaves the ledger row pending, which the desk
         # turns into "unknown" for a human; failing the run here would hide the effect.
         try:
-            self.desk.report_tool(verified, status, summary=summary[:500])
+            await _io(self.desk.report_tool, verified, status, summary=summary[:500])
         except Exception:
             log.warning("could not report %s for %s", status, verified.tool_call_id, exc_info=True)
 
@@ -182,24 +183,24 @@ class DeskGate:
         items = state.get_interruptions()
         if not items:
             return GateResult(thread_id, "finished")
-        applied, rejected, refused = self._apply(state, external_id, items, outcomes or {})
+        applied, rejected, refused = await self._apply(state, external_id, items, outcomes or {})
         if not applied:
             waiting = [self.desk.store.ticket(external_id, i.call_id) for i in items]
             return GateResult(thread_id, "paused", tickets=waiting, refused=refused)
         result = await self._run(agent, external_id, state, runner_kwargs)
         settled = await self._settle(agent, thread_id, result, None, runner_kwargs)
-        self._consume_rejects(rejected)
+        await self._consume_rejects(rejected)
         settled.refused.update(refused)
         return settled
 
-    def _apply(self, state, external_id: str, items, outcomes: dict):
+    async def _apply(self, state, external_id: str, items, outcomes: dict):
         """Approve or reject each decided interruption in ``state``; returns what was done."""
         applied, rejected, refused = 0, [], {}
         for item in items:
             ticket = self.desk.store.ticket(external_id, item.call_id)
             if ticket is None:
                 continue
-            outcome = outcomes.get(item.call_id) or self.desk.outcome(ticket)
+            outcome = outcomes.get(item.call_id) or await _io(self.desk.outcome, ticket)
             if outcome is None or outcome.status == "pending":
                 continue
             if outcome.status in LAPSED_STATUSES:
@@ -223,12 +224,12 @@ class DeskGate:
             applied += 1
         return applied, rejected, refused
 
-    def _consume_rejects(self, rejected) -> None:
+    async def _consume_rejects(self, rejected) -> None:
         # Consumed only once the resumed state is stored, so a crash before that replays the
         # reject instead of leaving its call stuck behind a consumed nonce.
         for verified in rejected:
             with contextlib.suppress(AlreadyConsumed, DecisionExpired):
-                self.desk.consume(verified)
+                await _io(self.desk.consume, verified)
 
     async def _run(self, agent, external_id: str, run_input, runner_kwargs):
         from agents import Runner
@@ -246,20 +247,23 @@ class DeskGate:
         self.desk.store.put_state(external_id, blob)
         if not result.interruptions:
             if self.desk.store.tickets(external_id):
-                self.desk.report_run(external_id, "succeeded", output=_summary(result.final_output))
+                await _io(
+                    self.desk.report_run, external_id, "succeeded", output=_summary(result.final_output)
+                )
             return GateResult(thread_id, "finished", result.final_output, result=result)
         new = [i for i in result.interruptions if not self.desk.store.ticket(external_id, i.call_id)]
         if new:
-            self._submit(agent, external_id, blob, new, result, input)
+            await self._submit(agent, external_id, blob, new, result, input)
         tickets = [self.desk.store.ticket(external_id, i.call_id) for i in result.interruptions]
         if any(t.status != "pending" for t in tickets if t is not None):
             return await self.resume(agent, thread_id, **runner_kwargs)  # a grant decided already
         return GateResult(thread_id, "paused", tickets=tickets, result=result)
 
-    def _submit(self, agent, external_id, blob: str, items, result, input) -> None:
+    async def _submit(self, agent, external_id, blob: str, items, result, input) -> None:
         calls = [self._call(item) for item in items]
         names = ", ".join(sorted({item.tool_name for item in items}))
-        self.desk.submit(
+        await _io(
+            self.desk.submit,
             external_id=external_id,
             framework=FRAMEWORK,
             agent=self.agent_name or agent.name,
@@ -327,6 +331,11 @@ def _not_the_reviewed_call(verified, ticket, tool_name: str, args_json: str) -> 
     if args_sha256(model_arguments) != ticket.arguments_sha256:
         return "the call's arguments are not the ones the reviewer saw"
     return ""
+
+
+async def _io(function, *args, **kwargs):
+    """A blocking desk call, in a thread: the framework's event loop is never held by the desk."""
+    return await asyncio.to_thread(function, *args, **kwargs)
 
 
 def _parsed(text: str | None):

@@ -28,7 +28,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from reviewdesk_client import AlreadyConsumed, DecisionExpired, VerificationError
+from reviewdesk_client import AlreadyConsumed, AsyncDeskClient, DecisionExpired, VerificationError
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,8 @@ class DeskGate:
         approval_ttl_seconds: int | None = None,
         context_messages: int = 20,
     ):
-        self.desk = desk
+        # an AsyncDeskClient's blocking client: the gate runs desk calls in threads itself
+        self.desk = desk.desk if isinstance(desk, AsyncDeskClient) else desk
         self.agent_name = agent_name
         self.reviewers = reviewers
         self.approval_ttl_seconds = approval_ttl_seconds
@@ -112,7 +113,7 @@ class DeskGate:
         """Run the agent until it finishes or defers approvals (then submit them and return)."""
         external_id = external_id_for(conversation_id)
         result = await self._run(agent, external_id, prompt, run_kwargs)
-        return self._settle(agent, conversation_id, result, prompt)
+        return await self._settle(agent, conversation_id, result, prompt)
 
     async def resume(
         self, agent, conversation_id: str, *, outcomes: dict | None = None, **run_kwargs
@@ -133,7 +134,7 @@ class DeskGate:
         if not envelope["pending"]:
             return GateResult(conversation_id, "finished")
         history = ModelMessagesTypeAdapter.validate_json(envelope["history"])
-        answers = self._answers(external_id, history, envelope["pending"], outcomes or {})
+        answers = await self._answers(external_id, history, envelope["pending"], outcomes or {})
         if answers.waiting or answers.refused:
             return GateResult(conversation_id, "paused", tickets=answers.tickets, refused=answers.refused)
         for call_id, verified in answers.verified.items():
@@ -143,11 +144,11 @@ class DeskGate:
         )
         run_kwargs.update(message_history=history, deferred_tool_results=results)
         result = await self._run(agent, external_id, None, run_kwargs)
-        settled = self._settle(agent, conversation_id, result, None)
-        self._consume_rejects(answers.rejected)
+        settled = await self._settle(agent, conversation_id, result, None)
+        await self._consume_rejects(answers.rejected)
         return settled
 
-    def _answers(self, external_id: str, history, pending: list[str], outcomes: dict) -> _Answers:
+    async def _answers(self, external_id: str, history, pending: list[str], outcomes: dict) -> _Answers:
         """Each pending call's answer, or why the turn cannot resume yet."""
         from pydantic_ai.tools import ToolApproved, ToolDenied
 
@@ -160,7 +161,7 @@ class DeskGate:
             if ticket is None or part is None:
                 answers.refused[call_id] = "the stored history and tickets disagree on this call"
                 continue
-            outcome = outcomes.get(call_id) or self.desk.outcome(ticket)
+            outcome = outcomes.get(call_id) or await _io(self.desk.outcome, ticket)
             if outcome is None or outcome.status == "pending":
                 answers.waiting.append(ticket)
                 continue
@@ -186,12 +187,12 @@ class DeskGate:
                 answers.verified[call_id] = verified
         return answers
 
-    def _consume_rejects(self, rejected) -> None:
+    async def _consume_rejects(self, rejected) -> None:
         # Consumed only once the resumed history is stored, so a crash before that replays the
         # reject instead of leaving the turn stuck behind a consumed nonce.
         for verified in rejected:
             with contextlib.suppress(AlreadyConsumed, DecisionExpired):
-                self.desk.consume(verified)
+                await _io(self.desk.consume, verified)
 
     async def _run(self, agent, external_id: str, prompt, run_kwargs):
         capabilities = [*run_kwargs.pop("capabilities", ()), self._guard]
@@ -201,7 +202,7 @@ class DeskGate:
         finally:
             _running.reset(token)
 
-    def _settle(self, agent, conversation_id: str, result, prompt) -> GateResult:
+    async def _settle(self, agent, conversation_id: str, result, prompt) -> GateResult:
         """Store the history; submit the deferred approvals, or report the end of the run."""
         from pydantic_ai.messages import ModelMessagesTypeAdapter
         from pydantic_ai.tools import DeferredToolRequests
@@ -215,7 +216,7 @@ class DeskGate:
         self.desk.store.put_state(external_id, json.dumps({"history": history, "pending": pending}))
         if not deferred:
             if self.desk.store.tickets(external_id):
-                self.desk.report_run(external_id, "succeeded", output=_summary(output))
+                await _io(self.desk.report_run, external_id, "succeeded", output=_summary(output))
             return GateResult(conversation_id, "finished", output, result=result)
         if output.calls:
             raise UnsupportedDeferral(
@@ -223,13 +224,14 @@ class DeskGate:
             )
         new = [c for c in output.approvals if not self.desk.store.ticket(external_id, c.tool_call_id)]
         if new:
-            self._submit(agent, external_id, history, new, messages, prompt)
+            await self._submit(agent, external_id, history, new, messages, prompt)
         tickets = [self.desk.store.ticket(external_id, call_id) for call_id in pending]
         return GateResult(conversation_id, "paused", output, tickets=tickets, result=result)
 
-    def _submit(self, agent, external_id: str, history: str, calls, messages, prompt) -> None:
+    async def _submit(self, agent, external_id: str, history: str, calls, messages, prompt) -> None:
         reason = _model_words(messages)
-        self.desk.submit(
+        await _io(
+            self.desk.submit,
             external_id=external_id,
             framework=FRAMEWORK,
             agent=self.agent_name or agent.name or "agent",
@@ -257,7 +259,7 @@ class DeskGate:
 
     # -- the guard's checks (called by the capability) -----------------------------------------
 
-    def _admit(self, call) -> None:
+    async def _admit(self, call) -> None:
         """Consume the verified decision for ``call``, or raise ToolFailed: it must not run."""
         from pydantic_ai.exceptions import ToolFailed
 
@@ -273,30 +275,30 @@ class DeskGate:
             raise ToolFailed(REFUSED.format(why="the decision is not for this call"))
         try:
             # call.args already holds override_args for an edit: the arguments that will run
-            self.desk.guard(verified, call.args_as_dict())
+            await _io(self.desk.guard, verified, call.args_as_dict())
         except (VerificationError, AlreadyConsumed, DecisionExpired) as error:
             raise ToolFailed(REFUSED.format(why=f"the decision cannot be used ({error})")) from None
         self._in_flight[key] = verified
 
-    def _finished(self, call, result):
+    async def _finished(self, call, result):
         verified = self._in_flight.pop(verified_key(_running.get() or "", call.tool_call_id), None)
         if verified is None:
             return result
-        self._report_tool(verified, "confirmed", _summary(result))
+        await self._report_tool(verified, "confirmed", _summary(result))
         if verified.verdict == "edit" and isinstance(result, str):
             return EDIT_NOTICE.format(arguments=json.dumps(verified.arguments)) + result
         return result
 
-    def _failed(self, call, error: Exception) -> None:
+    async def _failed(self, call, error: Exception) -> None:
         verified = self._in_flight.pop(verified_key(_running.get() or "", call.tool_call_id), None)
         if verified is not None:
-            self._report_tool(verified, "failed", str(error))
+            await self._report_tool(verified, "failed", str(error))
 
-    def _report_tool(self, verified, status: str, summary: str) -> None:
+    async def _report_tool(self, verified, status: str, summary: str) -> None:
         # The tool already ran: a lost report leaves the ledger row pending, which the desk
         # turns into "unknown" for a human; failing the run here would hide the effect.
         try:
-            self.desk.report_tool(verified, status, summary=summary[:500])
+            await _io(self.desk.report_tool, verified, status, summary=summary[:500])
         except Exception:
             log.warning("could not report %s for %s", status, verified.tool_call_id, exc_info=True)
 
@@ -354,17 +356,22 @@ def _guard_type():
 
         async def before_tool_execute(self, ctx, *, call, tool_def, args):
             if tool_def.kind == "unapproved" or ctx.tool_call_approved:
-                self.gate._admit(call)
+                await self.gate._admit(call)
             return args
 
         async def after_tool_execute(self, ctx, *, call, tool_def, args, result):
-            return self.gate._finished(call, result)
+            return await self.gate._finished(call, result)
 
         async def on_tool_execute_error(self, ctx, *, call, tool_def, args, error):
-            self.gate._failed(call, error)
+            await self.gate._failed(call, error)
             raise error
 
     return ReviewDeskGuard
+
+
+async def _io(function, *args, **kwargs):
+    """A blocking desk call, in a thread: the framework's event loop is never held by the desk."""
+    return await asyncio.to_thread(function, *args, **kwargs)
 
 
 def _last_tool_calls(history) -> dict:

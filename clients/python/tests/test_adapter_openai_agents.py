@@ -21,6 +21,7 @@ import pytest
 
 sdk = pytest.importorskip("agents.testing", reason="openai-agents is not installed")
 
+from conftest import DESK_PYTHON, REPO, wait_until  # noqa: E402
 from openai.types.responses.response_output_item import McpApprovalRequest  # noqa: E402
 
 from agents import Agent, HostedMCPTool, RunState, function_tool, set_tracing_disabled  # noqa: E402
@@ -363,6 +364,32 @@ def test_cancelled_run_becomes_a_rejection_the_model_reads(desk, client):
 
     assert result.status == "finished" and outbox.sent == []
     assert tool_outputs(model) == {"call_1": oa.LAPSED.format(status="cancelled")}
+
+
+SWEEP = "import django; django.setup(); from reviewdesk.runs.sweeper import runs_sweep; print(runs_sweep())"
+
+
+def sweep(desk) -> None:
+    """One pass of the desk's own periodic sweep (what beat runs), in the desk's Python."""
+    done = subprocess.run(
+        [str(DESK_PYTHON), "-c", SWEEP], env=desk.env, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_expired_approval_becomes_a_rejection_the_model_reads(desk, client):
+    outbox = Outbox()
+    thread, [ticket] = pause(client, outbox, [("call_1", EMAIL)], approval_ttl_seconds=1)
+
+    def expired() -> bool:
+        sweep(desk)
+        return client.outcome(ticket) is not None
+
+    wait_until(expired, timeout=30, what="the approval to expire", interval=0.5)
+    result, model = resume(client, outbox, thread)
+
+    assert result.status == "finished" and outbox.sent == []
+    assert tool_outputs(model) == {"call_1": oa.LAPSED.format(status="expired")}
 
 
 def test_hosted_tool_is_offered_without_edit_and_the_desk_refuses_one(desk, client):

@@ -21,6 +21,7 @@ import pytest
 
 pytest.importorskip("pydantic_ai", reason="pydantic-ai-slim is not installed")
 
+from conftest import DESK_PYTHON, REPO, wait_until
 from pydantic_ai import Agent
 from pydantic_ai.exceptions import ApprovalRequired
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
@@ -85,9 +86,10 @@ class Replier:
         return ModelResponse(parts=[TextPart("Done.")])
 
 
-def pause(client, outbox: Outbox, calls, *, conversation: str | None = None):
+def pause(client, outbox: Outbox, calls, *, conversation: str | None = None, **gate_kwargs):
     conversation = conversation or f"c-{uuid.uuid4()}"
-    result = asyncio.run(DeskGate(client).run(outbox.agent(calling(calls)), conversation, PROMPT))
+    gate = DeskGate(client, **gate_kwargs)
+    result = asyncio.run(gate.run(outbox.agent(calling(calls)), conversation, PROMPT))
     assert result.status == "paused", result
     return conversation, result.tickets
 
@@ -162,6 +164,7 @@ def test_one_of_two_decided_does_not_resume_and_both_decided_resume_once(desk, c
 APP = """
 import asyncio, json, os, sys
 
+from conftest import DESK_PYTHON, REPO, wait_until
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import FunctionModel
@@ -363,6 +366,35 @@ def test_cancelled_run_becomes_a_denial_the_model_reads(desk, client):
 
     assert result.status == "finished" and outbox.sent == []
     assert replier.returns == {"c1": pa.LAPSED.format(status="cancelled")}
+
+
+SWEEP = "import django; django.setup(); from reviewdesk.runs.sweeper import runs_sweep; print(runs_sweep())"
+
+
+def sweep(desk) -> None:
+    """One pass of the desk's own periodic sweep (what beat runs), in the desk's Python."""
+    done = subprocess.run(
+        [str(DESK_PYTHON), "-c", SWEEP], env=desk.env, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_expired_call_is_denied_and_its_decided_sibling_proceeds(desk, client):
+    outbox = Outbox()
+    conversation, [first, second] = pause(
+        client, outbox, [("c1", EMAIL), ("c2", OTHER)], approval_ttl_seconds=1
+    )
+    desk.decide(first.approval_id, "approve")
+
+    def expired() -> bool:
+        sweep(desk)
+        return client.outcome(second) is not None
+
+    wait_until(expired, timeout=30, what="the approval to expire", interval=0.5)
+    result, replier = resume(client, outbox, conversation)
+
+    assert result.status == "finished" and outbox.sent == [EMAIL]
+    assert replier.returns["c2"] == pa.LAPSED.format(status="expired")
 
 
 def test_a_tool_that_asks_for_approval_itself_is_gated_the_same_way(desk, client):

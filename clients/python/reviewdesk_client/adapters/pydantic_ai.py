@@ -43,6 +43,8 @@ LAPSED = (
 )
 REFUSED = "Review Desk refused to run this call: {why}"
 LAPSED_STATUSES = ("expired", "cancelled")
+# What resume sets itself; a caller's own run arguments (deps, usage limits, ...) pass through.
+RESUME_KWARGS = ("message_history", "deferred_tool_results")
 
 # The external id of the gate run in progress; the guard capability reads it to find the
 # verified decision of the call it is about to let through.
@@ -113,7 +115,7 @@ class DeskGate:
         """Run the agent until it finishes or defers approvals (then submit them and return)."""
         external_id = external_id_for(conversation_id)
         result = await self._run(agent, external_id, prompt, run_kwargs)
-        return await self._settle(agent, conversation_id, result, prompt)
+        return await self._settle(agent, conversation_id, result, prompt, run_kwargs)
 
     async def resume(
         self, agent, conversation_id: str, *, outcomes: dict | None = None, **run_kwargs
@@ -144,7 +146,7 @@ class DeskGate:
         )
         run_kwargs.update(message_history=history, deferred_tool_results=results)
         result = await self._run(agent, external_id, None, run_kwargs)
-        settled = await self._settle(agent, conversation_id, result, None)
+        settled = await self._settle(agent, conversation_id, result, None, run_kwargs)
         await self._consume_rejects(answers.rejected)
         return settled
 
@@ -195,6 +197,7 @@ class DeskGate:
                 await _io(self.desk.consume, verified)
 
     async def _run(self, agent, external_id: str, prompt, run_kwargs):
+        run_kwargs = dict(run_kwargs)
         capabilities = [*run_kwargs.pop("capabilities", ()), self._guard]
         token = _running.set(external_id)
         try:
@@ -202,7 +205,7 @@ class DeskGate:
         finally:
             _running.reset(token)
 
-    async def _settle(self, agent, conversation_id: str, result, prompt) -> GateResult:
+    async def _settle(self, agent, conversation_id: str, result, prompt, run_kwargs) -> GateResult:
         """Store the history; submit the deferred approvals, or report the end of the run."""
         from pydantic_ai.messages import ModelMessagesTypeAdapter
         from pydantic_ai.tools import DeferredToolRequests
@@ -226,6 +229,9 @@ class DeskGate:
         if new:
             await self._submit(agent, external_id, history, new, messages, prompt)
         tickets = [self.desk.store.ticket(external_id, call_id) for call_id in pending]
+        if all(t is not None and t.status != "pending" for t in tickets):  # grants decided them all
+            turn_kwargs = {k: v for k, v in run_kwargs.items() if k not in RESUME_KWARGS}
+            return await self.resume(agent, conversation_id, **turn_kwargs)
         return GateResult(conversation_id, "paused", output, tickets=tickets, result=result)
 
     async def _submit(self, agent, external_id: str, history: str, calls, messages, prompt) -> None:

@@ -19,17 +19,18 @@ from pathlib import Path
 
 import pytest
 
-sdk = pytest.importorskip("agents.testing", reason="openai-agents is not installed")
+pytest.importorskip("agents.testing", reason="openai-agents is not installed")
 
-from conftest import DESK_PYTHON, REPO, wait_until  # noqa: E402
-from openai.types.responses.response_output_item import McpApprovalRequest  # noqa: E402
+from agents.exceptions import ModelBehaviorError
+from conftest import DESK_PYTHON, REPO, wait_until
+from openai.types.responses.response_output_item import McpApprovalRequest
 
-from agents import Agent, HostedMCPTool, RunState, function_tool, set_tracing_disabled  # noqa: E402
-from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
-from reviewdesk_client import KeyRing, Outcome, SQLiteStore  # noqa: E402
-from reviewdesk_client.adapters import openai_agents as oa  # noqa: E402
-from reviewdesk_client.adapters.openai_agents import DeskGate  # noqa: E402
-from reviewdesk_client.canonical import jcs  # noqa: E402
+from agents import Agent, HostedMCPTool, RunState, function_tool, set_tracing_disabled
+from agents.testing import ScriptedModel, assistant_message, function_call
+from reviewdesk_client import KeyRing, Outcome, SQLiteStore
+from reviewdesk_client.adapters import openai_agents as oa
+from reviewdesk_client.adapters.openai_agents import DeskGate
+from reviewdesk_client.canonical import jcs
 
 HERE = Path(__file__).resolve().parent
 EMAIL = {"to": "ann@example.org", "body": "Your refund is on its way."}
@@ -157,6 +158,7 @@ APP = """
 import asyncio, json, os, sys
 
 from agents import Agent, function_tool, set_tracing_disabled
+from agents.exceptions import ModelBehaviorError
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from reviewdesk_client import DeskClient, SQLiteStore
@@ -329,6 +331,25 @@ def test_tampered_run_state_is_refused(desk, client):
     result, _ = resume(client, outbox, thread)
 
     assert result.refused["call_1"].startswith("arguments_changed") and outbox.sent == []
+
+
+def test_arguments_changed_only_where_the_sdk_runs_them_fail_closed(desk, client):
+    """The RunState holds a call's arguments in several places; changing only the copy the SDK
+    executes (not the interruption's, which the decision is verified against) is caught by the
+    SDK's own call fingerprint before the wrapper is reached: the run fails, nothing is sent."""
+    outbox = Outbox()
+    thread, [ticket] = pause(client, outbox, [("call_1", EMAIL)])
+    external_id = oa.external_id_for(thread)
+    state = json.loads(client.store.get_state(external_id))
+    [planned] = state["last_processed_response"]["functions"]
+    planned["tool_call"]["arguments"] = json.dumps({**EMAIL, "to": "eve@example.org"})
+    client.store.put_state(external_id, json.dumps(state))
+    desk.decide(ticket.approval_id, "approve")
+
+    with pytest.raises(ModelBehaviorError):
+        resume(client, outbox, thread)
+
+    assert outbox.sent == []
 
 
 def test_a_call_approved_only_inside_the_stored_state_is_refused_by_the_wrapper(desk, client):

@@ -274,26 +274,27 @@ def test_forged_decision_is_refused_before_the_tool_runs(desk, client):
 
 def test_replayed_decision_is_refused_here_and_by_the_desk(desk, client, tmp_path):
     outbox = Outbox()
-    thread, [ticket] = pause(client, outbox, [("call_1", EMAIL)])
+    thread, tickets = pause(client, outbox, [("call_1", EMAIL), ("call_2", OTHER)])
     external_id = oa.external_id_for(thread)
     paused_state = client.store.get_state(external_id)
-    desk.decide(ticket.approval_id, "approve")
-    outcome = client.outcome(ticket)
-    resume(client, outbox, thread)
-    assert outbox.sent == [EMAIL]
+    desk.decide(tickets[0].approval_id, "approve")
+    outcome = client.outcome(tickets[0])
+    result, _ = resume(client, outbox, thread)
+    assert result.status == "paused" and outbox.sent == [EMAIL]  # call_2 still waits: the run goes on
 
     # the same process, its state rolled back to the pause: the nonce is spent here
     client.store.put_state(external_id, paused_state)
     result, _ = resume(client, outbox, thread, outcomes={"call_1": outcome})
     assert result.refused["call_1"].startswith("replayed") and outbox.sent == [EMAIL]
 
-    # another replica with the paused state and the ticket: the desk's consume refuses it
+    # another replica with the paused state and the tickets: the desk's consume refuses it
     with desk.client(store=SQLiteStore(tmp_path / "replica.sqlite3")) as replica:
-        replica.store.put_tickets([ticket])
+        replica.store.put_tickets(tickets)
         replica.store.put_state(external_id, paused_state)
-        result, model = resume(replica, outbox, thread, outcomes={"call_1": outcome})
-    assert outbox.sent == [EMAIL]
-    assert tool_outputs(model)["call_1"].startswith("Review Desk refused to run this call")
+        result, _ = resume(replica, outbox, thread, outcomes={"call_1": outcome})
+    assert outbox.sent == [EMAIL] and result.status == "paused"
+    [told] = [i.output for i in result.result.new_items if i.type == "tool_call_output_item"]
+    assert told.startswith(oa.REFUSED.format(why="the decision cannot be used (409 consumed")), told
 
 
 def test_decision_for_another_run_with_the_same_call_id_is_refused(desk, client):
@@ -400,13 +401,13 @@ def sweep(desk) -> None:
 
 def test_expired_approval_becomes_a_rejection_the_model_reads(desk, client):
     outbox = Outbox()
-    thread, [ticket] = pause(client, outbox, [("call_1", EMAIL)], approval_ttl_seconds=1)
+    thread, [ticket] = pause(client, outbox, [("call_1", EMAIL)], approval_ttl_seconds=10)
 
     def expired() -> bool:
         sweep(desk)
         return client.outcome(ticket) is not None
 
-    wait_until(expired, timeout=30, what="the approval to expire", interval=0.5)
+    wait_until(expired, timeout=60, what="the approval to expire", interval=1)
     result, model = resume(client, outbox, thread)
 
     assert result.status == "finished" and outbox.sent == []

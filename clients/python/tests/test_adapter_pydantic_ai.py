@@ -71,18 +71,25 @@ def calling(calls) -> FunctionModel:
 
 
 class Replier:
-    """A model that answers "Done." and keeps what each call returned, as the model saw it."""
+    """A model that answers "Done." (or first makes `then_calls`) and keeps what each call
+    returned as the model saw it, and whether the call failed."""
 
-    def __init__(self) -> None:
+    def __init__(self, then_calls=()) -> None:
         self.requests = 0
         self.returns: dict[str, str] = {}
+        self.outcomes: dict[str, str] = {}
+        self.then_calls = list(then_calls)
         self.model = FunctionModel(self.respond)
 
     def respond(self, messages, info):
         self.requests += 1
         for part in messages[-1].parts:
             if isinstance(part, ToolReturnPart):
-                self.returns[part.tool_call_id] = part.model_response_str()
+                self.returns[part.tool_call_id] = part.model_response_str(wrap_if_error=False)
+                self.outcomes[part.tool_call_id] = part.outcome
+        if self.then_calls:
+            calls, self.then_calls = self.then_calls, []
+            return ModelResponse(parts=[ToolCallPart("send_email", a, tool_call_id=c) for c, a in calls])
         return ModelResponse(parts=[TextPart("Done.")])
 
 
@@ -94,9 +101,9 @@ def pause(client, outbox: Outbox, calls, *, conversation: str | None = None, **g
     return conversation, result.tickets
 
 
-def resume(client, outbox: Outbox, conversation: str, *, outcomes=None):
+def resume(client, outbox: Outbox, conversation: str, *, outcomes=None, then_calls=()):
     """Resume in a new event loop with a new agent and model; the result and the model."""
-    replier = Replier()
+    replier = Replier(then_calls)
     gate = DeskGate(client)
     result = asyncio.run(gate.resume(outbox.agent(replier.model), conversation, outcomes=outcomes))
     return result, replier
@@ -148,7 +155,7 @@ def test_one_of_two_decided_does_not_resume_and_both_decided_resume_once(desk, c
     outbox = Outbox()
     conversation, [first, second] = pause(client, outbox, [("c1", EMAIL), ("c2", OTHER)])
     _, approval = desk.api("GET", f"/api/v1/approvals/{first.approval_id}", as_="alice")
-    assert approval["resume_policy"] == "all_or_nothing"
+    assert approval["external"]["resume_policy"] == "all_or_nothing"
     desk.decide(first.approval_id, "approve")
 
     result, replier = resume(client, outbox, conversation)
@@ -164,7 +171,6 @@ def test_one_of_two_decided_does_not_resume_and_both_decided_resume_once(desk, c
 APP = """
 import asyncio, json, os, sys
 
-from conftest import DESK_PYTHON, REPO, wait_until
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import FunctionModel
@@ -183,7 +189,7 @@ def mailer(respond):
     def send_email(to: str, body: str) -> str:
         \"\"\"Send an email.\"\"\"
         with open(os.environ["PA_APP_SENT"], "a") as sent:
-            sent.write(json.dumps({"to": to, "body": body}) + "\\\\n")
+            sent.write(json.dumps({"to": to, "body": body}) + "\\n")
         return f"sent to {to}"
 
     return agent
@@ -281,8 +287,9 @@ def test_replayed_decision_is_refused_here_and_by_the_desk(desk, client, tmp_pat
     paused_state = client.store.get_state(external_id)
     desk.decide(ticket.approval_id, "approve")
     outcome = client.outcome(ticket)
-    resume(client, outbox, conversation)
-    assert outbox.sent == [EMAIL]
+    # the model goes on to another gated call: the desk's run is still going
+    result, _ = resume(client, outbox, conversation, then_calls=[("c2", OTHER)])
+    assert result.status == "paused" and outbox.sent == [EMAIL]
 
     # the same process, its history rolled back to the pause: the nonce is spent here
     client.store.put_state(external_id, paused_state)
@@ -293,9 +300,13 @@ def test_replayed_decision_is_refused_here_and_by_the_desk(desk, client, tmp_pat
     with desk.client(store=SQLiteStore(tmp_path / "replica.sqlite3")) as replica:
         replica.store.put_tickets([ticket])
         replica.store.put_state(external_id, paused_state)
-        _, replier = resume(replica, outbox, conversation, outcomes={"c1": outcome})
-    assert outbox.sent == [EMAIL]
-    assert replier.returns["c1"].startswith("Review Desk refused to run this call")
+        _, replier = resume(
+            replica, outbox, conversation, outcomes={"c1": outcome}, then_calls=[("c2", OTHER)]
+        )
+    assert outbox.sent == [EMAIL] and replier.outcomes["c1"] == "failed"
+    assert replier.returns["c1"].startswith(
+        pa.REFUSED.format(why="the decision cannot be used (409 consumed")
+    ), replier.returns["c1"]
 
 
 def test_decision_for_another_run_with_testmodels_constant_call_id_is_refused(desk, client):
@@ -353,7 +364,7 @@ def test_approvals_made_without_the_desk_are_refused_by_the_guard(desk, client):
 
     asyncio.run(gate._run(outbox.agent(replier.model), pa.external_id_for(conversation), None, run_kwargs))
 
-    assert outbox.sent == []
+    assert outbox.sent == [] and replier.outcomes["c1"] == "failed"
     assert replier.returns["c1"] == pa.REFUSED.format(why="no verified reviewer decision for this call")
 
 
@@ -382,7 +393,7 @@ def sweep(desk) -> None:
 def test_expired_call_is_denied_and_its_decided_sibling_proceeds(desk, client):
     outbox = Outbox()
     conversation, [first, second] = pause(
-        client, outbox, [("c1", EMAIL), ("c2", OTHER)], approval_ttl_seconds=1
+        client, outbox, [("c1", EMAIL), ("c2", OTHER)], approval_ttl_seconds=10
     )
     desk.decide(first.approval_id, "approve")
 
@@ -390,7 +401,7 @@ def test_expired_call_is_denied_and_its_decided_sibling_proceeds(desk, client):
         sweep(desk)
         return client.outcome(second) is not None
 
-    wait_until(expired, timeout=30, what="the approval to expire", interval=0.5)
+    wait_until(expired, timeout=60, what="the approval to expire", interval=1)
     result, replier = resume(client, outbox, conversation)
 
     assert result.status == "finished" and outbox.sent == [EMAIL]

@@ -29,7 +29,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from reviewdesk_client import AlreadyConsumed, AsyncDeskClient, DecisionExpired, VerificationError
+from reviewdesk_client import AsyncDeskClient, DeskError, VerificationError
 from reviewdesk_client.canonical import args_sha256
 
 log = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ class DeskGate:
         to_run = verified.arguments if verified.verdict == "edit" else _parsed(args_json)
         try:
             await _io(self.desk.guard, verified, to_run)  # the arguments about to run, then consume
-        except (VerificationError, AlreadyConsumed, DecisionExpired) as error:
+        except (VerificationError, DeskError) as error:
             return REFUSED.format(why=f"the decision cannot be used ({error})")
         try:
             output = await inner(ctx, json.dumps(to_run))
@@ -146,6 +146,14 @@ class DeskGate:
         if verified.verdict == "edit" and isinstance(output, str):
             return EDIT_NOTICE.format(arguments=json.dumps(to_run)) + output
         return output
+
+    async def _report_run(self, external_id: str, output: str) -> None:
+        # The framework's run is over either way; a desk run that already ended (cancelled
+        # while the framework finished its turn) keeps its status.
+        try:
+            await _io(self.desk.report_run, external_id, "succeeded", output=output)
+        except DeskError:
+            log.warning("could not report the end of %s", external_id, exc_info=True)
 
     async def _report_tool(self, verified, status: str, summary: str) -> None:
         # The tool already ran: a lost report leaves the ledger row pending, which the desk
@@ -187,8 +195,7 @@ class DeskGate:
             waiting = [self.desk.store.ticket(external_id, i.call_id) for i in items]
             return GateResult(thread_id, "paused", tickets=waiting, refused=refused)
         result = await self._run(agent, external_id, state, runner_kwargs)
-        settled = await self._settle(agent, thread_id, result, None, runner_kwargs)
-        await self._consume_rejects(rejected)
+        settled = await self._settle(agent, thread_id, result, None, runner_kwargs, rejected)
         settled.refused.update(refused)
         return settled
 
@@ -227,7 +234,7 @@ class DeskGate:
         # Consumed only once the resumed state is stored, so a crash before that replays the
         # reject instead of leaving its call stuck behind a consumed nonce.
         for verified in rejected:
-            with contextlib.suppress(AlreadyConsumed, DecisionExpired):
+            with contextlib.suppress(DeskError):
                 await _io(self.desk.consume, verified)
 
     async def _run(self, agent, external_id: str, run_input, runner_kwargs):
@@ -239,16 +246,15 @@ class DeskGate:
         finally:
             _running.reset(token)
 
-    async def _settle(self, agent, thread_id, result, input, runner_kwargs) -> GateResult:
+    async def _settle(self, agent, thread_id, result, input, runner_kwargs, rejected=()) -> GateResult:
         """Store the state; submit new interruptions, or report the end of the run."""
         external_id = external_id_for(thread_id)
         blob = result.to_state().to_string()
         self.desk.store.put_state(external_id, blob)
+        await self._consume_rejects(rejected)  # before the run's end is reported
         if not result.interruptions:
             if self.desk.store.tickets(external_id):
-                await _io(
-                    self.desk.report_run, external_id, "succeeded", output=_summary(result.final_output)
-                )
+                await self._report_run(external_id, _summary(result.final_output))
             return GateResult(thread_id, "finished", result.final_output, result=result)
         new = [i for i in result.interruptions if not self.desk.store.ticket(external_id, i.call_id)]
         if new:

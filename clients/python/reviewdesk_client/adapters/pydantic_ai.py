@@ -28,7 +28,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from reviewdesk_client import AlreadyConsumed, AsyncDeskClient, DecisionExpired, VerificationError
+from reviewdesk_client import AsyncDeskClient, DeskError, VerificationError
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +146,7 @@ class DeskGate:
         )
         run_kwargs.update(message_history=history, deferred_tool_results=results)
         result = await self._run(agent, external_id, None, run_kwargs)
-        settled = await self._settle(agent, conversation_id, result, None, run_kwargs)
-        await self._consume_rejects(answers.rejected)
+        settled = await self._settle(agent, conversation_id, result, None, run_kwargs, answers.rejected)
         return settled
 
     async def _answers(self, external_id: str, history, pending: list[str], outcomes: dict) -> _Answers:
@@ -193,7 +192,7 @@ class DeskGate:
         # Consumed only once the resumed history is stored, so a crash before that replays the
         # reject instead of leaving the turn stuck behind a consumed nonce.
         for verified in rejected:
-            with contextlib.suppress(AlreadyConsumed, DecisionExpired):
+            with contextlib.suppress(DeskError):
                 await _io(self.desk.consume, verified)
 
     async def _run(self, agent, external_id: str, prompt, run_kwargs):
@@ -205,7 +204,9 @@ class DeskGate:
         finally:
             _running.reset(token)
 
-    async def _settle(self, agent, conversation_id: str, result, prompt, run_kwargs) -> GateResult:
+    async def _settle(
+        self, agent, conversation_id: str, result, prompt, run_kwargs, rejected=()
+    ) -> GateResult:
         """Store the history; submit the deferred approvals, or report the end of the run."""
         from pydantic_ai.messages import ModelMessagesTypeAdapter
         from pydantic_ai.tools import DeferredToolRequests
@@ -217,9 +218,10 @@ class DeskGate:
         deferred = isinstance(output, DeferredToolRequests)
         pending = [call.tool_call_id for call in output.approvals] if deferred else []
         self.desk.store.put_state(external_id, json.dumps({"history": history, "pending": pending}))
+        await self._consume_rejects(rejected)  # before the run's end is reported
         if not deferred:
             if self.desk.store.tickets(external_id):
-                await _io(self.desk.report_run, external_id, "succeeded", output=_summary(output))
+                await self._report_run(external_id, _summary(output))
             return GateResult(conversation_id, "finished", output, result=result)
         if output.calls:
             raise UnsupportedDeferral(
@@ -281,7 +283,7 @@ class DeskGate:
         try:
             # call.args already holds override_args for an edit: the arguments that will run
             await _io(self.desk.guard, verified, call.args_as_dict())
-        except (VerificationError, AlreadyConsumed, DecisionExpired) as error:
+        except (VerificationError, DeskError) as error:
             raise ToolFailed(REFUSED.format(why=f"the decision cannot be used ({error})")) from None
         self._in_flight[key] = verified
 
@@ -298,6 +300,14 @@ class DeskGate:
         verified = self._in_flight.pop(verified_key(_running.get() or "", call.tool_call_id), None)
         if verified is not None:
             await self._report_tool(verified, "failed", str(error))
+
+    async def _report_run(self, external_id: str, output: str) -> None:
+        # The framework's run is over either way; a desk run that already ended (cancelled
+        # while the framework finished its turn) keeps its status.
+        try:
+            await _io(self.desk.report_run, external_id, "succeeded", output=output)
+        except DeskError:
+            log.warning("could not report the end of %s", external_id, exc_info=True)
 
     async def _report_tool(self, verified, status: str, summary: str) -> None:
         # The tool already ran: a lost report leaves the ledger row pending, which the desk

@@ -94,6 +94,35 @@ def run_status(desk, run_id: str) -> str:
     return run["status"]
 
 
+def desk_python(desk, code: str) -> str:
+    """`code` in the desk's own Python and settings: beat's sweep, or an observer of its ledger."""
+    done = subprocess.run(
+        [str(DESK_PYTHON), "-c", "import django\ndjango.setup()\n" + code],
+        env=desk.env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def sweep(desk) -> None:
+    desk_python(desk, "from reviewdesk.runs.sweeper import runs_sweep\nruns_sweep()")
+
+
+def ledger(desk, run_id: str) -> list[tuple[str, str]]:
+    """The desk's ledger rows for the run: (tool call id, status)."""
+    rows = desk_python(
+        desk,
+        "import json\nfrom reviewdesk.runs.models import SideEffect\n"
+        f"rows = SideEffect.objects.filter(run_id='{run_id}').order_by('tool_call_id')\n"
+        "print(json.dumps(list(rows.values_list('tool_call_id', 'status'))))",
+    )
+    return [tuple(row) for row in json.loads(rows.strip().splitlines()[-1])]
+
+
 def test_approve_runs_the_tool_once_after_a_restart(desk, client):
     outbox = Outbox()
     thread, [ticket] = pause(client, outbox, [("call_1", EMAIL)])
@@ -106,6 +135,7 @@ def test_approve_runs_the_tool_once_after_a_restart(desk, client):
     assert outbox.sent == [EMAIL]
     assert tool_outputs(model) == {"call_1": "sent to ann@example.org"}
     assert run_status(desk, ticket.run_id) == "succeeded"
+    assert ledger(desk, ticket.run_id) == [("call_1", "confirmed")]
     _, approval = desk.api("GET", f"/api/v1/approvals/{ticket.approval_id}")
     assert approval["decision"]["consumed_at"]
     again, _ = resume(client, outbox, thread)
@@ -123,6 +153,7 @@ def test_edit_runs_the_reviewers_arguments_through_the_wrapper(desk, client):
     assert outbox.sent == [EDITED]
     told = tool_outputs(model)["call_1"]
     assert told == oa.EDIT_NOTICE.format(arguments=json.dumps(EDITED)) + "sent to ann@example.org"
+    assert ledger(desk, ticket.run_id) == [("call_1", "confirmed")]
 
 
 def test_reject_sends_the_reviewers_reason_to_the_model(desk, client):
@@ -138,6 +169,7 @@ def test_reject_sends_the_reviewers_reason_to_the_model(desk, client):
     }
     _, approval = desk.api("GET", f"/api/v1/approvals/{ticket.approval_id}")
     assert approval["decision"]["consumed_at"]  # spent once the resumed state was stored
+    assert ledger(desk, ticket.run_id) == []  # a reject opens no ledger row
 
 
 def test_one_of_two_decided_runs_that_one_and_the_other_waits_without_a_model_call(desk, client):
@@ -386,17 +418,6 @@ def test_cancelled_run_becomes_a_rejection_the_model_reads(desk, client):
 
     assert result.status == "finished" and outbox.sent == []
     assert tool_outputs(model) == {"call_1": oa.LAPSED.format(status="cancelled")}
-
-
-SWEEP = "import django; django.setup(); from reviewdesk.runs.sweeper import runs_sweep; print(runs_sweep())"
-
-
-def sweep(desk) -> None:
-    """One pass of the desk's own periodic sweep (what beat runs), in the desk's Python."""
-    done = subprocess.run(
-        [str(DESK_PYTHON), "-c", SWEEP], env=desk.env, cwd=REPO, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_expired_approval_becomes_a_rejection_the_model_reads(desk, client):

@@ -109,6 +109,35 @@ def resume(client, outbox: Outbox, conversation: str, *, outcomes=None, then_cal
     return result, replier
 
 
+def desk_python(desk, code: str) -> str:
+    """`code` in the desk's own Python and settings: beat's sweep, or an observer of its ledger."""
+    done = subprocess.run(
+        [str(DESK_PYTHON), "-c", "import django\ndjango.setup()\n" + code],
+        env=desk.env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def sweep(desk) -> None:
+    desk_python(desk, "from reviewdesk.runs.sweeper import runs_sweep\nruns_sweep()")
+
+
+def ledger(desk, run_id: str) -> list[tuple[str, str]]:
+    """The desk's ledger rows for the run: (tool call id, status)."""
+    rows = desk_python(
+        desk,
+        "import json\nfrom reviewdesk.runs.models import SideEffect\n"
+        f"rows = SideEffect.objects.filter(run_id='{run_id}').order_by('tool_call_id')\n"
+        "print(json.dumps(list(rows.values_list('tool_call_id', 'status'))))",
+    )
+    return [tuple(row) for row in json.loads(rows.strip().splitlines()[-1])]
+
+
 def test_approve_runs_the_tool_once_after_a_restart(desk, client):
     outbox = Outbox()
     conversation, [ticket] = pause(client, outbox, [("c1", EMAIL)])
@@ -121,6 +150,7 @@ def test_approve_runs_the_tool_once_after_a_restart(desk, client):
     assert outbox.sent == [EMAIL] and replier.returns == {"c1": "sent to ann@example.org"}
     _, run = desk.api("GET", f"/api/v1/runs/{ticket.run_id}")
     assert run["status"] == "succeeded"
+    assert ledger(desk, ticket.run_id) == [("c1", "confirmed")]
     again, _ = resume(client, outbox, conversation)
     assert again.status == "finished" and outbox.sent == [EMAIL]
 
@@ -136,6 +166,7 @@ def test_edit_runs_with_override_args(desk, client):
     assert replier.returns["c1"] == (
         pa.EDIT_NOTICE.format(arguments=json.dumps(EDITED)) + "sent to ann@example.org"
     )
+    assert ledger(desk, ticket.run_id) == [("c1", "confirmed")]
 
 
 def test_reject_sends_the_reviewers_reason_to_the_model(desk, client):
@@ -377,17 +408,6 @@ def test_cancelled_run_becomes_a_denial_the_model_reads(desk, client):
 
     assert result.status == "finished" and outbox.sent == []
     assert replier.returns == {"c1": pa.LAPSED.format(status="cancelled")}
-
-
-SWEEP = "import django; django.setup(); from reviewdesk.runs.sweeper import runs_sweep; print(runs_sweep())"
-
-
-def sweep(desk) -> None:
-    """One pass of the desk's own periodic sweep (what beat runs), in the desk's Python."""
-    done = subprocess.run(
-        [str(DESK_PYTHON), "-c", SWEEP], env=desk.env, cwd=REPO, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_expired_call_is_denied_and_its_decided_sibling_proceeds(desk, client):

@@ -435,6 +435,23 @@ def test_expired_approval_becomes_a_rejection_the_model_reads(desk, client):
     assert tool_outputs(model) == {"call_1": oa.LAPSED.format(status="expired")}
 
 
+def test_a_call_a_standing_grant_covers_runs_at_once_without_pausing(desk, client):
+    outbox = Outbox()
+    thread, [ticket] = pause(client, outbox, [("call_1", EMAIL)])
+    desk.decide(ticket.approval_id, "approve", grant={"match": "exact", "scope": "agent", "max_uses": 2})
+    resume(client, outbox, thread)
+    assert outbox.sent == [EMAIL]
+
+    gate = DeskGate(client)
+    model = ScriptedModel(
+        [[function_call("send_email", EMAIL, call_id="call_1")], [assistant_message("Sent again.")]]
+    )
+    result = asyncio.run(gate.run(mailer(gate, outbox, model), f"t-{uuid.uuid4()}", PROMPT))
+
+    assert (result.status, result.final_output) == ("finished", "Sent again.")
+    assert outbox.sent == [EMAIL, EMAIL]
+
+
 def test_hosted_tool_is_offered_without_edit_and_the_desk_refuses_one(desk, client):
     gate = DeskGate(client)
     hosted = HostedMCPTool(

@@ -428,6 +428,26 @@ def test_expired_call_is_denied_and_its_decided_sibling_proceeds(desk, client):
     assert replier.returns["c2"] == pa.LAPSED.format(status="expired")
 
 
+def test_a_turn_standing_grants_cover_runs_at_once_without_pausing(desk, client):
+    outbox = Outbox()
+    conversation, [ticket] = pause(client, outbox, [("c1", EMAIL)])
+    desk.decide(ticket.approval_id, "approve", grant={"match": "exact", "scope": "agent", "max_uses": 2})
+    resume(client, outbox, conversation)
+    assert outbox.sent == [EMAIL]
+
+    def calls_then_done(messages, info):
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("send_email", EMAIL, tool_call_id="c1")])
+        return ModelResponse(parts=[TextPart("Sent again.")])
+
+    gate = DeskGate(client)
+    agent = outbox.agent(FunctionModel(calls_then_done))
+    result = asyncio.run(gate.run(agent, f"c-{uuid.uuid4()}", PROMPT))
+
+    assert (result.status, result.output) == ("finished", "Sent again.")
+    assert outbox.sent == [EMAIL, EMAIL]
+
+
 def test_a_tool_that_asks_for_approval_itself_is_gated_the_same_way(desk, client):
     refunds: list[int] = []
 

@@ -409,6 +409,33 @@ def test_a_call_approved_only_inside_the_stored_state_is_refused_by_the_wrapper(
     )
 
 
+def test_a_decision_verified_for_another_call_is_refused_by_the_wrapper(desk, client):
+    """Run A's verified decision for call_1 left under run B's call_1, which B's stored state
+    approves by itself: the wrapper sees the decision is not for B's call."""
+    outbox = Outbox()
+    _, [ticket_a] = pause(client, outbox, [("call_1", EMAIL)])
+    desk.decide(ticket_a.approval_id, "approve")
+    verified_a = client.verify(client.outcome(ticket_a).decision, ticket_a, current_arguments=EMAIL)
+    thread_b, [_, ticket_b2] = pause(client, outbox, [("call_1", EMAIL), ("call_2", OTHER)])
+    external_b = oa.external_id_for(thread_b)
+
+    async def approve_call_1_without_the_desk():
+        state = await RunState.from_string(
+            mailer(DeskGate(client), outbox, ScriptedModel()), client.store.get_state(external_b)
+        )
+        state.approve(next(i for i in state.get_interruptions() if i.call_id == "call_1"))
+        client.store.put_state(external_b, state.to_string())
+
+    asyncio.run(approve_call_1_without_the_desk())
+    client.store.put_verified(oa.verified_key(external_b, "call_1"), verified_a)
+    desk.decide(ticket_b2.approval_id, "approve")
+
+    _, model = resume(client, outbox, thread_b)
+
+    assert outbox.sent == [OTHER]
+    assert tool_outputs(model)["call_1"] == oa.REFUSED.format(why="the decision is not for this call")
+
+
 def test_cancelled_run_becomes_a_rejection_the_model_reads(desk, client):
     outbox = Outbox()
     thread, [ticket] = pause(client, outbox, [("call_1", EMAIL)])

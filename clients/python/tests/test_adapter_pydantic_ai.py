@@ -399,6 +399,30 @@ def test_approvals_made_without_the_desk_are_refused_by_the_guard(desk, client):
     assert replier.returns["c1"] == pa.REFUSED.format(why="no verified reviewer decision for this call")
 
 
+def test_a_decision_verified_for_another_call_is_refused_by_the_guard(desk, client):
+    """Run A's verified decision for c1 left under run B's c1, which is approved without the
+    desk: the guard sees the decision is not for B's call."""
+    outbox = Outbox()
+    _, [ticket_a] = pause(client, outbox, [("c1", EMAIL)])
+    desk.decide(ticket_a.approval_id, "approve")
+    verified_a = client.verify(client.outcome(ticket_a).decision, ticket_a, current_arguments=EMAIL)
+    gate = DeskGate(client)
+    conversation_b = f"c-{uuid.uuid4()}"
+    paused = asyncio.run(gate.run(outbox.agent(calling([("c1", EMAIL)])), conversation_b, PROMPT))
+    external_b = pa.external_id_for(conversation_b)
+    client.store.put_verified(pa.verified_key(external_b, "c1"), verified_a)
+    replier = Replier()
+    run_kwargs = {
+        "message_history": paused.result.all_messages(),
+        "deferred_tool_results": paused.output.build_results(approve_all=True),
+    }
+
+    asyncio.run(gate._run(outbox.agent(replier.model), external_b, None, run_kwargs))
+
+    assert outbox.sent == [] and replier.outcomes["c1"] == "failed"
+    assert replier.returns["c1"] == pa.REFUSED.format(why="the decision is not for this call")
+
+
 def test_cancelled_run_becomes_a_denial_the_model_reads(desk, client):
     outbox = Outbox()
     conversation, [ticket] = pause(client, outbox, [("c1", EMAIL)])
@@ -476,3 +500,4 @@ def test_a_tool_that_asks_for_approval_itself_is_gated_the_same_way(desk, client
     result = asyncio.run(DeskGate(client).resume(agent(replier.model), conversation))
 
     assert result.status == "finished" and refunds == [90]
+    assert ledger(desk, ticket.run_id) == [("r1", "confirmed")]  # the guard consumed it

@@ -12,11 +12,13 @@ import asyncio
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
 pytest.importorskip("agents.testing", reason="openai-agents is not installed")
@@ -123,10 +125,25 @@ def ledger(desk, run_id: str) -> list[tuple[str, str]]:
     return [tuple(row) for row in json.loads(rows.strip().splitlines()[-1])]
 
 
+def page_as(desk, username: str, path: str) -> str:
+    """A desk page as a reviewer sees it in a browser: logged in with the demo password."""
+    password = (Path(desk.var_dir) / "demo_password").read_text().strip()
+    with httpx.Client(base_url=desk.url, follow_redirects=True, timeout=30) as browser:
+        login = browser.get("/accounts/login/")
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login.text).group(1)
+        form = {"username": username, "password": password, "csrfmiddlewaretoken": token}
+        browser.post("/accounts/login/", data=form, headers={"Referer": desk.url + "/accounts/login/"})
+        page = browser.get(path)
+    assert page.status_code == 200 and "csrfmiddlewaretoken" in page.text, page.status_code
+    return page.text
+
+
 def test_approve_runs_the_tool_once_after_a_restart(desk, client):
     outbox = Outbox()
     thread, [ticket] = pause(client, outbox, [("call_1", EMAIL)])
     assert ticket.verdicts == ("approve", "reject", "edit") and outbox.sent == []
+    page = page_as(desk, "alice", f"/approvals/{ticket.approval_id}/")
+    assert 'id="edit-link"' in page and 'id="no-edit"' not in page  # a wrapped tool can edit
     desk.decide(ticket.approval_id, "approve")
 
     result, model = resume(client, outbox, thread)
@@ -504,6 +521,9 @@ def test_hosted_tool_is_offered_without_edit_and_the_desk_refuses_one(desk, clie
     _, approval = desk.api("GET", f"/api/v1/approvals/{ticket.approval_id}", as_="alice")
     assert "edit" not in approval["verdicts"]
 
+    page = page_as(desk, "alice", f"/approvals/{ticket.approval_id}/")
+    assert 'id="no-edit"' in page and "openai-agents cannot edit this call" in page
+    assert 'id="edit-link"' not in page and 'id="edit-form"' not in page
     status, problem = desk.try_decide(ticket.approval_id, "edit", arguments={"order_id": "9999"})
     assert status == 422 and problem["code"] == "verdict", problem
 

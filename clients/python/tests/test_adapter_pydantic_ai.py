@@ -12,11 +12,13 @@ import asyncio
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
 pytest.importorskip("pydantic_ai", reason="pydantic-ai-slim is not installed")
@@ -138,6 +140,19 @@ def ledger(desk, run_id: str) -> list[tuple[str, str]]:
     return [tuple(row) for row in json.loads(rows.strip().splitlines()[-1])]
 
 
+def page_as(desk, username: str, path: str) -> str:
+    """A desk page as a reviewer sees it in a browser: logged in with the demo password."""
+    password = (Path(desk.var_dir) / "demo_password").read_text().strip()
+    with httpx.Client(base_url=desk.url, follow_redirects=True, timeout=30) as browser:
+        login = browser.get("/accounts/login/")
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login.text).group(1)
+        form = {"username": username, "password": password, "csrfmiddlewaretoken": token}
+        browser.post("/accounts/login/", data=form, headers={"Referer": desk.url + "/accounts/login/"})
+        page = browser.get(path)
+    assert page.status_code == 200 and "csrfmiddlewaretoken" in page.text, page.status_code
+    return page.text
+
+
 def test_approve_runs_the_tool_once_after_a_restart(desk, client):
     outbox = Outbox()
     conversation, [ticket] = pause(client, outbox, [("c1", EMAIL)])
@@ -187,6 +202,9 @@ def test_one_of_two_decided_does_not_resume_and_both_decided_resume_once(desk, c
     conversation, [first, second] = pause(client, outbox, [("c1", EMAIL), ("c2", OTHER)])
     _, approval = desk.api("GET", f"/api/v1/approvals/{first.approval_id}", as_="alice")
     assert approval["external"]["resume_policy"] == "all_or_nothing"
+    page = page_as(desk, "alice", f"/approvals/{first.approval_id}/")
+    assert 'id="all-or-nothing"' in page and "None of these calls runs until all are decided" in page
+    assert 'id="edit-link"' in page  # override_args: Pydantic AI edits natively
     desk.decide(first.approval_id, "approve")
 
     result, replier = resume(client, outbox, conversation)

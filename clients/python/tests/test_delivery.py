@@ -155,3 +155,12 @@ def test_a_webhook_with_a_bad_hmac_or_an_old_timestamp_is_refused(desk, client, 
         parse_webhook({}, body, secret)
     with pytest.raises(WebhookError, match="malformed"):
         parse_webhook({"Desk-Signature": "v1=abc"}, body, secret)
+
+
+def test_an_expired_approval_settles_without_a_decision(desk, client):
+    """The desk's sweep (beat) expires the call after its TTL; the client learns it as an outcome
+    with no decision to verify, by the stream as by polling."""
+    ticket = submit_one(client, approval_ttl_seconds=10)
+    outcome = client.wait(ticket, 40, via="sse")
+    assert outcome is not None and (outcome.status, outcome.decision) == ("expired", None)
+    assert client.outcome(ticket).status == "expired"

@@ -97,7 +97,7 @@ def run_status(desk, run_id: str) -> str:
 
 
 def desk_python(desk, code: str) -> str:
-    """`code` in the desk's own Python and settings: beat's sweep, or an observer of its ledger."""
+    """`code` in the desk's own Python and settings, as an observer of its ledger."""
     done = subprocess.run(
         [str(DESK_PYTHON), "-c", "import django\ndjango.setup()\n" + code],
         env=desk.env,
@@ -108,10 +108,6 @@ def desk_python(desk, code: str) -> str:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
-
-
-def sweep(desk) -> None:
-    desk_python(desk, "from reviewdesk.runs.sweeper import runs_sweep\nruns_sweep()")
 
 
 def ledger(desk, run_id: str) -> list[tuple[str, str]]:
@@ -468,11 +464,8 @@ def test_expired_approval_becomes_a_rejection_the_model_reads(desk, client):
     outbox = Outbox()
     thread, [ticket] = pause(client, outbox, [("call_1", EMAIL)], approval_ttl_seconds=10)
 
-    def expired() -> bool:
-        sweep(desk)
-        return client.outcome(ticket) is not None
-
-    wait_until(expired, timeout=60, what="the approval to expire", interval=1)
+    # the desk's beat sweeps every second (conftest.py) and expires it
+    wait_until(lambda: client.outcome(ticket) is not None, timeout=60, what="the expiry", interval=0.5)
     result, model = resume(client, outbox, thread)
 
     assert result.status == "finished" and outbox.sent == []

@@ -112,7 +112,7 @@ def resume(client, outbox: Outbox, conversation: str, *, outcomes=None, then_cal
 
 
 def desk_python(desk, code: str) -> str:
-    """`code` in the desk's own Python and settings: beat's sweep, or an observer of its ledger."""
+    """`code` in the desk's own Python and settings, as an observer of its ledger."""
     done = subprocess.run(
         [str(DESK_PYTHON), "-c", "import django\ndjango.setup()\n" + code],
         env=desk.env,
@@ -123,10 +123,6 @@ def desk_python(desk, code: str) -> str:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
-
-
-def sweep(desk) -> None:
-    desk_python(desk, "from reviewdesk.runs.sweeper import runs_sweep\nruns_sweep()")
 
 
 def ledger(desk, run_id: str) -> list[tuple[str, str]]:
@@ -459,11 +455,8 @@ def test_expired_call_is_denied_and_its_decided_sibling_proceeds(desk, client):
     )
     desk.decide(first.approval_id, "approve")
 
-    def expired() -> bool:
-        sweep(desk)
-        return client.outcome(second) is not None
-
-    wait_until(expired, timeout=60, what="the approval to expire", interval=1)
+    # the desk's beat sweeps every second (conftest.py) and expires it
+    wait_until(lambda: client.outcome(second) is not None, timeout=60, what="the expiry", interval=0.5)
     result, replier = resume(client, outbox, conversation)
 
     assert result.status == "finished" and outbox.sent == [EMAIL]

@@ -37,6 +37,8 @@ from reviewdesk_client.canonical import jcs
 HERE = Path(__file__).resolve().parent
 EMAIL = {"to": "ann@example.org", "body": "Your refund is on its way."}
 OTHER = {"to": "bo@example.org", "body": "Your order shipped."}
+# Only the grant tests send this: an exact-match grant on it must allow no other test's call.
+GRANTED = {"to": "gail@example.org", "body": "Your standing order is confirmed."}
 EDITED = {"to": "ann@example.org", "body": "Your refund of 25 EUR is on its way."}
 PROMPT = "Tell Ann about her refund"
 
@@ -474,19 +476,19 @@ def test_expired_approval_becomes_a_rejection_the_model_reads(desk, client):
 
 def test_a_call_a_standing_grant_covers_runs_at_once_without_pausing(desk, client):
     outbox = Outbox()
-    thread, [ticket] = pause(client, outbox, [("call_1", EMAIL)])
-    desk.decide(ticket.approval_id, "approve", grant={"match": "exact", "scope": "agent", "max_uses": 2})
+    thread, [ticket] = pause(client, outbox, [("call_1", GRANTED)])
+    desk.decide(ticket.approval_id, "approve", grant={"match": "exact", "scope": "agent", "max_uses": 1})
     resume(client, outbox, thread)
-    assert outbox.sent == [EMAIL]
+    assert outbox.sent == [GRANTED]
 
     gate = DeskGate(client)
     model = ScriptedModel(
-        [[function_call("send_email", EMAIL, call_id="call_1")], [assistant_message("Sent again.")]]
+        [[function_call("send_email", GRANTED, call_id="call_1")], [assistant_message("Sent again.")]]
     )
     result = asyncio.run(gate.run(mailer(gate, outbox, model), f"t-{uuid.uuid4()}", PROMPT))
 
     assert (result.status, result.final_output) == ("finished", "Sent again.")
-    assert outbox.sent == [EMAIL, EMAIL]
+    assert outbox.sent == [GRANTED, GRANTED]
 
 
 def test_hosted_tool_is_offered_without_edit_and_the_desk_refuses_one(desk, client):

@@ -39,6 +39,8 @@ from reviewdesk_client.canonical import jcs
 HERE = Path(__file__).resolve().parent
 EMAIL = {"to": "ann@example.org", "body": "Your refund is on its way."}
 OTHER = {"to": "bo@example.org", "body": "Your order shipped."}
+# Only the grant tests send this: an exact-match grant on it must allow no other test's call.
+GRANTED = {"to": "gail@example.org", "body": "Your standing order is confirmed."}
 EDITED = {"to": "ann@example.org", "body": "Your refund of 25 EUR is on its way."}
 PROMPT = "Tell Ann about her refund"
 
@@ -465,14 +467,14 @@ def test_expired_call_is_denied_and_its_decided_sibling_proceeds(desk, client):
 
 def test_a_turn_standing_grants_cover_runs_at_once_without_pausing(desk, client):
     outbox = Outbox()
-    conversation, [ticket] = pause(client, outbox, [("c1", EMAIL)])
-    desk.decide(ticket.approval_id, "approve", grant={"match": "exact", "scope": "agent", "max_uses": 2})
+    conversation, [ticket] = pause(client, outbox, [("c1", GRANTED)])
+    desk.decide(ticket.approval_id, "approve", grant={"match": "exact", "scope": "agent", "max_uses": 1})
     resume(client, outbox, conversation)
-    assert outbox.sent == [EMAIL]
+    assert outbox.sent == [GRANTED]
 
     def calls_then_done(messages, info):
         if len(messages) == 1:
-            return ModelResponse(parts=[ToolCallPart("send_email", EMAIL, tool_call_id="c1")])
+            return ModelResponse(parts=[ToolCallPart("send_email", GRANTED, tool_call_id="c1")])
         return ModelResponse(parts=[TextPart("Sent again.")])
 
     gate = DeskGate(client)
@@ -480,7 +482,7 @@ def test_a_turn_standing_grants_cover_runs_at_once_without_pausing(desk, client)
     result = asyncio.run(gate.run(agent, f"c-{uuid.uuid4()}", PROMPT))
 
     assert (result.status, result.output) == ("finished", "Sent again.")
-    assert outbox.sent == [EMAIL, EMAIL]
+    assert outbox.sent == [GRANTED, GRANTED]
 
 
 def test_a_tool_that_asks_for_approval_itself_is_gated_the_same_way(desk, client):

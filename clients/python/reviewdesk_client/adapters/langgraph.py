@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reviewdesk_client import AlreadyConsumed, DecisionExpired, DeskError, VerificationError
-from reviewdesk_client.canonical import args_sha256
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -260,6 +259,35 @@ class LangGraphDesk:
         return _tool_json_schema(found) if found is not None else None
 
 
+def resumer_handler(build: Callable[[DeskClient], tuple[LangGraphDesk, Any]]) -> Callable[..., None]:
+    """A `python -m reviewdesk_client.resumer --handler` function for LangGraph threads.
+
+    `build(desk)` returns the gate and a freshly compiled graph on the durable checkpointer;
+    the handler resumes the thread the decided ticket belongs to. Tickets of other adapters
+    are left alone.
+    """
+
+    def handler(desk: DeskClient, ticket: Ticket, outcome: Any) -> None:
+        thread_id = thread_id_of(ticket.external_id)
+        if thread_id is None:
+            return
+        gate, graph = build(desk)
+        result = gate.resume(graph, thread_id)
+        if ticket.tool_call_id in result.refused:
+            log.warning(
+                "resume of %s refused %s: %s",
+                thread_id,
+                ticket.tool_call_id,
+                result.refused[ticket.tool_call_id],
+            )
+
+    return handler
+
+
+def thread_id_of(external_id: str) -> str | None:
+    return external_id[3:] if external_id.startswith("lg:") else None
+
+
 def __getattr__(name: str) -> Any:
     # `DeskGuard` subclasses LangChain's AgentMiddleware, so it is built on first use.
     if name == "DeskGuard":
@@ -336,14 +364,13 @@ def _make_guard_class() -> type:
                 return self._refuse(call, ticket, "no verified Review Desk decision for this call")
             if verified.verdict == "reject":
                 return self._refuse(call, ticket, f"a reviewer rejected this call: {verified.reason}")
-            if verified.verdict not in ("approve", "edit") or verified.tool_call_id != call["id"]:
-                return self._refuse(call, ticket, "the verified decision does not approve this call")
-            if args_sha256(call["args"]) != args_sha256(verified.arguments):
-                return self._refuse(call, ticket, "the arguments about to run are not the approved ones")
+            if verified.tool_call_id != call["id"]:
+                return self._refuse(call, ticket, "the verified decision is for another call")
             try:
-                self.desk.consume(verified)
-            except (AlreadyConsumed, DecisionExpired, DeskError) as exc:
-                return self._refuse(call, ticket, f"the decision could not be consumed ({exc})")
+                # The arguments about to run must be the verified ones; then spend it, once.
+                self.desk.guard(verified, call["args"])
+            except (VerificationError, AlreadyConsumed, DecisionExpired, DeskError) as exc:
+                return self._refuse(call, ticket, f"the decision does not let this call run ({exc})")
             return verified
 
         def _refuse(self, call: dict, ticket: Ticket | None, why: str) -> Any:

@@ -204,7 +204,10 @@ class LangGraphDesk:
             self.submit_pending(graph, thread_id, out.interrupts)
         elif self.desk.store.tickets(external_id_for(thread_id)):
             # Only a thread the desk knows about has a run to finish there.
-            self.desk.report_run(external_id_for(thread_id), "succeeded", output=_last_ai_text(out.value))
+            try:
+                self.desk.report_run(external_id_for(thread_id), "succeeded", output=_last_ai_text(out.value))
+            except DeskError as exc:  # the run is the framework's; the desk's copy may be ended already
+                log.warning("could not report thread %s finished to Review Desk: %s", thread_id, exc)
 
     def _answer(
         self, thread_id: str, request: dict, decision: dict | None, result: ResumeResult

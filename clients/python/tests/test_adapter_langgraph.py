@@ -23,6 +23,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
+
 from reviewdesk_client import DeskClient, KeyRing, SQLiteStore
 from reviewdesk_client.adapters.langgraph import (
     LangGraphDesk,
@@ -85,27 +86,44 @@ def ask(text: str = "Refund order 1 please.") -> dict:
     return {"messages": [{"role": "user", "content": text}]}
 
 
+class Thread:
+    """One test's thread files, a desk client over a SQLite store (as across restarts) and the
+    running desk (the session's `desk` fixture) for reviewer decisions and reads."""
+
+    def __init__(self, tmp_path: Path, desk) -> None:
+        self.graph_db = tmp_path / "graph.sqlite"
+        self.store_path = tmp_path / "desk.sqlite"
+        self.tool_log = tmp_path / "tool.jsonl"
+        self.running = desk
+
+    def client(self, *, keys: KeyRing | None = None, store=None) -> DeskClient:
+        return self.running.client(store=store or SQLiteStore(str(self.store_path)), keys=keys)
+
+    def build(self, desk: DeskClient, *messages: AIMessage, **kw):
+        return build(desk, self.graph_db, self.tool_log, scripted(*messages), **kw)
+
+    def decide(self, desk: DeskClient, thread_id: str, call_id: str, verdict: str, **fields) -> dict:
+        """alice decides through the desk's API; the decision as the client is served it."""
+        ticket = desk.store.ticket(external_id_for(thread_id), call_id)
+        self.running.decide(ticket.approval_id, verdict, **fields)
+        return desk.approval(ticket)["decision"]
+
+    def run(self, run_id: str) -> dict:
+        status, body = self.running.api("GET", f"/api/v1/runs/{run_id}")
+        assert status == 200, body
+        return body
+
+    def client_env(self) -> dict[str, str]:
+        return {
+            "REVIEWDESK_URL": self.running.url,
+            "REVIEWDESK_TOKEN": self.running.tokens["svc"],
+            "REVIEWDESK_KEYS": json.dumps(self.running.keys),
+        }
+
+
 @pytest.fixture
-def lg(tmp_path, reach_desk):
-    """A thread's files and a desk client whose store is a SQLite file, as across restarts."""
-
-    class Env:
-        graph_db = tmp_path / "graph.sqlite"
-        store_path = tmp_path / "desk.sqlite"
-        tool_log = tmp_path / "tool.jsonl"
-        desk_env = reach_desk
-
-        def client(self, *, keys: KeyRing | None = None) -> DeskClient:
-            return reach_desk.client(store=SQLiteStore(str(self.store_path)), keys=keys)
-
-        def build(self, desk, *messages, **kw):
-            return build(desk, self.graph_db, self.tool_log, scripted(*messages), **kw)
-
-        def decide(self, desk, thread_id, call_id, verdict, **kw):
-            ticket = desk.store.ticket(external_id_for(thread_id), call_id)
-            return reach_desk.decide(ticket, verdict, **kw)
-
-    return Env()
+def lg(tmp_path, desk) -> Thread:
+    return Thread(tmp_path, desk)
 
 
 def tool_messages(output) -> list[ToolMessage]:
@@ -128,7 +146,7 @@ def test_approve_runs_the_call_once_and_the_desk_run_succeeds(lg):
     assert message.status == "success" and message.content == "refunded 5 on 1"
     ticket = desk.store.ticket("lg:t-approve", "call_1")
     assert desk.approval(ticket)["decision"]["consumed_at"]
-    assert lg.desk_env.run(ticket.run_id)["status"] == "succeeded"
+    assert lg.run(ticket.run_id)["status"] == "succeeded"
 
 
 def test_edit_runs_the_edited_arguments_once_with_langchains_notice(lg):
@@ -315,7 +333,7 @@ def test_a_replayed_decision_is_refused_even_from_an_older_checkpoint(lg, tmp_pa
     # A replica with a copy of the tickets but not of the nonces: the desk's compare-and-set refuses.
     replica_store = SQLiteStore(str(tmp_path / "replica.sqlite"))
     replica_store.put_tickets(desk.store.tickets("lg:t-replay"))
-    replica = lg.desk_env.client(store=replica_store)
+    replica = lg.client(store=replica_store)
     gate_r, graph_r = lg.build(replica, DONE)
     out = gate_r.resume(graph_r, "t-replay", decisions={"call_1": decision}, **at_pause)
     assert out.answered == {"call_1": "approve"}  # it verified...
@@ -370,7 +388,7 @@ def pause_main() -> None:
 def test_a_pause_survives_its_process_and_the_resumer_picks_the_decision_up(lg):
     env = {
         **os.environ,
-        **lg.desk_env.client_env(),
+        **lg.client_env(),
         "PYTHONPATH": os.pathsep.join([str(CLIENT_ROOT), str(HERE)]),
         "LG_GRAPH_DB": str(lg.graph_db),
         "LG_TOOL_LOG": str(lg.tool_log),
@@ -411,7 +429,7 @@ def test_a_pause_survives_its_process_and_the_resumer_picks_the_decision_up(lg):
     assert resumed.returncode == 0, resumed.stderr
     assert runs_of(lg.tool_log) == [{"order_id": "9", "amount": 12}]
     ticket = desk.store.ticket("lg:t-durable", "call_1")
-    assert lg.desk_env.run(ticket.run_id)["status"] == "succeeded"
+    assert lg.run(ticket.run_id)["status"] == "succeeded"
 
 
 if __name__ == "__main__":

@@ -57,5 +57,7 @@ def test_canonical_bytes_equal_the_desks_on_tricky_values(desk):
 
 
 def test_key_order_does_not_change_the_hash():
-    assert args_sha256({"b": 1, "a": [1, {"d": 2, "c": 3}]}) == args_sha256({"a": [1, {"c": 3, "d": 2}], "b": 1})
+    assert args_sha256({"b": 1, "a": [1, {"d": 2, "c": 3}]}) == args_sha256(
+        {"a": [1, {"c": 3, "d": 2}], "b": 1}
+    )
     assert args_sha256({"a": 1}) != args_sha256({"a": 1.5})

@@ -185,7 +185,16 @@ class ClaudeDesk:
     ) -> Answer:
         if not self._is_gated(tool_name):
             return _allow(tool_input)
-        tool_use_id = tool_use_id or f"prompt-{uuid.uuid4()}"
+        try:
+            return self._decide(tool_name, tool_input, tool_use_id or f"prompt-{uuid.uuid4()}", title)
+        except DeskError as exc:
+            # No desk, no permission: the turn ends rather than the tool running unreviewed.
+            log.warning("Review Desk unavailable for %s: %s", tool_name, exc)
+            return _deny(
+                f"Review Desk could not be asked about this call ({exc}); it did not run.", interrupt=True
+            )
+
+    def _decide(self, tool_name: str, tool_input: dict[str, Any], tool_use_id: str, title: str) -> Answer:
         ticket = self._parked_ticket(tool_name, tool_input) or self._submit(
             tool_name, tool_input, tool_use_id, title
         )

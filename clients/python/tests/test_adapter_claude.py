@@ -230,10 +230,12 @@ def test_a_decision_for_another_session_with_the_same_tool_use_id_is_denied(cl, 
 
 
 class FakeCLI(Transport):
-    """Claude Code's side of the control protocol: answers `initialize`, asks `can_use_tool`
-    once the prompt is written, records the SDK's answer and ends with a result message."""
+    """Claude Code's side of the control protocol: answers `initialize` (keeping the hook ids
+    the SDK registers), asks `can_use_tool` once the prompt is written and records the answer;
+    after an allow it "runs" the tool and calls the PostToolUse hook, then sends the result."""
 
     def __init__(self, tool_name: str, tool_input: dict, tool_use_id: str) -> None:
+        self.tool_name, self.tool_use_id = tool_name, tool_use_id
         self.request = {
             "subtype": "can_use_tool",
             "tool_name": tool_name,
@@ -244,6 +246,7 @@ class FakeCLI(Transport):
         }
         self.inbox, self.outbox = anyio.create_memory_object_stream(100)
         self.answers: list[dict] = []
+        self.hooks: dict = {}
 
     async def connect(self) -> None:
         pass
@@ -260,32 +263,60 @@ class FakeCLI(Transport):
     async def write(self, data: str) -> None:
         message = json.loads(data)
         if message["type"] == "control_request":
+            self.hooks = message["request"].get("hooks") or self.hooks
             reply = {"subtype": "success", "request_id": message["request_id"], "response": {}}
             await self.inbox.send({"type": "control_response", "response": reply})
         elif message["type"] == "user":
             await self.inbox.send(
                 {"type": "control_request", "request_id": "perm-1", "request": self.request}
             )
-        elif message["type"] == "control_response":
+        elif message["type"] == "control_response" and message["response"]["request_id"] == "perm-1":
             self.answers.append(message["response"])
-            await self.inbox.send(
-                {
-                    "type": "result",
-                    "subtype": "success",
-                    "duration_ms": 1,
-                    "duration_api_ms": 1,
-                    "is_error": False,
-                    "num_turns": 1,
-                    "session_id": "fake",
-                }
-            )
+            answer = message["response"]["response"]
+            if answer["behavior"] == "allow":
+                await self.inbox.send(self.post_tool_use(answer["updatedInput"]))
+            else:
+                await self.inbox.send(RESULT)
+        elif message["type"] == "control_response":  # the hook's answer
+            await self.inbox.send(RESULT)
+
+    def post_tool_use(self, ran_with: dict) -> dict:
+        (matcher,) = self.hooks["PostToolUse"]
+        hook_input = {
+            "hook_event_name": "PostToolUse",
+            "session_id": "fake",
+            "transcript_path": "",
+            "cwd": "",
+            "tool_name": self.tool_name,
+            "tool_input": ran_with,
+            "tool_response": {"stdout": "", "stderr": "", "interrupted": False},
+            "tool_use_id": self.tool_use_id,
+        }
+        request = {
+            "subtype": "hook_callback",
+            "callback_id": matcher["hookCallbackIds"][0],
+            "input": hook_input,
+            "tool_use_id": self.tool_use_id,
+        }
+        return {"type": "control_request", "request_id": "hook-1", "request": request}
 
     async def read_messages(self):
         async for message in self.outbox:
             yield message
 
 
-def test_the_sdk_sends_the_cli_the_approved_input_as_updated_input(cl):
+RESULT = {
+    "type": "result",
+    "subtype": "success",
+    "duration_ms": 1,
+    "duration_api_ms": 1,
+    "is_error": False,
+    "num_turns": 1,
+    "session_id": "fake",
+}
+
+
+def test_the_sdk_sends_the_cli_the_approved_input_and_the_hook_confirms_the_ledger(cl):
     desk = cl.client()
     gate = cl.gate(desk)
     edited = {"command": "rm -rf build/tmp/", "description": "Clean only the temporary files"}
@@ -306,6 +337,10 @@ def test_the_sdk_sends_the_cli_the_approved_input_as_updated_input(cl):
             "response": {"behavior": "allow", "updatedInput": edited},
         }
     ]
+    (ticket,) = cl.tickets(desk)
+    status, run = cl.running.api("GET", f"/api/v1/runs/{ticket.run_id}")
+    assert status == 200, run
+    assert [(e["tool_call_id"], e["status"]) for e in run["side_effects"]] == [("toolu_1", "confirmed")]
 
 
 # --- the --permission-prompt-tool route -------------------------------------------------------------

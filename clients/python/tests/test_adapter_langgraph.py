@@ -146,7 +146,9 @@ def test_approve_runs_the_call_once_and_the_desk_run_succeeds(lg):
     assert message.status == "success" and message.content == "refunded 5 on 1"
     ticket = desk.store.ticket("lg:t-approve", "call_1")
     assert desk.approval(ticket)["decision"]["consumed_at"]
-    assert lg.run(ticket.run_id)["status"] == "succeeded"
+    run = lg.run(ticket.run_id)
+    assert run["status"] == "succeeded"
+    assert [(e["tool_call_id"], e["status"]) for e in run["side_effects"]] == [("call_1", "confirmed")]
 
 
 def test_edit_runs_the_edited_arguments_once_with_langchains_notice(lg):

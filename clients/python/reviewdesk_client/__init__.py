@@ -6,7 +6,7 @@ canonicaliser and verifies Ed25519 signatures with keys pinned from configuratio
 """
 
 from reviewdesk_client.canonical import args_sha256, jcs
-from reviewdesk_client.client import DeskClient
+from reviewdesk_client.client import AsyncDeskClient, DeskClient
 from reviewdesk_client.errors import (
     AlreadyConsumed,
     DecisionExpired,
@@ -20,6 +20,7 @@ from reviewdesk_client.verify import KeyRing, verify_decision
 
 __all__ = [
     "AlreadyConsumed",
+    "AsyncDeskClient",
     "Call",
     "DecisionExpired",
     "DeskClient",

@@ -9,6 +9,7 @@ not run the tool.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -339,3 +340,67 @@ def _query_value(value: Any) -> str:
     if isinstance(value, list | tuple | set):
         return ",".join(str(v) for v in value)
     return str(value)
+
+
+class AsyncDeskClient:
+    """`DeskClient` for async frameworks: the same methods, the ones that reach the desk awaited
+    (each runs the blocking call in a thread, so the event loop is never held while a request is
+    in flight). `call` and `verify` do no I/O and stay plain calls."""
+
+    def __init__(self, *args: Any, desk: DeskClient | None = None, **kwargs: Any) -> None:
+        self.desk = desk if desk is not None else DeskClient(*args, **kwargs)
+
+    @property
+    def store(self) -> Store:
+        return self.desk.store
+
+    @property
+    def keys(self) -> KeyRing:
+        return self.desk.keys
+
+    def call(self, *args: Any, **kwargs: Any) -> Call:
+        return self.desk.call(*args, **kwargs)
+
+    def verify(self, decision: Mapping[str, Any], ticket: Ticket, *, current_arguments: Any) -> Verified:
+        return self.desk.verify(decision, ticket, current_arguments=current_arguments)
+
+    async def submit(self, **kwargs: Any) -> list[Ticket]:
+        return await _in_thread(self.desk.submit, **kwargs)
+
+    async def approval(self, ticket: Ticket | str) -> dict[str, Any]:
+        return await _in_thread(self.desk.approval, ticket)
+
+    async def outcome(self, ticket: Ticket | str) -> Outcome | None:
+        return await _in_thread(self.desk.outcome, ticket)
+
+    async def wait(
+        self, ticket: Ticket, timeout: float, *, via: str = "poll", interval: float = 0.5
+    ) -> Outcome | None:
+        return await _in_thread(self.desk.wait, ticket, timeout, via=via, interval=interval)
+
+    async def approvals(self, **filters: Any) -> list[dict[str, Any]]:
+        return await _in_thread(self.desk.approvals, **filters)
+
+    async def consume(self, verified: Verified) -> None:
+        await _in_thread(self.desk.consume, verified)
+
+    async def guard(self, verified: Verified, arguments: Any) -> None:
+        await _in_thread(self.desk.guard, verified, arguments)
+
+    async def report_tool(
+        self, verified_or_ticket: Verified | Ticket, status: str, summary: str = ""
+    ) -> dict[str, Any]:
+        return await _in_thread(self.desk.report_tool, verified_or_ticket, status, summary)
+
+    async def report_run(self, external_id_or_run_id: str, status: str, output: str = "") -> dict[str, Any]:
+        return await _in_thread(self.desk.report_run, external_id_or_run_id, status, output)
+
+    async def cancel_run(self, run_id: str) -> dict[str, Any]:
+        return await _in_thread(self.desk.cancel_run, run_id)
+
+    def close(self) -> None:
+        self.desk.close()
+
+
+async def _in_thread(function: Any, *args: Any, **kwargs: Any) -> Any:
+    return await asyncio.to_thread(function, *args, **kwargs)

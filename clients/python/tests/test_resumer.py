@@ -1,0 +1,76 @@
+"""C5: the resumer, started after the decision was made (nothing was listening), finds the
+decided, unconsumed approval and calls the handler once; a running resumer picks up a decision
+from the stream. Each resumer is a real `python -m reviewdesk_client.resumer` process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import HERE, wait_until
+from support import ARGUMENTS, submit_one
+
+from reviewdesk_client import SQLiteStore
+
+
+def resumer(desk, store_path: Path, record: Path, *extra: str) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE)]),
+        "REVIEWDESK_TOKEN": desk.tokens["svc"],
+        "REVIEWDESK_KEYS": json.dumps(desk.keys),
+        "RESUMER_RECORD": str(record),
+    }
+    command = [
+        sys.executable, "-m", "reviewdesk_client.resumer", "--desk", desk.url, "--store", str(store_path),
+        "--handler", "resume_handler:record", *extra,
+    ]  # fmt: skip
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def lines(record: Path) -> list[dict]:
+    return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+
+
+def paused(desk, store_path: Path):
+    """The agent's process: submit, keep the arguments in the store, exit (the store is closed)."""
+    store = SQLiteStore(store_path)
+    with desk.client(store=store) as client:
+        ticket = submit_one(client)
+        store.put_state(f"arguments:{ticket.approval_id}", json.dumps(ARGUMENTS))
+    store.close()
+    return ticket
+
+
+def test_the_resumer_on_start_finds_a_decision_made_while_it_was_down(desk, tmp_path):
+    store_path, record = tmp_path / "agent.sqlite3", tmp_path / "ran.jsonl"
+    ticket = paused(desk, store_path)
+    other = paused(desk, tmp_path / "elsewhere.sqlite3")  # not this store's: never handled here
+    desk.decide(ticket.approval_id, "approve")
+    desk.decide(other.approval_id, "approve")
+    first = resumer(desk, store_path, record, "--once")
+    assert first.wait(60) == 0, first.stdout.read()
+    assert lines(record) == [{"approval": ticket.approval_id, "verdict": "approve"}]
+    # Started again: the decision was consumed, the handler is not called a second time.
+    again = resumer(desk, store_path, record, "--once")
+    assert again.wait(60) == 0, again.stdout.read()
+    assert len(lines(record)) == 1
+
+
+def test_a_running_resumer_handles_a_decision_from_the_stream_once(desk, tmp_path):
+    store_path, record = tmp_path / "agent.sqlite3", tmp_path / "ran.jsonl"
+    ticket = paused(desk, store_path)
+    running = resumer(desk, store_path, record, "--via", "sse")
+    try:
+        time.sleep(2)  # it has caught up (nothing to do) and follows the stream
+        desk.decide(ticket.approval_id, "reject", reason="no")
+        wait_until(lambda: lines(record), timeout=30, what="the resumer's handler")
+        time.sleep(2)  # more events of the run (none should make a second call)
+    finally:
+        running.terminate()
+        output = running.communicate(timeout=15)[0]
+    assert lines(record) == [{"approval": ticket.approval_id, "verdict": "reject"}], output

@@ -6,6 +6,7 @@ is counted where it happened, in this process or another.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
@@ -342,6 +343,34 @@ def test_a_replayed_decision_is_refused_even_from_an_older_checkpoint(lg, tmp_pa
     (message,) = [m for m in tool_messages(out.output) if m.tool_call_id == "call_1"]
     assert message.status == "error" and "consumed" in message.content  # ...and the guard refused
     assert len(runs_of(lg.tool_log)) == 1
+
+
+def test_an_async_graph_pauses_and_resumes_through_the_async_guard(lg):
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    desk = lg.client()
+    edited = {"order_id": "1", "amount": 2}
+
+    async def pause_then_resume():
+        async with AsyncSqliteSaver.from_conn_string(str(lg.graph_db)) as saver:
+            gate = LangGraphDesk(
+                desk,
+                interrupt_on={"refund": ["approve", "edit", "reject"]},
+                tools=[make_refund_tool(lg.tool_log)],
+            )
+            graph = gate.create_agent(
+                scripted(refund_calls(("call_1", {"order_id": "1", "amount": 5})), DONE), checkpointer=saver
+            )
+            out = await gate.ainvoke(graph, ask(), thread_id="t-async")
+            assert [i.value["tool_call_id"] for i in out.interrupts] == ["call_1"]
+            await asyncio.to_thread(lg.decide, desk, "t-async", "call_1", "edit", arguments=edited)
+            return await gate.aresume(graph, "t-async")
+
+    result = asyncio.run(pause_then_resume())
+    assert result.answered == {"call_1": "edit"}
+    assert runs_of(lg.tool_log) == [edited]
+    ticket = desk.store.ticket("lg:t-async", "call_1")
+    assert [e["status"] for e in lg.run(ticket.run_id)["side_effects"]] == ["confirmed"]
 
 
 def test_batched_hitl_is_refused_and_nothing_is_submitted(lg):

@@ -114,6 +114,13 @@ class LangGraphDesk:
         self._after_invoke(graph, cfg, out)
         return out
 
+    async def ainvoke(self, graph: Any, graph_input: Any, *, thread_id: str, **config: Any) -> Any:
+        """`invoke` for graphs driven asynchronously: desk I/O runs in a worker thread."""
+        cfg = _config(thread_id, config)
+        out = await graph.ainvoke(graph_input, cfg, version="v2")
+        await asyncio.to_thread(self._after_invoke, graph, cfg, out)
+        return out
+
     def submit_pending(
         self, graph: Any, thread_id: str, interrupts: Sequence[Any] | None = None
     ) -> list[Ticket]:

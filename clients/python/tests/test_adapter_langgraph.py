@@ -12,6 +12,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,11 @@ class Thread:
         self.store_path = tmp_path / "desk.sqlite"
         self.tool_log = tmp_path / "tool.jsonl"
         self.running = desk
+        # The desk outlives a test session when it runs on DATABASE_URL: thread ids are fresh.
+        self.suffix = uuid.uuid4().hex[:8]
+
+    def t(self, name: str) -> str:
+        return f"t-{name}-{self.suffix}"
 
     def client(self, *, keys: KeyRing | None = None, store=None) -> DeskClient:
         return self.running.client(store=store or SQLiteStore(str(self.store_path)), keys=keys)
@@ -134,18 +140,18 @@ def tool_messages(output) -> list[ToolMessage]:
 def test_approve_runs_the_call_once_and_the_desk_run_succeeds(lg):
     desk = lg.client()
     gate, graph = lg.build(desk, refund_calls(("call_1", {"order_id": "1", "amount": 5})), DONE)
-    out = gate.invoke(graph, ask(), thread_id="t-approve")
+    out = gate.invoke(graph, ask(), thread_id=lg.t("approve"))
     assert [i.value["tool_call_id"] for i in out.interrupts] == ["call_1"]
     assert runs_of(lg.tool_log) == []
 
-    lg.decide(desk, "t-approve", "call_1", "approve")
-    result = gate.resume(graph, "t-approve")
+    lg.decide(desk, lg.t("approve"), "call_1", "approve")
+    result = gate.resume(graph, lg.t("approve"))
 
     assert result.answered == {"call_1": "approve"}
     assert runs_of(lg.tool_log) == [{"order_id": "1", "amount": 5}]
     (message,) = tool_messages(result.output)
     assert message.status == "success" and message.content == "refunded 5 on 1"
-    ticket = desk.store.ticket("lg:t-approve", "call_1")
+    ticket = desk.store.ticket(external_id_for(lg.t("approve")), "call_1")
     assert desk.approval(ticket)["decision"]["consumed_at"]
     run = lg.run(ticket.run_id)
     assert run["status"] == "succeeded"
@@ -155,10 +161,10 @@ def test_approve_runs_the_call_once_and_the_desk_run_succeeds(lg):
 def test_edit_runs_the_edited_arguments_once_with_langchains_notice(lg):
     desk = lg.client()
     gate, graph = lg.build(desk, refund_calls(("call_1", {"order_id": "1", "amount": 500})), DONE)
-    gate.invoke(graph, ask(), thread_id="t-edit")
+    gate.invoke(graph, ask(), thread_id=lg.t("edit"))
 
-    lg.decide(desk, "t-edit", "call_1", "edit", arguments={"order_id": "1", "amount": 50})
-    result = gate.resume(graph, "t-edit")
+    lg.decide(desk, lg.t("edit"), "call_1", "edit", arguments={"order_id": "1", "amount": 50})
+    result = gate.resume(graph, lg.t("edit"))
 
     assert result.answered == {"call_1": "edit"}
     assert runs_of(lg.tool_log) == [{"order_id": "1", "amount": 50}]
@@ -170,17 +176,17 @@ def test_edit_runs_the_edited_arguments_once_with_langchains_notice(lg):
 def test_reject_gives_the_model_an_error_tool_message_with_the_reason(lg):
     desk = lg.client()
     gate, graph = lg.build(desk, refund_calls(("call_1", {"order_id": "1", "amount": 5})), DONE)
-    gate.invoke(graph, ask(), thread_id="t-reject")
+    gate.invoke(graph, ask(), thread_id=lg.t("reject"))
 
-    lg.decide(desk, "t-reject", "call_1", "reject", reason="Order 1 was never paid.")
-    result = gate.resume(graph, "t-reject")
+    lg.decide(desk, lg.t("reject"), "call_1", "reject", reason="Order 1 was never paid.")
+    result = gate.resume(graph, lg.t("reject"))
 
     assert result.answered == {"call_1": "reject"}
     assert runs_of(lg.tool_log) == []
     (message,) = tool_messages(result.output)
     assert message.status == "error"
     assert message.content == "User rejected the tool call for `refund` with reason: Order 1 was never paid."
-    ticket = desk.store.ticket("lg:t-reject", "call_1")
+    ticket = desk.store.ticket(external_id_for(lg.t("reject")), "call_1")
     assert desk.approval(ticket)["decision"]["consumed_at"]  # spent, so no resumer picks it up again
 
 
@@ -190,21 +196,21 @@ def test_a_per_call_resume_leaves_the_sibling_paused_under_the_same_interrupt_id
         ("call_1", {"order_id": "1", "amount": 5}), ("call_2", {"order_id": "2", "amount": 7})
     )
     gate, graph = lg.build(desk, calls, DONE)
-    out = gate.invoke(graph, ask(), thread_id="t-partial")
+    out = gate.invoke(graph, ask(), thread_id=lg.t("partial"))
     ids = {i.value["tool_call_id"]: i.id for i in out.interrupts}
     assert set(ids) == {"call_1", "call_2"}
-    assert len(desk.store.tickets("lg:t-partial")) == 2  # one submit, both calls
+    assert len(desk.store.tickets(external_id_for(lg.t("partial")))) == 2  # one submit, both calls
 
-    lg.decide(desk, "t-partial", "call_1", "approve")
-    first = gate.resume(graph, "t-partial")
+    lg.decide(desk, lg.t("partial"), "call_1", "approve")
+    first = gate.resume(graph, lg.t("partial"))
 
     assert first.answered == {"call_1": "approve"} and first.pending == ["call_2"]
     assert runs_of(lg.tool_log) == [{"order_id": "1", "amount": 5}]
-    still = graph.get_state({"configurable": {"thread_id": "t-partial"}}).interrupts
+    still = graph.get_state({"configurable": {"thread_id": lg.t("partial")}}).interrupts
     assert [(i.id, i.value["tool_call_id"]) for i in still] == [(ids["call_2"], "call_2")]
 
-    lg.decide(desk, "t-partial", "call_2", "approve")
-    second = gate.resume(graph, "t-partial")
+    lg.decide(desk, lg.t("partial"), "call_2", "approve")
+    second = gate.resume(graph, lg.t("partial"))
     assert second.answered == {"call_2": "approve"}
     assert runs_of(lg.tool_log) == [{"order_id": "1", "amount": 5}, {"order_id": "2", "amount": 7}]
 
@@ -215,17 +221,17 @@ def test_a_stale_decision_for_an_answered_interrupt_is_harmless(lg):
         ("call_1", {"order_id": "1", "amount": 5}), ("call_2", {"order_id": "2", "amount": 7})
     )
     gate, graph = lg.build(desk, calls, DONE)
-    out = gate.invoke(graph, ask(), thread_id="t-stale")
+    out = gate.invoke(graph, ask(), thread_id=lg.t("stale"))
     first_id = next(i.id for i in out.interrupts if i.value["tool_call_id"] == "call_1")
-    decision = lg.decide(desk, "t-stale", "call_1", "approve")
-    gate.resume(graph, "t-stale")
+    decision = lg.decide(desk, lg.t("stale"), "call_1", "approve")
+    gate.resume(graph, lg.t("stale"))
     assert len(runs_of(lg.tool_log)) == 1
 
     # The same decision delivered again: the adapter answers only interrupts still pending.
-    again = gate.resume(graph, "t-stale", decisions={"call_1": decision})
+    again = gate.resume(graph, lg.t("stale"), decisions={"call_1": decision})
     assert again.answered == {} and again.output is None
     # And by hand, the answered interrupt's id again: LangGraph ignores it, the sibling stays.
-    cfg = {"configurable": {"thread_id": "t-stale"}}
+    cfg = {"configurable": {"thread_id": lg.t("stale")}}
     graph.invoke(Command(resume={first_id: {"type": "approve"}}), cfg, version="v2")
     assert runs_of(lg.tool_log) == [{"order_id": "1", "amount": 5}]
     assert [i.value["tool_call_id"] for i in graph.get_state(cfg).interrupts] == ["call_2"]
@@ -238,11 +244,11 @@ def test_a_when_predicate_that_flips_on_resume_cannot_run_a_rejected_call(lg):
     gate, graph = lg.build(
         desk, refund_calls(("call_1", {"order_id": "1", "amount": 5})), DONE, interrupt_on=config
     )
-    gate.invoke(graph, ask(), thread_id="t-when")
-    lg.decide(desk, "t-when", "call_1", "reject", reason="No refunds today.")
+    gate.invoke(graph, ask(), thread_id=lg.t("when"))
+    lg.decide(desk, lg.t("when"), "call_1", "reject", reason="No refunds today.")
 
     review["on"] = False  # LangChain now skips the reviewer's answer and calls the tool
-    result = gate.resume(graph, "t-when")
+    result = gate.resume(graph, lg.t("when"))
 
     assert runs_of(lg.tool_log) == []
     (message,) = tool_messages(result.output)
@@ -253,8 +259,8 @@ def test_a_when_predicate_that_flips_on_resume_cannot_run_a_rejected_call(lg):
 def test_a_hand_made_approve_without_a_desk_decision_is_refused_by_the_guard(lg):
     desk = lg.client()
     gate, graph = lg.build(desk, refund_calls(("call_1", {"order_id": "1", "amount": 5})), DONE)
-    out = gate.invoke(graph, ask(), thread_id="t-bypass")
-    cfg = {"configurable": {"thread_id": "t-bypass"}}
+    out = gate.invoke(graph, ask(), thread_id=lg.t("bypass"))
+    cfg = {"configurable": {"thread_id": lg.t("bypass")}}
 
     after = graph.invoke(Command(resume={out.interrupts[0].id: {"type": "approve"}}), cfg, version="v2")
 
@@ -266,16 +272,16 @@ def test_a_hand_made_approve_without_a_desk_decision_is_refused_by_the_guard(lg)
 def test_a_forged_decision_is_refused_before_the_tool_runs(lg):
     desk = lg.client()
     gate, graph = lg.build(desk, refund_calls(("call_1", {"order_id": "1", "amount": 5})), DONE)
-    gate.invoke(graph, ask(), thread_id="t-forged")
-    decision = lg.decide(desk, "t-forged", "call_1", "edit", arguments={"order_id": "1", "amount": 4})
+    gate.invoke(graph, ask(), thread_id=lg.t("forged"))
+    decision = lg.decide(desk, lg.t("forged"), "call_1", "edit", arguments={"order_id": "1", "amount": 4})
 
     forged = {**decision, "arguments": {"order_id": "1", "amount": 5000}}
-    result = gate.resume(graph, "t-forged", decisions={"call_1": forged})
+    result = gate.resume(graph, lg.t("forged"), decisions={"call_1": forged})
 
     assert "binding:arguments_sha256" in result.refused["call_1"]
     assert result.output is None and runs_of(lg.tool_log) == []
     # The genuine decision still works afterwards: the refusal spent nothing.
-    assert gate.resume(graph, "t-forged").answered == {"call_1": "edit"}
+    assert gate.resume(graph, lg.t("forged")).answered == {"call_1": "edit"}
     assert runs_of(lg.tool_log) == [{"order_id": "1", "amount": 4}]
 
 
@@ -283,12 +289,12 @@ def test_a_decision_for_another_thread_with_the_same_call_id_is_refused(lg):
     desk = lg.client()
     same = refund_calls(("call_1", {"order_id": "1", "amount": 5}))
     gate_a, graph_a = lg.build(desk, same, DONE)
-    gate_a.invoke(graph_a, ask(), thread_id="t-a")
+    gate_a.invoke(graph_a, ask(), thread_id=lg.t("a"))
     gate_b, graph_b = lg.build(desk, refund_calls(("call_1", {"order_id": "1", "amount": 5})), DONE)
-    gate_b.invoke(graph_b, ask(), thread_id="t-b")
-    decision_for_a = lg.decide(desk, "t-a", "call_1", "approve")
+    gate_b.invoke(graph_b, ask(), thread_id=lg.t("b"))
+    decision_for_a = lg.decide(desk, lg.t("a"), "call_1", "approve")
 
-    result = gate_b.resume(graph_b, "t-b", decisions={"call_1": decision_for_a})
+    result = gate_b.resume(graph_b, lg.t("b"), decisions={"call_1": decision_for_a})
 
     assert result.refused["call_1"].startswith("verification failed: binding:")
     assert runs_of(lg.tool_log) == []
@@ -300,8 +306,8 @@ def test_a_decision_signed_by_an_unpinned_key_is_refused(lg):
 
     desk = lg.client()
     gate, graph = lg.build(desk, refund_calls(("call_1", {"order_id": "1", "amount": 5})), DONE)
-    gate.invoke(graph, ask(), thread_id="t-unpinned")
-    lg.decide(desk, "t-unpinned", "call_1", "approve")
+    gate.invoke(graph, ask(), thread_id=lg.t("unpinned"))
+    lg.decide(desk, lg.t("unpinned"), "call_1", "approve")
 
     # Another process of the agent that pinned some other key under the desk's key id.
     import base64
@@ -310,38 +316,45 @@ def test_a_decision_signed_by_an_unpinned_key_is_refused(lg):
     wrong = KeyRing({kid: base64.b64encode(other).decode() for kid in desk.keys.key_ids()})
     stranger = lg.client(keys=wrong)
     gate2, graph2 = lg.build(stranger, DONE)
-    result = gate2.resume(graph2, "t-unpinned")
+    result = gate2.resume(graph2, lg.t("unpinned"))
     assert result.refused["call_1"].startswith("verification failed: signature")
     none_pinned = lg.client(keys=KeyRing({}))
     gate3, graph3 = lg.build(none_pinned, DONE)
-    assert "unpinned_key" in gate3.resume(graph3, "t-unpinned").refused["call_1"]
+    assert "unpinned_key" in gate3.resume(graph3, lg.t("unpinned")).refused["call_1"]
     assert runs_of(lg.tool_log) == []
 
 
-def test_a_replayed_decision_is_refused_even_from_an_older_checkpoint(lg, tmp_path):
+def test_a_replayed_decision_is_refused_by_this_store_and_by_the_desk(lg, tmp_path):
     desk = lg.client()
-    gate, graph = lg.build(desk, refund_calls(("call_1", {"order_id": "1", "amount": 5})), DONE)
-    gate.invoke(graph, ask(), thread_id="t-replay")
-    paused_at = graph.get_state({"configurable": {"thread_id": "t-replay"}}).config["configurable"][
-        "checkpoint_id"
-    ]
-    decision = lg.decide(desk, "t-replay", "call_1", "approve")
-    gate.resume(graph, "t-replay")
+    thread = lg.t("replay")
+    # call_2 stays undecided, so the desk's run is still open when call_1's decision is replayed.
+    calls = refund_calls(
+        ("call_1", {"order_id": "1", "amount": 5}), ("call_2", {"order_id": "2", "amount": 7})
+    )
+    gate, graph = lg.build(desk, calls, DONE)
+    gate.invoke(graph, ask(), thread_id=thread)
+    # A second replica holds a copy of the paused thread (its own checkpointer file).
+    replica_db = tmp_path / "replica-graph.sqlite"
+    with sqlite3.connect(str(lg.graph_db)) as source, sqlite3.connect(str(replica_db)) as copy:
+        source.backup(copy)
+    decision = lg.decide(desk, thread, "call_1", "approve")
+    gate.resume(graph, thread)
     assert len(runs_of(lg.tool_log)) == 1
 
-    at_pause = {"configurable": {"checkpoint_id": paused_at}}
-    # This store remembers the nonce: refused at verification.
-    replay = gate.resume(graph, "t-replay", decisions={"call_1": decision}, **at_pause)
-    assert "replayed" in replay.refused["call_1"]
-    # A replica with a copy of the tickets but not of the nonces: the desk's compare-and-set refuses.
-    replica_store = SQLiteStore(str(tmp_path / "replica.sqlite"))
-    replica_store.put_tickets(desk.store.tickets("lg:t-replay"))
-    replica = lg.client(store=replica_store)
-    gate_r, graph_r = lg.build(replica, DONE)
-    out = gate_r.resume(graph_r, "t-replay", decisions={"call_1": decision}, **at_pause)
-    assert out.answered == {"call_1": "approve"}  # it verified...
+    # The replica with this store, which remembers the nonce: refused at verification.
+    _, graph_r = build(desk, replica_db, lg.tool_log, scripted(DONE))
+    again = gate.resume(graph_r, thread, decisions={"call_1": decision})
+    assert again.refused["call_1"] == "verification failed: replayed: this decision was consumed here before"
+    assert again.output is None
+    # The replica with a store of its own (the tickets, not the nonces): it verifies, and the
+    # desk's single-use compare-and-set refuses it in the guard.
+    replica_store = SQLiteStore(str(tmp_path / "replica-store.sqlite"))
+    replica_store.put_tickets(desk.store.tickets(external_id_for(thread)))
+    gate_r, graph_r = build(lg.client(store=replica_store), replica_db, lg.tool_log, scripted(DONE))
+    out = gate_r.resume(graph_r, thread, decisions={"call_1": decision})
+    assert out.answered == {"call_1": "approve"}
     (message,) = [m for m in tool_messages(out.output) if m.tool_call_id == "call_1"]
-    assert message.status == "error" and "consumed" in message.content  # ...and the guard refused
+    assert message.status == "error" and "409 consumed" in message.content
     assert len(runs_of(lg.tool_log)) == 1
 
 
@@ -361,15 +374,15 @@ def test_an_async_graph_pauses_and_resumes_through_the_async_guard(lg):
             graph = gate.create_agent(
                 scripted(refund_calls(("call_1", {"order_id": "1", "amount": 5})), DONE), checkpointer=saver
             )
-            out = await gate.ainvoke(graph, ask(), thread_id="t-async")
+            out = await gate.ainvoke(graph, ask(), thread_id=lg.t("async"))
             assert [i.value["tool_call_id"] for i in out.interrupts] == ["call_1"]
-            await asyncio.to_thread(lg.decide, desk, "t-async", "call_1", "edit", arguments=edited)
-            return await gate.aresume(graph, "t-async")
+            await asyncio.to_thread(lg.decide, desk, lg.t("async"), "call_1", "edit", arguments=edited)
+            return await gate.aresume(graph, lg.t("async"))
 
     result = asyncio.run(pause_then_resume())
     assert result.answered == {"call_1": "edit"}
     assert runs_of(lg.tool_log) == [edited]
-    ticket = desk.store.ticket("lg:t-async", "call_1")
+    ticket = desk.store.ticket(external_id_for(lg.t("async")), "call_1")
     assert [e["status"] for e in lg.run(ticket.run_id)["side_effects"]] == ["confirmed"]
 
 
@@ -386,8 +399,8 @@ def test_batched_hitl_is_refused_and_nothing_is_submitted(lg):
         middleware=[HumanInTheLoopMiddleware(interrupt_on={"refund": True})],  # batched, the default
     )
     with pytest.raises(UnsupportedInterrupt, match="per_call"):
-        gate.invoke(graph, ask(), thread_id="t-batched")
-    assert desk.store.tickets("lg:t-batched") == []
+        gate.invoke(graph, ask(), thread_id=lg.t("batched"))
+    assert desk.store.tickets(external_id_for(lg.t("batched"))) == []
 
 
 # --- a durable pause: the process that paused is gone; the resumer picks the decision up ----------
@@ -424,7 +437,7 @@ def test_a_pause_survives_its_process_and_the_resumer_picks_the_decision_up(lg):
         "LG_GRAPH_DB": str(lg.graph_db),
         "LG_TOOL_LOG": str(lg.tool_log),
         "LG_STORE": str(lg.store_path),
-        "LG_THREAD": "t-durable",
+        "LG_THREAD": lg.t("durable"),
     }
     paused = subprocess.run(
         [sys.executable, str(Path(__file__))],
@@ -438,7 +451,7 @@ def test_a_pause_survives_its_process_and_the_resumer_picks_the_decision_up(lg):
     assert json.loads(paused.stdout.strip().splitlines()[-1]) == ["call_1"]
 
     desk = lg.client()  # this process never ran the graph
-    lg.decide(desk, "t-durable", "call_1", "approve")
+    lg.decide(desk, lg.t("durable"), "call_1", "approve")
     resumed = subprocess.run(
         [
             sys.executable,
@@ -459,7 +472,7 @@ def test_a_pause_survives_its_process_and_the_resumer_picks_the_decision_up(lg):
     )
     assert resumed.returncode == 0, resumed.stderr
     assert runs_of(lg.tool_log) == [{"order_id": "9", "amount": 12}]
-    ticket = desk.store.ticket("lg:t-durable", "call_1")
+    ticket = desk.store.ticket(external_id_for(lg.t("durable")), "call_1")
     assert lg.run(ticket.run_id)["status"] == "succeeded"
 
 

@@ -122,9 +122,9 @@ def test_the_desk_is_told_what_claude_cannot_guard(cl):
     cl.decide_when_asked(desk, "approve")
     ask(cl.gate(desk), "toolu_1")
     (ticket,) = cl.tickets(desk)
-    approval = desk.approval(ticket)
-    assert LIMITS_NOTE in approval["description"]
-    assert approval["description"].startswith("Claude wants to run rm -rf build/")
+    external = desk.approval(ticket)["external"]
+    assert external["framework"] == "claude-agent-sdk"
+    assert external["description"] == f"Claude wants to run rm -rf build/\n\n{LIMITS_NOTE}"
 
 
 # --- park mode: deny with interrupt, later the same (session, tool, input) is allowed once ---------

@@ -32,6 +32,7 @@ from reviewdesk_client.adapters.langgraph import (
     UnsupportedInterrupt,
     external_id_for,
     resumer_handler,
+    verified_key,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -267,6 +268,47 @@ def test_a_hand_made_approve_without_a_desk_decision_is_refused_by_the_guard(lg)
     assert runs_of(lg.tool_log) == []
     (message,) = tool_messages(after)
     assert message.status == "error" and "no verified Review Desk decision" in message.content
+
+
+def test_arguments_changed_between_verification_and_the_tool_are_refused_by_the_guard(lg):
+    desk = lg.client()
+    thread = lg.t("swap")
+    gate, graph = lg.build(desk, refund_calls(("call_1", {"order_id": "1", "amount": 5})), DONE)
+    out = gate.invoke(graph, ask(), thread_id=thread)
+    decision = lg.decide(desk, thread, "call_1", "approve")
+    # What `resume` does, then a resume that answers with other arguments than those verified.
+    ticket = desk.store.ticket(external_id_for(thread), "call_1")
+    verified = desk.verify(decision, ticket, current_arguments={"order_id": "1", "amount": 5})
+    desk.store.put_verified(verified_key(thread, "call_1"), verified)
+    swapped = {"type": "edit", "edited_action": {"name": "refund", "args": {"order_id": "1", "amount": 5000}}}
+    after = graph.invoke(
+        Command(resume={out.interrupts[0].id: swapped}), {"configurable": {"thread_id": thread}}, version="v2"
+    )
+
+    assert runs_of(lg.tool_log) == []
+    (message,) = tool_messages(after)
+    assert message.status == "error" and "arguments_changed" in message.content
+    assert desk.approval(ticket)["decision"]["consumed_at"] is None  # refused before the consume
+
+
+def test_a_verified_decision_filed_under_another_call_is_refused_by_the_guard(lg):
+    desk = lg.client()
+    thread = lg.t("misfiled")
+    same_args = {"order_id": "1", "amount": 5}
+    gate, graph = lg.build(desk, refund_calls(("call_1", same_args), ("call_2", same_args)), DONE)
+    out = gate.invoke(graph, ask(), thread_id=thread)
+    decision = lg.decide(desk, thread, "call_1", "approve")
+    ticket = desk.store.ticket(external_id_for(thread), "call_1")
+    verified = desk.verify(decision, ticket, current_arguments=same_args)
+    desk.store.put_verified(verified_key(thread, "call_2"), verified)  # call_1's decision, call_2's slot
+    call_2 = next(i.id for i in out.interrupts if i.value["tool_call_id"] == "call_2")
+    after = graph.invoke(
+        Command(resume={call_2: {"type": "approve"}}), {"configurable": {"thread_id": thread}}, version="v2"
+    )
+
+    assert runs_of(lg.tool_log) == []
+    (message,) = [m for m in tool_messages(after) if m.tool_call_id == "call_2"]
+    assert message.status == "error" and "for another call" in message.content
 
 
 def test_a_forged_decision_is_refused_before_the_tool_runs(lg):

@@ -140,14 +140,16 @@ def test_park_mode_allows_exactly_that_call_once_after_the_decision(cl):
     cl.decide(ticket, "approve")
     # The session resumed in a new process: new objects over the same store, a new tool_use_id.
     resumed = cl.gate(cl.client(), wait_seconds=0.2)
-    assert ask(resumed, "toolu_2") == PermissionResultAllow(updated_input=CLEAN)
-    assert len(cl.tickets(desk)) == 1  # it met the parked approval, it made none
+    other_tool = ask(resumed, "toolu_2", tool="Write")  # the same input to another tool
+    assert isinstance(other_tool, PermissionResultDeny) and other_tool.interrupt is True
+    assert ask(resumed, "toolu_3") == PermissionResultAllow(updated_input=CLEAN)
+    assert len(cl.tickets(desk)) == 2  # the Bash call met the parked approval, it made none
 
-    again = ask(resumed, "toolu_3")  # the same call again: a new approval, not allowed
+    again = ask(resumed, "toolu_4")  # the same call again: a new approval, not allowed
     assert isinstance(again, PermissionResultDeny) and again.interrupt is True
-    other_input = ask(resumed, "toolu_4", {"command": "rm -rf /", "description": "x"})
+    other_input = ask(resumed, "toolu_5", {"command": "rm -rf /", "description": "x"})
     assert isinstance(other_input, PermissionResultDeny) and other_input.interrupt is True
-    assert [t.tool_call_id for t in cl.tickets(desk)] == ["toolu_1", "toolu_3", "toolu_4"]
+    assert [t.tool_call_id for t in cl.tickets(desk)] == ["toolu_1", "toolu_2", "toolu_4", "toolu_5"]
 
 
 def test_park_mode_does_not_carry_an_approval_to_another_session(cl):

@@ -257,6 +257,43 @@ def test_a_when_predicate_that_flips_on_resume_cannot_run_a_rejected_call(lg):
     assert "Refused by Review Desk" in message.content and "No refunds today." in message.content
 
 
+def test_a_when_predicate_that_says_no_review_lets_the_call_run_without_the_desk(lg):
+    desk = lg.client()
+    thread = lg.t("when-no")
+    config = {"refund": {"allowed_decisions": ["approve", "reject"], "when": lambda request: False}}
+    gate, graph = lg.build(
+        desk, refund_calls(("call_1", {"order_id": "1", "amount": 5})), DONE, interrupt_on=config
+    )
+
+    out = gate.invoke(graph, ask(), thread_id=thread)
+
+    assert out.interrupts == () and desk.store.tickets(external_id_for(thread)) == []
+    assert runs_of(lg.tool_log) == [{"order_id": "1", "amount": 5}]
+
+
+def test_a_gated_call_that_never_reached_the_desk_is_refused_by_the_guard(lg):
+    from langchain.agents import create_agent
+
+    desk = lg.client()
+    gate = LangGraphDesk(
+        desk, interrupt_on={"refund": ["approve", "reject"]}, tools=[make_refund_tool(lg.tool_log)]
+    )
+    _hitl, guard = gate.middleware()
+    # A middleware list without HITL in front of the guard: nothing asks, the guard still refuses.
+    graph = create_agent(
+        scripted(refund_calls(("call_1", {"order_id": "1", "amount": 5})), DONE),
+        tools=gate.tools,
+        checkpointer=SqliteSaver(sqlite3.connect(str(lg.graph_db), check_same_thread=False)),
+        middleware=[guard],
+    )
+
+    out = gate.invoke(graph, ask(), thread_id=lg.t("no-hitl"))
+
+    assert runs_of(lg.tool_log) == []
+    (message,) = tool_messages(out)
+    assert message.status == "error" and "no verified Review Desk decision" in message.content
+
+
 def test_a_hand_made_approve_without_a_desk_decision_is_refused_by_the_guard(lg):
     desk = lg.client()
     gate, graph = lg.build(desk, refund_calls(("call_1", {"order_id": "1", "amount": 5})), DONE)

@@ -239,8 +239,25 @@ def start_desk(root: Path) -> Desk:
     return desk
 
 
+# A desk already running (`python tests/conftest.py FILE` writes its description to FILE and
+# serves until killed): the session uses it instead of starting one. For the mutation runner
+# (tests/mutants.py) and quick reruns while writing a test.
+RUNNING_DESK_ENV = "CLIENT_TEST_DESK"
+
+
+def describe(desk: Desk) -> dict[str, Any]:
+    return {
+        "url": desk.url, "tokens": desk.tokens, "keys": desk.keys, "key_id": desk.key_id,
+        "var_dir": str(desk.var_dir), "env": desk.env,
+    }  # fmt: skip
+
+
 @pytest.fixture(scope="session")
 def desk():
+    if os.environ.get(RUNNING_DESK_ENV):
+        description = json.loads(Path(os.environ[RUNNING_DESK_ENV]).read_text())
+        yield Desk(**{**description, "var_dir": Path(description["var_dir"])})
+        return
     root = Path(tempfile.mkdtemp(prefix="rd-client-"))
     running = start_desk(root)
     yield running
@@ -297,3 +314,18 @@ def webhook_receiver():
     receiver = WebhookReceiver()
     yield receiver
     receiver.close()
+
+
+if __name__ == "__main__":
+    # python tests/conftest.py FILE: start a desk, describe it in FILE, serve until SIGTERM/SIGINT.
+    import signal
+
+    served = start_desk(Path(tempfile.mkdtemp(prefix="rd-client-")))
+    Path(sys.argv[1]).write_text(json.dumps(describe(served)))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        signal.pause()
+    except (KeyboardInterrupt, SystemExit):
+        pass
+    finally:
+        served.stop()

@@ -15,3 +15,10 @@ def record(desk: DeskClient, ticket: Ticket, outcome: Outcome) -> None:
     desk.consume(verified)
     with open(os.environ["RESUMER_RECORD"], "a") as out:
         out.write(json.dumps({"approval": ticket.approval_id, "verdict": verified.verdict}) + "\n")
+
+
+def record_only(desk: DeskClient, ticket: Ticket, outcome: Outcome) -> None:
+    """A handler that leaves the decision unconsumed (it only notes it): the resumer's own record
+    of handled decisions is then all that keeps it from being called again."""
+    with open(os.environ["RESUMER_RECORD"], "a") as out:
+        out.write(json.dumps({"approval": ticket.approval_id, "verdict": outcome.status}) + "\n")

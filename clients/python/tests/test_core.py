@@ -3,6 +3,7 @@ single use (C3), four eyes (C6). Reviewers decide through the desk's API as alic
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import threading
@@ -15,6 +16,7 @@ from support import ARGUMENTS, external_id, resigned, submit_one
 
 from reviewdesk_client import (
     AlreadyConsumed,
+    AsyncDeskClient,
     DeskError,
     KeyRing,
     MemoryStore,
@@ -347,10 +349,6 @@ def test_only_the_submitter_may_consume(desk, client):
 
 
 def test_the_async_client_does_the_same_flow(desk, client):
-    import asyncio
-
-    from reviewdesk_client import AsyncDeskClient
-
     async def flow():
         adesk = AsyncDeskClient(desk=client)
         call = adesk.call("call_1", "refund_payment", ARGUMENTS, verdicts=("approve", "reject"))
@@ -366,3 +364,41 @@ def test_the_async_client_does_the_same_flow(desk, client):
         return (await adesk.report_run(ticket.run_id, "succeeded"))["run"]["status"]
 
     assert asyncio.run(flow()) == "succeeded"
+
+
+def test_a_decision_id_or_verdict_served_apart_from_the_payload_is_refused(approved):
+    client, ticket, decision = approved
+    with pytest.raises(VerificationError, match="binding:decision_id"):
+        client.verify(
+            {**decision, "id": "00000000-0000-0000-0000-000000000000"}, ticket, current_arguments=ARGUMENTS
+        )
+    with pytest.raises(VerificationError, match="binding:verdict"):
+        client.verify({**decision, "verdict": "reject"}, ticket, current_arguments=ARGUMENTS)
+
+
+def test_a_nonce_consumed_here_is_refused_without_asking_the_desk(desk, client):
+    ticket, decision = decided(desk, client, "approve")
+    verified = client.verify(decision, ticket, current_arguments=ARGUMENTS)
+    client.consume(verified)
+    client.http.url = "http://127.0.0.1:9"  # nothing listens: a request would fail as unreachable
+    with pytest.raises(AlreadyConsumed) as refused:
+        client.consume(verified)
+    assert "here before" in refused.value.detail
+
+
+def test_cancelling_the_run_settles_its_approvals_without_a_decision(desk, client):
+    ticket = submit_one(client)
+    client.cancel_run(ticket.run_id)
+    outcome = client.wait(ticket, 10)
+    assert (outcome.status, outcome.decision) == ("cancelled", None)
+
+
+def test_the_desks_published_keys_are_trusted_on_first_use_with_a_warning(desk):
+    unpinned = desk.client(keys=KeyRing())
+    ticket, decision = decided(desk, unpinned, "approve")
+    with pytest.raises(VerificationError, match="unpinned_key"):
+        unpinned.verify(decision, ticket, current_arguments=ARGUMENTS)
+    with pytest.warns(UserWarning, match="trust"):
+        fetched = unpinned.pin_fetched_keys()
+    assert set(fetched.key_ids()) == set(desk.keys)
+    assert unpinned.verify(decision, ticket, current_arguments=ARGUMENTS).verdict == "approve"

@@ -4,6 +4,7 @@ signature check on a hand-made delivery."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -15,7 +16,19 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from reviewdesk_client import KeyRing, MemoryStore, SQLiteStore, Ticket, Verified, WebhookError
+from reviewdesk_client import (
+    KeyRing,
+    MemoryStore,
+    SQLiteStore,
+    Ticket,
+    VerificationError,
+    Verified,
+    WebhookError,
+    args_sha256,
+    jcs,
+    verify_decision,
+)
+from reviewdesk_client.canonical import text_sha256
 from reviewdesk_client.delivery import parse_webhook
 
 
@@ -112,3 +125,67 @@ def test_parse_webhook_checks_hmac_and_time():
         parse_webhook({"Desk-Signature": f"t={t},v1={digest}"}, body, "other")
     with pytest.raises(WebhookError):
         parse_webhook({"Desk-Signature": f"t={t},v1={digest}"}, body, "s3cret", now=t + 301)
+
+
+# --- checks a desk cannot be made to fail: payloads signed here by a key the test pins ----------
+TICKET = Ticket(
+    "ap1", "run1", "ck1", "svc", "ext", "c", "call_1", "refund", "", ("approve", "reject", "edit")
+)
+
+
+def signed_decision(
+    key: Ed25519PrivateKey, signer: str, arguments, *, raw: bytes | None = None, **payload_fields
+):
+    """A decision signed by `key` under the id `signer`; `payload_fields` override the payload's."""
+    payload = {
+        "decision_id": "d1", "request_id": "ap1", "run_id": "run1", "checkpoint_id": "ck1",
+        "tool_call_id": "call_1", "tool": "refund", "arguments_sha256": args_sha256(arguments),
+        "verdict": "approve", "reviewer": "alice", "issued_at": "2026-01-01T00:00:00Z",
+        "not_after": "2999-01-01T00:00:00Z", "nonce": "n1", "key_id": signer, "audience": "svc",
+        "external_id": "ext", "external_checkpoint": "c", "reason_sha256": text_sha256(""),
+        **payload_fields,
+    }  # fmt: skip
+    data = raw if raw is not None else jcs(payload)
+    return {
+        "id": "d1", "verdict": payload["verdict"], "reason": "", "arguments": arguments, "key_id": signer,
+        "payload_b64": base64.b64encode(data).decode(), "signature": base64.b64encode(key.sign(data)).decode(),
+    }  # fmt: skip
+
+
+def ring_with(key: Ed25519PrivateKey, key_id: str) -> KeyRing:
+    raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return KeyRing({key_id: base64.b64encode(raw).decode()})
+
+
+def test_a_locally_signed_decision_verifies_as_a_baseline():
+    key = Ed25519PrivateKey.generate()
+    ticket = dataclasses.replace(TICKET, arguments_sha256=args_sha256({"a": 1}))
+    decision = signed_decision(key, "k1", {"a": 1})
+    assert (
+        verify_decision(decision, ticket, current_arguments={"a": 1}, keys=ring_with(key, "k1")).verdict
+        == "approve"
+    )
+
+
+def test_a_payload_naming_another_key_than_its_signer_is_refused():
+    key = Ed25519PrivateKey.generate()
+    ticket = dataclasses.replace(TICKET, arguments_sha256=args_sha256({"a": 1}))
+    decision = signed_decision(key, "k1", {"a": 1}, key_id="k-old")
+    with pytest.raises(VerificationError, match="binding:key_id"):
+        verify_decision(decision, ticket, current_arguments={"a": 1}, keys=ring_with(key, "k1"))
+
+
+def test_signed_bytes_that_are_not_canonical_are_refused():
+    """Duplicate keys read one way here and another elsewhere: only canonical bytes are read."""
+    key = Ed25519PrivateKey.generate()
+    ticket = dataclasses.replace(TICKET, arguments_sha256=args_sha256({"a": 1}))
+    genuine = signed_decision(key, "k1", {"a": 1})
+    canonical = base64.b64decode(genuine["payload_b64"])
+    doubled = canonical[:-1] + b',"verdict":"approve"}'  # a second "verdict" key
+    spaced = jcs(json.loads(canonical)).replace(b":", b": ", 1)
+    for raw in (doubled, spaced):
+        with pytest.raises(VerificationError, match="payload"):
+            verify_decision(
+                signed_decision(key, "k1", {"a": 1}, raw=raw), ticket, current_arguments={"a": 1},
+                keys=ring_with(key, "k1"),
+            )  # fmt: skip

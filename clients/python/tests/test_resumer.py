@@ -17,7 +17,7 @@ from support import ARGUMENTS, submit_one
 from reviewdesk_client import SQLiteStore
 
 
-def resumer(desk, store_path: Path, record: Path, *extra: str) -> subprocess.Popen:
+def resumer(desk, store_path: Path, record: Path, *extra: str, handler: str = "record") -> subprocess.Popen:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE)]),
@@ -27,7 +27,7 @@ def resumer(desk, store_path: Path, record: Path, *extra: str) -> subprocess.Pop
     }
     command = [
         sys.executable, "-m", "reviewdesk_client.resumer", "--desk", desk.url, "--store", str(store_path),
-        "--handler", "resume_handler:record", *extra,
+        "--handler", f"resume_handler:{handler}", *extra,
     ]  # fmt: skip
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -74,3 +74,13 @@ def test_a_running_resumer_handles_a_decision_from_the_stream_once(desk, tmp_pat
         running.terminate()
         output = running.communicate(timeout=15)[0]
     assert lines(record) == [{"approval": ticket.approval_id, "verdict": "reject"}], output
+
+
+def test_a_handled_decision_is_not_handed_over_again_even_unconsumed(desk, tmp_path):
+    store_path, record = tmp_path / "agent.sqlite3", tmp_path / "ran.jsonl"
+    ticket = paused(desk, store_path)
+    desk.decide(ticket.approval_id, "reject", reason="no")
+    for _ in range(2):
+        run = resumer(desk, store_path, record, "--once", handler="record_only")
+        assert run.wait(60) == 0, run.stdout.read()
+    assert lines(record) == [{"approval": ticket.approval_id, "verdict": "rejected"}]

@@ -54,6 +54,7 @@ def approval_check_decide(
         approval = approval_locked_with_attempt(approval_id)
     except (ValidationError, Run.DoesNotExist, ApprovalRequest.DoesNotExist):
         raise NotFound("no such approval") from None
+    approval.run = run  # the locked row, which the rules below read
     if not approval_visible_to(reviewer, approval, group_names=group_names):
         raise NotFound("no such approval")
     if reviewer.pk == run.submitted_by_id:

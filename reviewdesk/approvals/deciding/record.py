@@ -22,7 +22,12 @@ from reviewdesk.approvals.deciding.device import (
 )
 from reviewdesk.approvals.deciding.input import DecisionInput, DeviceSignature
 from reviewdesk.approvals.deciding.payload import decision_not_after, decision_payload_for
-from reviewdesk.approvals.grants.create import grant_check_input, grant_do_create
+from reviewdesk.approvals.grants.create import (
+    grant_check_input,
+    grant_do_create,
+    grant_target_of_external,
+    grant_target_of_tool,
+)
 from reviewdesk.approvals.models import (
     QUORUM_VERDICTS,
     ApprovalRequest,
@@ -240,13 +245,17 @@ def approval_decide(
         approval, run = approval_check_decide(approval_id=approval_id, reviewer=reviewer, decision=decision)
         spec = None
         if decision.grant is not None:
-            tool = tool_still_deployed(run, approval)
+            target = (
+                grant_target_of_external(approval)
+                if run.is_external
+                else grant_target_of_tool(tool_still_deployed(run, approval))
+            )
             spec = grant_check_input(
                 grant=decision.grant,
                 approval=approval,
                 reviewer=reviewer,
                 verdict=decision.verdict,
-                tool=tool,
+                tool=target,
             )
         stored = approval_do_decide(approval=approval, run=run, reviewer=reviewer, decision=decision)
         if spec is not None:

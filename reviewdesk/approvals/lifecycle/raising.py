@@ -162,7 +162,7 @@ def approval_raise_external(
         resume_policy=resume_policy,
     )
     approval_insert(approval)
-    prefetched_as(approval, "decisions", [])
+    prefetched_as(approval, "decisions", [])  # just created: no votes to read
     audit_record(
         actor=submitter,
         action="reconcile.requested" if reconcile else "approval.requested",

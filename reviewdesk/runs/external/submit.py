@@ -23,13 +23,13 @@ from agents.canonical import canonical_json, sha256_hex
 from agents.routing import GROUP_PREFIX
 from agents.tools import schema_problem
 from reviewdesk.accounts.roles import REVIEWERS, is_submitter
-from reviewdesk.approvals.grants.external import external_call_granted
 from reviewdesk.approvals.lifecycle.raising import ExternalCall, approval_raise_external
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, Verdict
 from reviewdesk.audit.services import audit_record
 from reviewdesk.lib.db import atomic_appends_last
 from reviewdesk.lib.errors import FIELD_ERRORS_DETAIL, Conflict, Forbidden, Invalid
 from reviewdesk.lib.limits import json_depth_exceeds, json_holds_nul
+from reviewdesk.runs.external.granted import external_call_granted
 from reviewdesk.runs.models import ENDED, Checkpoint, Run, RunKind, RunStatus
 from reviewdesk.runs.rows import run_insert
 from reviewdesk.runs.transitions import run_emit_updated, run_external_waiting_update

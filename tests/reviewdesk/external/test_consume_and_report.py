@@ -217,3 +217,26 @@ def test_bad_report_events_are_422(submitted, carol):
     assert report(carol, run_id, {"type": "run.finished", "status": "confirmed"}).status_code == 422
     assert report(carol, run_id, {"type": "tool.started", "status": "confirmed"}).status_code == 422
     assert Run.objects.get(pk=run_id).status == "input_required"
+
+
+def test_the_framework_reads_its_calls_and_lists_the_decided_unconsumed(
+    submitted, decide_api, carol, api_as, personas
+):
+    """Crash recovery: ?run=&status=approved,rejected&consumed=false finds the decisions made
+    while the framework's process was down; the framework's account reads its own calls only."""
+    data, first = submitted(submit_body(call("call_1"), call("call_2"), call("call_3")))
+    second, third = data["approvals"][1]["id"], data["approvals"][2]["id"]
+    decision = decide_api(first).json()
+    decide_api(second, "reject", reason="no")
+    consume(carol, first, decision)
+    query = f"/api/v1/approvals?run={data['run']['id']}&status=approved,rejected&consumed=false"
+    listed = carol.get(query).json()["results"]
+    assert [a["id"] for a in listed] == [second]
+    everything = {a["id"] for a in carol.get(f"/api/v1/approvals?run={data['run']['id']}").json()["results"]}
+    assert everything == {first, second, third}
+    assert [a["id"] for a in carol.get("/api/v1/approvals?consumed=true").json()["results"]] == [first]
+    assert carol.get(f"/api/v1/approvals/{third}").json()["status"] == "pending"
+    assert carol.get("/api/v1/approvals?status=approved,bogus").status_code == 400
+    other = api_as(personas.carol.__class__.objects.create_user("dave"), "submit")
+    assert other.get(f"/api/v1/approvals/{third}").status_code == 404
+    assert other.get("/api/v1/approvals").json()["results"] == []

@@ -169,3 +169,12 @@ def test_a_group_named_by_the_submit_decides_and_others_do_not(submitted, decide
     _, approval_id = submitted(submit_body(reviewers=["group:finance"]))
     assert decide_api(approval_id).status_code == 404  # alice cannot even see it
     assert decide_api(approval_id, client=api_as(personas.bob, "review")).status_code == 201
+
+
+def test_an_edit_is_refused_where_the_framework_lists_no_edit_even_with_a_schema(submitted, decide_api):
+    """The OpenAI Agents SDK approves or rejects only: its adapter sends a schema, not edit."""
+    data, approval_id = submitted(submit_body(call(verdicts=["approve", "reject"])))
+    assert data["approvals"][0]["verdicts"] == ["approve", "reject"]
+    response = decide_api(approval_id, "edit", arguments={"order_id": "1234", "amount": 10})
+    assert response.status_code == 422 and response.json()["code"] == "verdict"
+    assert ApprovalRequest.objects.get(pk=approval_id).status == "pending"

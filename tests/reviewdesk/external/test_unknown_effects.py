@@ -102,3 +102,17 @@ def test_a_desk_runs_pending_row_is_not_this_sweeps(interrupted_run, settings):
     age(run.id, 10)
     assert runs_sweep()["unknown"] == 0
     assert SideEffect.objects.get(run=run).status == "pending"
+
+
+def test_a_late_report_leaves_an_unknown_row_to_its_reviewer(consumed, settings, api_as, personas):
+    settings.DESK_EXTERNAL_CONFIRM_SECONDS = 0
+    run_id, _ = consumed()
+    age(run_id, 1)
+    runs_sweep()
+    late = api_as(personas.carol, "submit").post(
+        f"/api/v1/runs/{run_id}/report",
+        {"events": [{"type": "tool.finished", "tool_call_id": "call_1", "status": "confirmed"}]},
+        format="json",
+    )
+    assert late.json()["ledger"] == [{"tool_call_id": "call_1", "ledger": "unchanged"}]
+    assert SideEffect.objects.get(run_id=run_id).status == "unknown"

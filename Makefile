@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run test test-e2e client-test bench chaos lint mutants mutants-short docs format clean
+.PHONY: run test test-e2e client-test client-mutants bench chaos lint mutants mutants-short docs format clean
 
 # The runtime set (requirements.txt) is all `make run` installs; the development and test tools
 # (requirements-dev.txt) come on top for the targets that need them.
@@ -44,6 +44,10 @@ $(CLIENT_VENV)/.installed: clients/python/pyproject.toml
 
 client-test: $(CLIENT_VENV)/.installed $(VENV)/.installed-dev
 	cd clients/python && ../../$(CLIENT_VENV)/bin/python -m pytest tests $(CLIENT_PYTEST_ARGS)
+
+# The client's guard-line mutations (clients/python/tests/mutants.py), all against one desk.
+client-mutants: $(CLIENT_VENV)/.installed $(VENV)/.installed-dev
+	cd clients/python && ../../$(CLIENT_VENV)/bin/python tests/mutants.py
 
 # The desk's figures next to their floors, measured in one run (bench/run.py): starts its own
 # stack (DATABASE_URL/REDIS_URL when set, else the embedded default), prints the table, writes

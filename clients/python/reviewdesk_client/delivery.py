@@ -190,14 +190,7 @@ def wait_sse(desk: DeskClient, ticket: Ticket, timeout: float) -> Outcome | None
 def decided_unconsumed(desk: DeskClient, *, run: str | None = None) -> list[dict[str, Any]]:
     """The approvals this token submitted that were decided (approved or rejected) and whose
     decision nobody consumed yet: what a decision delivered while the agent was down left behind."""
-    try:
-        approvals = desk.approvals(status=list(DECIDED), consumed=False, run=run)
-    except DeskError as error:
-        if error.status != 400:
-            raise
-        # A desk without the list's `consumed` filter or a list of statuses: one status at a
-        # time, the consumed ones left out here.
-        approvals = [a for status in DECIDED for a in desk.approvals(status=status, run=run)]
+    approvals = desk.approvals(status=list(DECIDED), consumed=False, run=run)
     return [
         a
         for a in approvals

@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if not args.desk:
         parser.error("--desk or REVIEWDESK_URL is required")
-    sys.path.insert(0, os.getcwd())
+    sys.path.append(os.getcwd())  # the handler's module may sit beside; never before installed packages
     handler = load_handler(args.handler)
     desk = DeskClient(args.desk, store=SQLiteStore(args.store))
     if not len(desk.keys):

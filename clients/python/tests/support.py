@@ -36,6 +36,7 @@ def submit_one(
     verdicts: tuple[str, ...] = ("approve", "reject", "edit"),
     schema: dict | None = SCHEMA,
     checkpoint: str = "ckpt-1",
+    agent: str = "support-bot",
     **submit: Any,
 ) -> Ticket:
     """Submit one gated `refund_payment` call; its ticket."""
@@ -51,7 +52,7 @@ def submit_one(
     tickets = desk.submit(
         external_id=external or external_id(),
         framework="test",
-        agent="support-bot",
+        agent=agent,
         checkpoint=checkpoint,
         calls=[call],
         title="Refund order 1234",

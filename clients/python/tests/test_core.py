@@ -402,3 +402,16 @@ def test_the_desks_published_keys_are_trusted_on_first_use_with_a_warning(desk):
         fetched = unpinned.pin_fetched_keys()
     assert set(fetched.key_ids()) == set(desk.keys)
     assert unpinned.verify(decision, ticket, current_arguments=ARGUMENTS).verdict == "approve"
+
+
+def test_a_call_a_standing_grant_covers_comes_back_approved_and_verifies(desk, client):
+    agent = f"granted-{external_id()}"  # its own agent: the grant must allow no other test's call
+    first = submit_one(client, agent=agent)
+    desk.decide(first.approval_id, "approve", grant={"match": "exact", "scope": "agent", "max_uses": 1})
+    covered = submit_one(client, agent=agent)
+    assert covered.status == "approved"
+    outcome = client.outcome(covered)
+    verified = client.verify(outcome.decision, covered, current_arguments=ARGUMENTS)
+    assert verified.verdict == "approve" and verified.approval_id == covered.approval_id
+    client.guard(verified, ARGUMENTS)
+    assert submit_one(client, agent=agent).status == "pending"  # its one use is spent

@@ -20,7 +20,10 @@ from reviewdesk_client import SQLiteStore
 def resumer(desk, store_path: Path, record: Path, *extra: str, handler: str = "record") -> subprocess.Popen:
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE)]),
+        # What the caller's path holds first (the mutation runner's copy of the package), then this one.
+        "PYTHONPATH": os.pathsep.join(
+            [*filter(None, [os.environ.get("PYTHONPATH")]), str(HERE.parent), str(HERE)]
+        ),
         "REVIEWDESK_TOKEN": desk.tokens["svc"],
         "REVIEWDESK_KEYS": json.dumps(desk.keys),
         "RESUMER_RECORD": str(record),
@@ -29,7 +32,9 @@ def resumer(desk, store_path: Path, record: Path, *extra: str, handler: str = "r
         sys.executable, "-m", "reviewdesk_client.resumer", "--desk", desk.url, "--store", str(store_path),
         "--handler", f"resume_handler:{handler}", *extra,
     ]  # fmt: skip
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        command, env=env, cwd=store_path.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def lines(record: Path) -> list[dict]:
@@ -84,3 +89,24 @@ def test_a_handled_decision_is_not_handed_over_again_even_unconsumed(desk, tmp_p
         run = resumer(desk, store_path, record, "--once", handler="record_only")
         assert run.wait(60) == 0, run.stdout.read()
     assert lines(record) == [{"approval": ticket.approval_id, "verdict": "rejected"}]
+
+
+def test_a_decision_the_agent_consumed_itself_is_not_handed_over(desk, tmp_path):
+    """The agent's process waited inline and consumed the decision; a resumer started later
+    replays the run's events from the start and must leave that decision alone."""
+    store_path, record = tmp_path / "agent.sqlite3", tmp_path / "ran.jsonl"
+    ticket = paused(desk, store_path)
+    desk.decide(ticket.approval_id, "approve")
+    store = SQLiteStore(store_path)
+    with desk.client(store=store) as agent:
+        outcome = agent.wait(ticket, 10)
+        agent.consume(agent.verify(outcome.decision, ticket, current_arguments=ARGUMENTS))
+    store.close()
+    # A handler that would note any call: a consumed decision must not reach a handler at all.
+    running = resumer(desk, store_path, record, "--via", "sse", handler="record_only")
+    try:
+        time.sleep(4)  # caught up, and the stream replayed the run's events
+    finally:
+        running.terminate()
+        output = running.communicate(timeout=15)[0]
+    assert lines(record) == [], output

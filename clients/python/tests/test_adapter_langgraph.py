@@ -73,13 +73,13 @@ def runs_of(log_path: Path) -> list[dict]:
     return [json.loads(line) for line in log_path.read_text().splitlines()] if log_path.exists() else []
 
 
-def build(desk: DeskClient, graph_db: Path, tool_log: Path, model, *, interrupt_on=None):
+def build(desk: DeskClient, graph_db: Path, tool_log: Path, model, *, interrupt_on=None, agent="support-bot"):
     refund = make_refund_tool(tool_log)
     gate = LangGraphDesk(
         desk,
         interrupt_on=interrupt_on or {"refund": ["approve", "edit", "reject"]},
         tools=[refund],
-        agent="support-bot",
+        agent=agent,
     )
     saver = SqliteSaver(sqlite3.connect(str(graph_db), check_same_thread=False))
     return gate, gate.create_agent(model, checkpointer=saver)
@@ -189,6 +189,42 @@ def test_reject_gives_the_model_an_error_tool_message_with_the_reason(lg):
     assert message.content == "User rejected the tool call for `refund` with reason: Order 1 was never paid."
     ticket = desk.store.ticket(external_id_for(lg.t("reject")), "call_1")
     assert desk.approval(ticket)["decision"]["consumed_at"]  # spent, so no resumer picks it up again
+
+
+def test_a_call_a_standing_grant_covers_runs_without_a_pause(lg):
+    desk = lg.client()
+    agent = f"granted-{lg.suffix}"  # the grant is for this agent only: no other test's call
+    interrupt_on = {"refund": ["approve", "edit", "reject"]}
+    same = ("call_1", {"order_id": "1", "amount": 5})
+    first, graph = build(
+        desk,
+        lg.graph_db,
+        lg.tool_log,
+        scripted(refund_calls(same), DONE),
+        interrupt_on=interrupt_on,
+        agent=agent,
+    )
+    first.invoke(graph, ask(), thread_id=lg.t("grant-1"))
+    lg.decide(
+        desk, lg.t("grant-1"), "call_1", "approve", grant={"match": "exact", "scope": "agent", "max_uses": 2}
+    )
+    first.resume(graph, lg.t("grant-1"))
+
+    second, graph = build(
+        desk,
+        lg.graph_db,
+        lg.tool_log,
+        scripted(refund_calls(same), DONE),
+        interrupt_on=interrupt_on,
+        agent=agent,
+    )
+    out = second.invoke(graph, ask(), thread_id=lg.t("grant-2"))
+
+    assert out.interrupts == ()
+    assert runs_of(lg.tool_log) == [same[1], same[1]]
+    ticket = desk.store.ticket(external_id_for(lg.t("grant-2")), "call_1")
+    assert ticket.status == "approved"  # at submit, by the grant
+    assert lg.run(ticket.run_id)["status"] == "succeeded"
 
 
 def test_a_per_call_resume_leaves_the_sibling_paused_under_the_same_interrupt_id(lg):

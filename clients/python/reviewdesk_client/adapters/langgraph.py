@@ -49,6 +49,7 @@ class ResumeResult:
     refused: dict[str, str] = field(default_factory=dict)  # tool_call_id -> why
     pending: list[str] = field(default_factory=list)  # tool_call_ids still awaiting a reviewer
     output: Any = None  # the GraphOutput of the resumed invoke, if there was one
+    submitted: list[Ticket] = field(default_factory=list)  # calls the resumed run paused on
 
 
 def external_id_for(thread_id: str) -> str:
@@ -111,14 +112,26 @@ class LangGraphDesk:
         """Run the graph; if it pauses on gated calls, put them on the desk before returning."""
         cfg = _config(thread_id, config)
         out = graph.invoke(graph_input, cfg, version="v2")
-        self._after_invoke(graph, cfg, out)
+        submitted = self._after_invoke(graph, cfg, out)
+        # A call a standing grant covers comes back approved: run on at once, as the desk's own
+        # runs do, for as long as each pause is settled already.
+        while _any_settled(submitted):
+            result = self.resume(graph, thread_id, **config)
+            if result.output is None:
+                break
+            out, submitted = result.output, result.submitted
         return out
 
     async def ainvoke(self, graph: Any, graph_input: Any, *, thread_id: str, **config: Any) -> Any:
         """`invoke` for graphs driven asynchronously: desk I/O runs in a worker thread."""
         cfg = _config(thread_id, config)
         out = await graph.ainvoke(graph_input, cfg, version="v2")
-        await asyncio.to_thread(self._after_invoke, graph, cfg, out)
+        submitted = await asyncio.to_thread(self._after_invoke, graph, cfg, out)
+        while _any_settled(submitted):
+            result = await self.aresume(graph, thread_id)
+            if result.output is None:
+                break
+            out, submitted = result.output, result.submitted
         return out
 
     def submit_pending(
@@ -182,7 +195,7 @@ class LangGraphDesk:
                 answers[intr.id] = answer
         if answers:
             result.output = graph.invoke(_command(answers), cfg, version="v2")
-            self._after_invoke(graph, cfg, result.output)
+            result.submitted = self._after_invoke(graph, cfg, result.output)
         return result
 
     async def aresume(
@@ -200,21 +213,23 @@ class LangGraphDesk:
                 answers[intr.id] = answer
         if answers:
             result.output = await graph.ainvoke(_command(answers), cfg, version="v2")
-            await asyncio.to_thread(self._after_invoke, graph, cfg, result.output)
+            result.submitted = await asyncio.to_thread(self._after_invoke, graph, cfg, result.output)
         return result
 
     # -- internals ----------------------------------------------------------------------
 
-    def _after_invoke(self, graph: Any, cfg: dict, out: Any) -> None:
+    def _after_invoke(self, graph: Any, cfg: dict, out: Any) -> list[Ticket]:
+        """Submit what the run paused on (the tickets), or report the finished run."""
         thread_id = cfg["configurable"]["thread_id"]
         if out.interrupts:
-            self.submit_pending(graph, thread_id, out.interrupts)
-        elif self.desk.store.tickets(external_id_for(thread_id)):
+            return self.submit_pending(graph, thread_id, out.interrupts)
+        if self.desk.store.tickets(external_id_for(thread_id)):
             # Only a thread the desk knows about has a run to finish there.
             try:
                 self.desk.report_run(external_id_for(thread_id), "succeeded", output=_last_ai_text(out.value))
             except DeskError as exc:  # the run is the framework's; the desk's copy may be ended already
                 log.warning("could not report thread %s finished to Review Desk: %s", thread_id, exc)
+        return []
 
     def _answer(
         self, thread_id: str, request: dict, decision: dict | None, result: ResumeResult
@@ -400,6 +415,10 @@ def _make_guard_class() -> type:
 
 
 _UNGATED = object()
+
+
+def _any_settled(tickets: Sequence[Ticket]) -> bool:
+    return any(ticket.status != "pending" for ticket in tickets)
 
 
 def _is_verified(admitted: Any) -> bool:

@@ -45,7 +45,8 @@ class Session:
 
     def gate(self, desk: DeskClient | None = None, **kw) -> ClaudeDesk:
         kw.setdefault("wait_seconds", 20)
-        return ClaudeDesk(desk or self.client(), session_id=self.session_id, agent="repo-bot", **kw)
+        kw.setdefault("agent", "repo-bot")
+        return ClaudeDesk(desk or self.client(), session_id=self.session_id, **kw)
 
     def tickets(self, desk: DeskClient) -> list:
         return desk.store.tickets(f"claude:{self.session_id}")
@@ -150,6 +151,20 @@ def test_park_mode_allows_exactly_that_call_once_after_the_decision(cl):
     other_input = ask(resumed, "toolu_5", {"command": "rm -rf /", "description": "x"})
     assert isinstance(other_input, PermissionResultDeny) and other_input.interrupt is True
     assert [t.tool_call_id for t in cl.tickets(desk)] == ["toolu_1", "toolu_2", "toolu_4", "toolu_5"]
+
+
+def test_a_call_a_standing_grant_covers_is_allowed_without_a_wait(cl, tmp_path):
+    agent = f"granted-{cl.session_id[:8]}"  # the grant is for this agent only: no other test's call
+    desk = cl.client()
+    cl.decide_when_asked(desk, "approve", grant={"match": "exact", "scope": "agent", "max_uses": 1})
+    assert ask(cl.gate(desk, agent=agent), "toolu_1") == PermissionResultAllow(updated_input=CLEAN)
+
+    later = Session(tmp_path, cl.running)  # another session of the same agent, no wait at all
+    result = ask(later.gate(later.client(), agent=agent, wait_seconds=0), "toolu_1")
+
+    assert result == PermissionResultAllow(updated_input=CLEAN)
+    (ticket,) = later.tickets(later.client())
+    assert ticket.status == "approved"  # at submit, by the grant
 
 
 def test_park_mode_does_not_carry_an_approval_to_another_session(cl):

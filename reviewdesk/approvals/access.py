@@ -176,7 +176,8 @@ def may_review_run(user: User | AnonymousUser, run: Run) -> bool:
     requests asks `may_decide`."""
     if not is_reviewer(user) or user.pk == run.submitted_by_id:
         return False
-    return not run.reviewers or user.get_username() in run.reviewers
+    # An external run may name groups too ("group:finance"): their members review it.
+    return not run.reviewers or bool(targets_of(user) & set(run.reviewers))
 
 
 def approval_audience(approval: ApprovalRequest) -> list[int]:

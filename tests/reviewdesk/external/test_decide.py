@@ -178,3 +178,15 @@ def test_an_edit_is_refused_where_the_framework_lists_no_edit_even_with_a_schema
     response = decide_api(approval_id, "edit", arguments={"order_id": "1234", "amount": 10})
     assert response.status_code == 422 and response.json()["code"] == "verdict"
     assert ApprovalRequest.objects.get(pk=approval_id).status == "pending"
+
+
+def test_a_reviewer_hands_an_external_call_over_and_the_colleague_decides(
+    submitted, decide_api, api_as, personas
+):
+    _, approval_id = submitted(submit_body(reviewers=["alice"]))
+    handed = api_as(personas.alice, "review").post(
+        f"/api/v1/approvals/{approval_id}/handover", {"to": "bob", "note": "yours"}, format="json"
+    )
+    assert handed.status_code == 200, handed.json()
+    assert decide_api(approval_id).status_code == 404  # alice: no longer hers to see
+    assert decide_api(approval_id, client=api_as(personas.bob, "review")).status_code == 201

@@ -89,3 +89,15 @@ def test_the_run_reads_as_external_in_the_runs_api(submitted, api_as, personas):
     assert run["context"]["messages"][0]["role"] == "user"
     assert run["checkpoint_id"] == data["checkpoint_id"]
     assert run["approvals"][0]["external"]["preview"].startswith("Refund 250")
+
+
+def test_a_group_the_submit_names_reviews_the_run_and_others_do_not(submitted, api_as, personas):
+    from django.contrib.auth.models import Group
+
+    from tests.reviewdesk.external.conftest import submit_body
+
+    personas.bob.groups.add(Group.objects.create(name="finance"))
+    data, _ = submitted(submit_body(reviewers=["group:finance"]))
+    run_id = data["run"]["id"]
+    assert api_as(personas.alice, "review").post(f"/api/v1/runs/{run_id}/cancel").status_code in (403, 404)
+    assert api_as(personas.bob, "review").post(f"/api/v1/runs/{run_id}/cancel").status_code == 200

@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run test test-e2e bench chaos lint mutants mutants-short docs format clean
+.PHONY: run test test-e2e client-test client-mutants bench chaos lint mutants mutants-short docs format clean
 
 # The runtime set (requirements.txt) is all `make run` installs; the development and test tools
 # (requirements-dev.txt) come on top for the targets that need them.
@@ -29,6 +29,25 @@ test: $(VENV)/.installed-dev
 # Only the end-to-end flow (real worker, real server, real browser).
 test-e2e: $(VENV)/.installed-dev
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
+
+# The client package (clients/python) in an environment of its own: the OpenAI Agents SDK's import
+# name is `agents`, the desk's own top-level package, so the SDKs never enter .venv. Its tests
+# start a real desk with .venv's Python (clients/python/tests/conftest.py): DATABASE_URL and
+# REDIS_URL when both are set, else a temporary embedded var/. CLIENT_PYTEST_ARGS="-k sse" picks.
+CLIENT_VENV := .venv-client
+CLIENT_PYTEST_ARGS ?=
+$(CLIENT_VENV)/.installed: clients/python/pyproject.toml
+	test -x $(CLIENT_VENV)/bin/python || $(PYTHON) -m venv $(CLIENT_VENV)
+	$(CLIENT_VENV)/bin/python -m pip install -q --upgrade pip
+	$(CLIENT_VENV)/bin/python -m pip install -q -e 'clients/python[all]' pytest
+	touch $@
+
+client-test: $(CLIENT_VENV)/.installed $(VENV)/.installed-dev
+	cd clients/python && ../../$(CLIENT_VENV)/bin/python -m pytest tests $(CLIENT_PYTEST_ARGS)
+
+# The client's guard-line mutations (clients/python/tests/mutants.py), all against one desk.
+client-mutants: $(CLIENT_VENV)/.installed $(VENV)/.installed-dev
+	cd clients/python && ../../$(CLIENT_VENV)/bin/python tests/mutants.py
 
 # The desk's figures next to their floors, measured in one run (bench/run.py): starts its own
 # stack (DATABASE_URL/REDIS_URL when set, else the embedded default), prints the table, writes
@@ -86,4 +105,4 @@ format: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff format .
 
 clean:
-	rm -rf var .pytest_cache
+	rm -rf var .pytest_cache clients/python/.pytest_cache

@@ -18,6 +18,12 @@ Version 3 adds `answer_sha256`, the SHA-256 of the RFC 8785 canonical answer to 
 question (of `null` for every other verdict); an `answer` is only ever honoured under it.
 Version 4 is version 3 signed by the reviewer's own device key (`"signer": "device"`):
 the gate verifies it against the key's endorsement (`agents.trust`), not the server's keyring.
+
+A decision on a call of an external run (an agent framework outside the desk verifies it in its
+own process) binds three more fields, `EXTERNAL_BINDING`: the submitting account (`audience`), the
+framework's id for the run and its checkpoint. Call ids repeat across runs and frameworks
+(`call_1`): without them a decision for one agent's call would verify in another's process.
+Internal payloads are unchanged.
 """
 
 from __future__ import annotations
@@ -91,6 +97,8 @@ KNOWN_VERSIONS = (1, 2, 3, 4)
 DEVICE_SIGNER = "device"
 # The reviewer's texts a version-2 payload binds, each by the SHA-256 of its UTF-8 bytes.
 SIGNED_TEXTS = ("reason", "note", "external_ref")
+# What a decision on an external run's call binds besides (see the module docstring).
+EXTERNAL_BINDING = ("audience", "external_id", "external_checkpoint")
 
 
 def text_sha256(text: str) -> str:
@@ -139,9 +147,11 @@ def decision_payload(
     external_ref: str = "",
     answer: Any = None,
     device: bool = False,
+    external: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The payload a decision's signature covers (version 3); `arguments` are the ones to run.
     With `device`, version 4: the same fields, marked as signed by the reviewer's device key.
+    With `external` (a call of an external run), its `EXTERNAL_BINDING` fields too.
 
     It binds the decision to one request, run, attempt, checkpoint, tool call
     and tool, to the SHA-256 of the RFC 8785 canonical arguments, to a validity
@@ -172,6 +182,8 @@ def decision_payload(
     }
     if device:
         payload.update(version=DEVICE_PAYLOAD_VERSION, signer=DEVICE_SIGNER)
+    if external is not None:
+        payload.update({name: external[name] for name in EXTERNAL_BINDING})
     return payload
 
 

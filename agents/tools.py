@@ -83,6 +83,29 @@ class ToolError(Exception):
     """A failure the model should see as the call's result (bad order id, ...)."""
 
 
+def schema_problem(schema: Any) -> str | None:
+    """Why `schema` is not a valid JSON Schema (2020-12), or None when it is: a schema a
+    framework sends for a call it gates (reviewdesk.runs.external), checked before it is kept."""
+    if not isinstance(schema, Mapping):
+        return "a JSON Schema is an object"
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return f"not a valid JSON Schema at {'/'.join(str(p) for p in exc.path) or '(root)'}: {exc.message}"
+    return None
+
+
+def schema_errors(schema: Mapping[str, Any], value: Any) -> list[str]:
+    """`value`'s errors against a JSON Schema (2020-12) that `schema_problem` accepted, as a
+    tool's `validation_errors` words them; empty when valid."""
+    return _readable(jsonschema.Draft202012Validator(schema).iter_errors(value))
+
+
+def _readable(errors: Any) -> list[str]:
+    ordered = sorted(errors, key=lambda e: list(e.path))
+    return [f"{'/'.join(str(p) for p in error.path) or '(root)'}: {error.message}" for error in ordered]
+
+
 def call_failed(result: Any) -> bool:
     """Whether a call's result says it failed: a ToolError's {"error": ...}, or a result that
     ran to its end and says so itself, {"outcome": "failed"} (a command that exited non-zero).
@@ -212,8 +235,7 @@ class Tool:
 
     def validation_errors(self, arguments: Any) -> list[str]:
         """Schema errors for `arguments`, as readable strings; empty when valid."""
-        errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path))
-        return [f"{'/'.join(str(p) for p in error.path) or '(root)'}: {error.message}" for error in errors]
+        return _readable(self._validator.iter_errors(arguments))
 
     def run(self, arguments: dict[str, Any], ctx: ToolContext) -> Any:
         return self.func(arguments, ctx)

@@ -158,6 +158,9 @@ DESK_MAX_LOST_ATTEMPTS = env_int("DESK_MAX_LOST_ATTEMPTS", 3)  # workers dying i
 DESK_AUTO_RETRIES = env_int("DESK_AUTO_RETRIES", 3)  # automatic retries of transient failures
 DESK_RETRY_BACKOFF_SECONDS = env_int("DESK_RETRY_BACKOFF_SECONDS", 10)  # doubled at each retry
 DESK_REQUEUE_AFTER_SECONDS = env_int("DESK_REQUEUE_AFTER_SECONDS", 120)
+# An external run's consumed call whose outcome its framework never reported becomes `unknown`
+# after this long, and a human reconciles it (runs/external/unknown.py, through runs.sweep).
+DESK_EXTERNAL_CONFIRM_SECONDS = env_int("DESK_EXTERNAL_CONFIRM_SECONDS", 3600)
 # Once a run has ended, its last N checkpoints are kept (and any an approval names); every one
 # while it is open. At least 1: a follow-up or a retry continues from the latest (runs/retention.py).
 DESK_CHECKPOINTS_KEPT_AFTER_END = env_int("DESK_CHECKPOINTS_KEPT_AFTER_END", 10)

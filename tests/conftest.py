@@ -156,6 +156,8 @@ BOTH_DATABASES = (
     "tests/reviewdesk/webhooks/",
     "tests/reviewdesk/events/",
     "tests/reviewdesk/accounts/",
+    # External runs: the submit's upsert races, consume's compare-and-set, the ledger rows.
+    "tests/reviewdesk/external/",
     # Replay, heartbeat and gaps rely on event ids in commit order: the desk socket and the streams.
     "tests/reviewdesk/desk/test_desk_socket.py",
     "tests/reviewdesk/desk/test_snapshot_window.py",

@@ -61,6 +61,41 @@ class ChoiceFilter(serializers.ChoiceField):
         return str(data)
 
 
+class ChoicesFilter(serializers.CharField):
+    """One or more of `choices`, comma-separated ("approved,rejected"): a list, in the order given."""
+
+    def __init__(self, choices: Any, **kwargs: Any) -> None:
+        self.choices_allowed = list(choices)
+        super().__init__(required=False, **kwargs)
+
+    def run_validation(self, data: Any = empty) -> Any:
+        return super().run_validation(data) if data is empty else self.to_internal_value(data)
+
+    def to_internal_value(self, data: Any) -> list[str]:
+        values = [value.strip() for value in str(data).split(",")]
+        wrong = [value for value in values if value not in self.choices_allowed]
+        if wrong or not values:
+            raise serializers.ValidationError(
+                f"{self.field_name} must be one or more of {', '.join(self.choices_allowed)}, comma-separated"
+            )
+        return list(dict.fromkeys(values))
+
+
+class BooleanFilter(serializers.CharField):
+    """true or false."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(required=False, **kwargs)
+
+    def run_validation(self, data: Any = empty) -> Any:
+        return super().run_validation(data) if data is empty else self.to_internal_value(data)
+
+    def to_internal_value(self, data: Any) -> bool:
+        if str(data) not in ("true", "false"):
+            raise serializers.ValidationError(f"{self.field_name} must be true or false")
+        return str(data) == "true"
+
+
 class UUIDFilter(serializers.UUIDField):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(required=False, **kwargs)
@@ -207,11 +242,18 @@ class RunEventFilters(SequencePage):
 
 
 class ApprovalFilters(CreatedBetween, KeysetPage):
-    status = ChoiceFilter(ApprovalStatus.values, help_text="only approvals in this status")
+    status = ChoicesFilter(
+        ApprovalStatus.values,
+        help_text="only approvals in this status, or in any of several, comma-separated (approved,rejected)",
+    )
     kind = ChoiceFilter(ApprovalKind.values, help_text="only approvals of this kind")
     agent = TextFilter(help_text="only approvals raised by runs of this agent")
     tool = TextFilter(help_text="only approvals of calls to this tool")
     run = UUIDFilter(help_text="only approvals of this run (its id)")
+    consumed = BooleanFilter(
+        help_text="false: only approvals none of whose decisions was consumed yet (an external "
+        "framework's crash recovery: decided, not acted on); true: only those with one consumed"
+    )
 
 
 class GrantFilters(CreatedBetween, KeysetPage):

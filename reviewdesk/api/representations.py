@@ -28,6 +28,12 @@ if TYPE_CHECKING:
 def run_summary(run: Run) -> dict[str, Any]:
     return {
         "id": str(run.id),
+        "kind": run.kind,
+        "framework": run.framework,
+        "external_id": run.external_id,
+        "title": run.title,
+        # An external run's context messages, as its framework sent them: untrusted.
+        "context": run.context,
         "agent": run.agent,
         "status": run.status,
         "input": run.input,

@@ -23,7 +23,7 @@ from reviewdesk.api.examples import (  # noqa: F401 - the views read them as doc
 )
 from reviewdesk.approvals.models import ApprovalKind, ApprovalStatus, Verdict
 from reviewdesk.lib.errors import ERROR_CODES
-from reviewdesk.runs.models import AttemptStatus, EffectStatus, ErrorKind, RunStatus
+from reviewdesk.runs.models import AttemptStatus, EffectStatus, ErrorKind, RunKind, RunStatus
 
 ANY_JSON = serializers.JSONField
 
@@ -124,6 +124,10 @@ class DecisionOutSerializer(serializers.Serializer):
     )
     consumed_at = serializers.DateTimeField(allow_null=True)
     answer = serializers.JSONField(allow_null=True, help_text="a question's answer (verdict answer)")
+    payload_b64 = serializers.CharField(
+        help_text="base64 of the exact bytes signed (the payload's RFC 8785 canonical JSON): verify "
+        "the signature over these, then parse them"
+    )
     grant = ANY_JSON(required=False, allow_null=True, help_text="the standing grant made with it (a Grant)")
 
 
@@ -131,6 +135,17 @@ class DecisionPayloadOutSerializer(serializers.Serializer):
     payload = ANY_JSON(help_text="the decision payload (version 4, signer device) to post back, signed")
     bytes = serializers.CharField(help_text="base64 of the payload's RFC 8785 canonical JSON: sign these")
     canonical = serializers.CharField(help_text="the same bytes as UTF-8 text, to show the reviewer")
+
+
+class ExternalCallOutSerializer(serializers.Serializer):
+    framework = serializers.CharField()
+    external_id = serializers.CharField()
+    resume_policy = serializers.CharField(help_text="per_call, all_or_nothing; empty for a reconciliation")
+    schema = ANY_JSON(allow_null=True, help_text="the JSON Schema an edit is checked against; null: no edit")
+    description = serializers.CharField(allow_blank=True)
+    preview = serializers.CharField(
+        allow_blank=True, help_text="the adapter's rendering of the effect; untrusted"
+    )
 
 
 class ApprovalOutSerializer(serializers.Serializer):
@@ -153,6 +168,68 @@ class ApprovalOutSerializer(serializers.Serializer):
     decision = DecisionOutSerializer(allow_null=True)
     quorum = QuorumSerializer()
     handover = HandoverOutSerializer(allow_null=True, help_text="the latest hand-over, if any")
+    verdicts = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="the verdicts that answer it (of `decision.verdict`'s): an external call's own list, else its kind's",
+    )
+    external = ExternalCallOutSerializer(
+        allow_null=True, help_text="an external run's call; null for a desk run's"
+    )
+
+
+class ExternalRunOutSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    external_id = serializers.CharField()
+    framework = serializers.CharField()
+    status = serializers.ChoiceField(choices=RunStatus.values)
+    kind = serializers.ChoiceField(choices=RunKind.values)
+
+
+class ExternalApprovalOutSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    tool_call_id = serializers.CharField()
+    status = serializers.ChoiceField(choices=ApprovalStatus.values)
+    verdicts = serializers.ListField(
+        child=serializers.CharField(), help_text="approve, reject and, with a schema, edit"
+    )
+    arguments_sha256 = serializers.CharField()
+    expires_at = serializers.DateTimeField()
+    url = serializers.URLField(help_text="the approval's page on the desk")
+    decision = DecisionOutSerializer(allow_null=True)
+
+
+class ExternalSubmitOutSerializer(serializers.Serializer):
+    run = ExternalRunOutSerializer()
+    audience = serializers.CharField(help_text="the submitting account's username, which decisions bind")
+    checkpoint_id = serializers.UUIDField(help_text="the desk checkpoint standing for the framework's")
+    approvals = ExternalApprovalOutSerializer(many=True, help_text="one per call, in the order sent")
+
+
+class ConsumeOutSerializer(serializers.Serializer):
+    consumed_at = serializers.DateTimeField()
+
+
+class ReportLedgerOutSerializer(serializers.Serializer):
+    tool_call_id = serializers.CharField()
+    ledger = serializers.ChoiceField(choices=["confirmed", "unchanged"])
+
+
+class ReportOutSerializer(serializers.Serializer):
+    run = ExternalRunOutSerializer()
+    ledger = ReportLedgerOutSerializer(many=True, help_text="what each tool.finished did, in order")
+
+
+class PublicKeyOutSerializer(serializers.Serializer):
+    key_id = serializers.CharField()
+    alg = serializers.ChoiceField(choices=["Ed25519"])
+    public_key = serializers.CharField(help_text="base64 of the raw 32-byte public key")
+    status = serializers.ChoiceField(choices=["active", "retired"])
+    created_at = serializers.DateTimeField(allow_null=True)
+
+
+class KeysOutSerializer(serializers.Serializer):
+    keys = PublicKeyOutSerializer(many=True)
+    warning = serializers.CharField()
 
 
 class SideEffectSerializer(serializers.Serializer):
@@ -192,6 +269,19 @@ class FollowUpOutSerializer(serializers.Serializer):
 
 class RunOutSerializer(serializers.Serializer):
     id = serializers.UUIDField()
+    kind = serializers.ChoiceField(
+        choices=RunKind.values, help_text="external: run by a framework outside the desk"
+    )
+    framework = serializers.CharField(
+        allow_blank=True, help_text="an external run's framework; empty otherwise"
+    )
+    external_id = serializers.CharField(
+        allow_blank=True, help_text="an external run's own id; empty otherwise"
+    )
+    title = serializers.CharField(allow_blank=True)
+    context = ANY_JSON(
+        allow_null=True, help_text="an external run's context messages (untrusted); null otherwise"
+    )
     agent = serializers.CharField()
     status = serializers.ChoiceField(choices=RunStatus.values)
     input = serializers.CharField(allow_blank=True)
@@ -205,7 +295,7 @@ class RunOutSerializer(serializers.Serializer):
     revision = serializers.IntegerField()
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
-    model = ANY_JSON()
+    model = ANY_JSON(allow_null=True, help_text="null for an external run")
     checkpoint_id = serializers.UUIDField(allow_null=True)
     approvals = ApprovalOutSerializer(many=True)
     messages = serializers.ListField(child=ANY_JSON(), help_text="the chat messages, oldest first")

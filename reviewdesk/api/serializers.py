@@ -132,3 +132,109 @@ class HandoverSerializer(StrictSerializer):
 
     to = StrictCharField(max_length=160, trim_whitespace=False)
     note = DecisionTextField(required=False, allow_blank=True, default="", trim_whitespace=False)
+
+
+# --- External runs (runs/external/): the shapes only; the service checks hashes, caps, verdicts.
+
+
+class StrictNestedSerializer(serializers.Serializer):
+    """`StrictSerializer` for a serializer used as a field: unknown keys are an error."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = set(data) - set(self.fields)
+            if unknown:
+                raise serializers.ValidationError({name: ["unknown field"] for name in sorted(unknown)})
+        return super().to_internal_value(data)
+
+
+def _id_field(**kwargs):
+    # An id is the framework's, exactly: no spaces trimmed, none blank.
+    return StrictCharField(max_length=200, trim_whitespace=False, **kwargs)
+
+
+class ExternalRunSerializer(StrictNestedSerializer):
+    external_id = _id_field()
+    framework = StrictCharField(max_length=50)
+    agent = StrictCharField(max_length=100)
+    title = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
+    input = StrictCharField(
+        max_length=100_000, required=False, allow_blank=True, default="", trim_whitespace=False
+    )
+    metadata = serializers.DictField(required=False, default=dict)
+
+
+@extend_schema_field({"type": "string", "maxLength": TEXT_MAX})
+class ExternalTextField(StrictCharField):
+    pass
+
+
+class ExternalCallSerializer(StrictNestedSerializer):
+    tool_call_id = _id_field()
+    tool = StrictCharField(max_length=100)
+    arguments = serializers.DictField()
+    arguments_sha256 = StrictCharField(min_length=64, max_length=64)
+    schema = serializers.JSONField(required=False, allow_null=True, default=None)
+    verdicts = serializers.ListField(child=StrictCharField(max_length=20), required=False, max_length=3)
+    description = ExternalTextField(required=False, allow_blank=True, default="", trim_whitespace=False)
+    reason = ExternalTextField(required=False, allow_blank=True, default="", trim_whitespace=False)
+    preview = StrictCharField(
+        required=False, allow_blank=True, default="", max_length=64 * 1024, trim_whitespace=False
+    )
+    reviewers = serializers.ListField(child=StrictCharField(max_length=160), required=False, max_length=20)
+    required_approvals = serializers.IntegerField(required=False, min_value=1, max_value=10, default=1)
+
+
+class ExternalMessageSerializer(StrictNestedSerializer):
+    role = serializers.ChoiceField(choices=["user", "assistant", "tool", "system"])
+    content = StrictCharField(allow_blank=True, trim_whitespace=False)
+
+
+class ExternalContextSerializer(StrictNestedSerializer):
+    messages = ExternalMessageSerializer(many=True, required=False, default=list)
+    truncated = serializers.BooleanField(required=False, default=False)
+
+
+class ExternalSubmitSerializer(StrictSerializer):
+    run = ExternalRunSerializer()
+    checkpoint = _id_field()
+    resume_policy = serializers.ChoiceField(
+        choices=["per_call", "all_or_nothing"], required=False, default="per_call"
+    )
+    calls = ExternalCallSerializer(many=True, allow_empty=False, max_length=50)
+    context = ExternalContextSerializer(required=False)
+    reviewers = serializers.ListField(child=StrictCharField(max_length=160), required=False, max_length=20)
+    approval_ttl_seconds = serializers.IntegerField(required=False, min_value=10, max_value=30 * 24 * 3600)
+
+
+class ConsumeSerializer(StrictSerializer):
+    decision_id = StrictUUIDField()
+    nonce = StrictCharField(max_length=64, trim_whitespace=False)
+
+
+class ReportEventSerializer(StrictNestedSerializer):
+    type = serializers.ChoiceField(choices=["tool.finished", "run.finished"])
+    tool_call_id = _id_field(required=False)
+    status = StrictCharField(max_length=20)
+    summary = ExternalTextField(required=False, allow_blank=True, default="", trim_whitespace=False)
+    output = StrictCharField(
+        required=False, allow_blank=True, default="", max_length=100_000, trim_whitespace=False
+    )
+
+    def validate(self, attrs):
+        allowed = (
+            ("confirmed", "failed", "refused")
+            if attrs["type"] == "tool.finished"
+            else ("succeeded", "failed", "cancelled")
+        )
+        if attrs["status"] not in allowed:
+            raise serializers.ValidationError(
+                {"status": [f"{attrs['type']} takes one of {', '.join(allowed)}"]}
+            )
+        if attrs["type"] == "tool.finished" and "tool_call_id" not in attrs:
+            raise serializers.ValidationError({"tool_call_id": ["tool.finished names its call"]})
+        return attrs
+
+
+class ReportSerializer(StrictSerializer):
+    events = ReportEventSerializer(many=True, allow_empty=False, max_length=100)

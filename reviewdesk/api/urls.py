@@ -1,7 +1,18 @@
 from django.urls import path, re_path
 
 from reviewdesk.api.throttling import DecideThrottle, ResendThrottle, SubmitThrottle
-from reviewdesk.api.views import agents, approvals, audit, base, grants, payloads, runs, threads, webhooks
+from reviewdesk.api.views import (
+    agents,
+    approvals,
+    audit,
+    base,
+    external,
+    grants,
+    payloads,
+    runs,
+    threads,
+    webhooks,
+)
 
 urlpatterns = [
     path("runs", runs.RunListCreateView.as_view(throttle_classes=[SubmitThrottle]), name="api-runs"),
@@ -14,6 +25,7 @@ urlpatterns = [
         threads.RunMessagesView.as_view(throttle_classes=[SubmitThrottle]),
         name="api-run-messages",
     ),
+    path("runs/<uuid:run_id>/report", external.RunReportView.as_view(), name="api-run-report"),
     path("approvals", approvals.ApprovalListView.as_view(), name="api-approvals"),
     path("approvals/<uuid:approval_id>", approvals.ApprovalDetailView.as_view(), name="api-approval"),
     path(
@@ -26,6 +38,18 @@ urlpatterns = [
         payloads.ApprovalPayloadView.as_view(),
         name="api-decision-payload",
     ),
+    path(
+        "approvals/<uuid:approval_id>/consume",
+        external.ApprovalConsumeView.as_view(throttle_classes=[DecideThrottle]),
+        name="api-consume",
+    ),
+    # External runs: an agent framework's gated calls; the keys its decisions verify with
+    path(
+        "external/approvals",
+        external.ExternalApprovalsView.as_view(throttle_classes=[SubmitThrottle]),
+        name="api-external-approvals",
+    ),
+    path("keys", external.KeysView.as_view(), name="api-keys"),
     path(
         "approvals/<uuid:approval_id>/handover",
         approvals.ApprovalHandoverView.as_view(throttle_classes=[DecideThrottle]),

@@ -30,12 +30,12 @@ from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
 
 from agents.routing import GROUP_PREFIX
-from reviewdesk.accounts.roles import REVIEWERS, group_names_of, is_admin, is_reviewer
+from reviewdesk.accounts.roles import REVIEWERS, group_names_of, is_admin, is_reviewer, is_submitter
 from reviewdesk.accounts.targets import naming, targets_of, users_named
 from reviewdesk.approvals.models import ApprovalRequest
 from reviewdesk.lib.db import NamesAny
 from reviewdesk.lib.errors import NotFound
-from reviewdesk.runs.models import Run
+from reviewdesk.runs.models import Run, RunKind
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser, User
@@ -60,10 +60,15 @@ def approvals_visible_to(
         )
     if is_admin(user):
         return approvals
+    # A framework's account follows the calls of the external runs it submitted (it polls them
+    # for their decisions); it never decides them (four eyes, `may_decide`).
+    own_external = Q(run__submitted_by=user, run__kind=RunKind.EXTERNAL)
     if not is_reviewer(user, group_names=group_names):
-        return approvals.none()
+        return approvals.filter(own_external) if is_submitter(user) else approvals.none()
     mine = targets_of(user, group_names=group_names)
-    return approvals.filter(Q(assignees=[]) | NamesAny("assignees", mine))
+    visible = Q(assignees=[]) | NamesAny("assignees", mine)
+    # A plain reviewer's query stays as it was (its plans are measured: test_query_plans).
+    return approvals.filter(visible | own_external if is_submitter(user) else visible)
 
 
 def approval_visible_to(
@@ -73,6 +78,8 @@ def approval_visible_to(
     it has locked, instead of reading it once more)."""
     if is_admin(user):
         return True
+    if approval.run.is_external and approval.run.submitted_by_id == user.pk:
+        return True  # its submitter follows it (`approvals_visible_to`); deciding is refused
     if not is_reviewer(user, group_names=group_names):
         return False
     return not approval.assignees or bool(set(approval.assignees) & targets_of(user, group_names=group_names))
@@ -169,7 +176,8 @@ def may_review_run(user: User | AnonymousUser, run: Run) -> bool:
     requests asks `may_decide`."""
     if not is_reviewer(user) or user.pk == run.submitted_by_id:
         return False
-    return not run.reviewers or user.get_username() in run.reviewers
+    # An external run may name groups too ("group:finance"): their members review it.
+    return not run.reviewers or bool(targets_of(user) & set(run.reviewers))
 
 
 def approval_audience(approval: ApprovalRequest) -> list[int]:

@@ -96,6 +96,16 @@ class ApprovalRequest(models.Model):
     # current assignment (None: not yet; cleared again by an escalation).
     notified_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=20, choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING)
+    # A call of an external run (runs/external/): the verdicts its framework can carry out
+    # (empty: the kind's, KIND_VERDICTS), the JSON Schema an edit is checked against (None: no
+    # edit), the tool's description, the adapter's rendering of the effect (untrusted, as the
+    # model's `reason` is), and whether the framework resumes per call or only once all its
+    # calls of the checkpoint are decided ("per_call", "all_or_nothing"; empty: internal).
+    verdicts = models.JSONField(default=list, blank=True)
+    arguments_schema = models.JSONField(null=True, blank=True)
+    description = models.TextField(blank=True, default="")
+    preview = models.TextField(blank=True, default="")
+    resume_policy = models.CharField(max_length=20, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -138,6 +148,12 @@ class ApprovalRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool} for run {self.run_id} ({self.status})"
+
+    @property
+    def allowed_verdicts(self) -> tuple[str, ...]:
+        """The verdicts this request may be answered with: its own list (an external call's,
+        what its framework can carry out), else its kind's."""
+        return tuple(self.verdicts) if self.verdicts else KIND_VERDICTS[self.kind]
 
     @property
     def decision(self) -> Decision | None:

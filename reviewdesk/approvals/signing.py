@@ -174,6 +174,24 @@ def sign(payload: dict[str, Any]) -> str:
     return sign_payload(_private_key(), payload)
 
 
+def desk_public_keys() -> list[dict[str, Any]]:
+    """The desk's public keys as `GET /api/v1/keys` serves them: every key in the keyring (the
+    one that signs now is "active"; older ones still verify their decisions, "retired"), in
+    key-id order. The keyring keeps no dates: `created_at` is null."""
+    keys = read_keyring(Path(settings.DESK_VERIFY_KEYS_FILE))
+    active = current_key_id()
+    return [
+        {
+            "key_id": key_id,
+            "alg": "Ed25519",
+            "public_key": keys[key_id],
+            "status": "active" if key_id == active else "retired",
+            "created_at": None,
+        }
+        for key_id in sorted(keys)
+    ]
+
+
 class FileKeyring:
     """Public keys by key id, read from DESK_VERIFY_KEYS_FILE (no private material)."""
 
@@ -246,12 +264,17 @@ def _stat(path: Path) -> os.stat_result | None:
         return None
 
 
+def device_decisions_required_everywhere() -> bool:
+    """DESK_REQUIRE_DEVICE_KEYS: every approval is signed by a reviewer's device key."""
+    return bool(settings.DESK_REQUIRE_DEVICE_KEYS)
+
+
 def device_decision_required(*, agent: str, tool: str) -> bool:
     """Only a decision signed by the reviewer's device key may run `tool`: everywhere when
     DESK_REQUIRE_DEVICE_KEYS is on, else when the agent or the tool asks for it. The gate asks
     this (through the host) and so does the desk, which refuses a server-signed approval
     that the gate would refuse anyway."""
-    if settings.DESK_REQUIRE_DEVICE_KEYS:
+    if device_decisions_required_everywhere():
         return True
     try:
         return get_agent(agent).requires_device_decision(tool)

@@ -22,6 +22,15 @@ SPECTACULAR_SETTINGS = {
     # request and response shapes apart (a read-only field is not a request field);
     # the hook adds the error-code list, problem+json media types and the SSE streams.
     "COMPONENT_SPLIT_REQUEST": True,
+    # Choice sets a second field shares, named once (external runs: a run's kind beside an
+    # approval's, the verdicts an external call lists beside a decision's verdict).
+    # The names they had before the second field came: ApprovalOut's and RunOut's statuses.
+    "ENUM_NAME_OVERRIDES": {
+        "RunKindEnum": ["internal", "external"],
+        "KeyStatusEnum": ["active", "retired"],
+        "ApprovalOutStatusEnum": ["pending", "approved", "rejected", "expired", "cancelled"],
+        "RunOutStatusEnum": ["queued", "running", "input_required", "succeeded", "failed", "cancelled"],
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "reviewdesk.api.schema_document.postprocess",

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest
-from reviewdesk.approvals.reads.context import approval_preview
+from reviewdesk.approvals.reads.context import approval_preview, external_preview
 from reviewdesk.approvals.reads.queue import queue_sort_key
-from reviewdesk.approvals.signing import device_decision_required
+from reviewdesk.approvals.signing import device_decision_required, device_decisions_required_everywhere
 from reviewdesk.desk.templatetags.desk_json import has_invisible
 
 # The preview rows a reviewer decides by, by their label (any case): the recipient and subject
@@ -31,6 +31,7 @@ KEY_LABELS = (
     "working directory",
 )
 FIRST_ROWS = 3
+EXTERNAL_ROWS = 8  # an external call's arguments shown as facts (its top-level fields)
 # The first lines of a preview's body (a mail's text, a command) shown in the queue.
 BODY_LINES = 3
 BODY_CHARS = 280
@@ -56,11 +57,21 @@ def call_summary(payload: dict[str, Any], *, preview: dict[str, Any] | None = No
     it asks first], "device_key": the tool runs only on a device-signed decision}. `preview`:
     `approval_preview` of the payload's arguments when the caller already has it (a preview may
     read the tool's world: once is enough)."""
-    result = preview if preview is not None else approval_preview(_stand_in(payload), payload["arguments"])
+    external = payload.get("external")
+    if preview is not None:
+        result = preview
+    elif external:  # no desk code runs for a framework's call: its arguments, checked and shown
+        result = external_preview(
+            tool=payload["tool"], schema=external["schema"], arguments=payload["arguments"]
+        )
+    else:
+        result = approval_preview(_stand_in(payload), payload["arguments"])
     preview = result["preview"] or {}
     rows = [(str(label), str(value)) for label, value in preview.get("rows") or []]
-    keyed = [row for row in rows if row[0].strip().lower() in KEY_LABELS]
-    facts = [[label, _shortened(value, FACT_CHARS)] for label, value in (keyed or rows[:FIRST_ROWS])]
+    # A framework's call has no desk preview to pick from: its arguments are its rows, all shown.
+    keyed = [] if external else [row for row in rows if row[0].strip().lower() in KEY_LABELS]
+    shown = rows[:EXTERNAL_ROWS] if external else (keyed or rows[:FIRST_ROWS])
+    facts = [[label, _shortened(value, FACT_CHARS)] for label, value in shown]
     body = preview.get("body")
     warnings = [str(w) for w in (preview.get("warnings") or [])] + [str(e) for e in result["errors"]]
     invisible = has_invisible(payload["arguments"])
@@ -79,7 +90,9 @@ def call_summary(payload: dict[str, Any], *, preview: dict[str, Any] | None = No
         "invisible": invisible,
         "risk": risk_line(irreversible, warnings, invisible),
         "unusual": unusual,
-        "device_key": device_decision_required(agent=payload.get("agent") or "", tool=payload["tool"]),
+        "device_key": device_decisions_required_everywhere()
+        if external
+        else device_decision_required(agent=payload.get("agent") or "", tool=payload["tool"]),
     }
 
 
@@ -115,7 +128,7 @@ def _stand_in(payload: dict[str, Any]) -> ApprovalRequest:
     return cast(
         ApprovalRequest,
         SimpleNamespace(
-            run=SimpleNamespace(agent=payload.get("agent") or ""),
+            run=SimpleNamespace(agent=payload.get("agent") or "", is_external=False),
             run_id=payload["run"],
             tool_call_id=payload["tool_call_id"],
             tool=payload["tool"],

@@ -47,8 +47,11 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
         "only a succeeded run takes a follow-up message; retry a failed or cancelled one first",
     ),
     "abandoned": (409, "that checkpoint belongs to an abandoned line of the run's history"),
+    "external": (409, "an external run's framework does this itself (retry, follow-up), not the desk"),
+    "not_external": (409, "only a call of an external run is consumed or reported through the API"),
+    "consumed": (409, "the decision was already consumed: it authorises one execution"),
     "gone": (410, "the object no longer accepts this"),
-    "expired": (410, "the approval has expired"),
+    "expired": (410, "the approval has expired, or the decision is past its not_after"),
     "body_too_large": (413, "the body is larger than DESK_MAX_BODY_BYTES"),
     "unsupported_media_type": (415, "the body is not application/json"),
     "invalid": (422, "the body is JSON but not what this endpoint accepts; see `errors`"),
@@ -64,6 +67,10 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
         "the answer does not fit the question's options or JSON Schema; `detail` says why",
     ),
     "not_grantable": (422, "this tool is never grantable: every call of it asks a reviewer"),
+    "arguments_sha256": (
+        422,
+        "a call's arguments_sha256 is not the SHA-256 of its arguments' RFC 8785 bytes as the desk computes it",
+    ),
     "idempotency_key_reused": (422, "this Idempotency-Key was used with a different request"),
     "throttled": (429, "too many requests; see Retry-After"),
 }

@@ -7,11 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
-from django.contrib.auth import get_user_model
 from django.db.models import Model, OuterRef, Q, QuerySet
 
 from reviewdesk.accounts.roles import is_admin, is_reviewer
-from reviewdesk.accounts.targets import targets_of
+from reviewdesk.accounts.targets import targets_of, users_named
 from reviewdesk.lib.db import ExistsPerRow, NamesAny
 from reviewdesk.lib.errors import NotFound
 from reviewdesk.runs.models import Run
@@ -21,10 +20,11 @@ if TYPE_CHECKING:
 
 
 def run_audience(run: Run) -> list[int]:
-    """User ids that desk events about this run go to; empty means every reviewer."""
+    """User ids that desk events about this run go to; empty means every reviewer. An external
+    run may name groups ("group:finance"): their members."""
     if not run.reviewers:
         return []
-    return list(get_user_model().objects.filter(username__in=run.reviewers).values_list("id", flat=True))
+    return list(users_named(run.reviewers).values_list("id", flat=True))
 
 
 def runs_visible_to(user: User, *, pk: Any = None) -> QuerySet[Run]:

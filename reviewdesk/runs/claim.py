@@ -34,7 +34,8 @@ def run_claim(*, run_id: Any, worker: str) -> Attempt | None:
         if run is not None:  # the usual case, in one statement
             return _attempt_for(run, worker)
         run = Run.objects.select_for_update().filter(pk=run_id).first()
-        if run is None:
+        if run is None or run.is_external:
+            # An external run is its framework's: no worker takes it, whatever its status says.
             return None
         expired = run.status == RunStatus.RUNNING and run.lease_expires_at and run.lease_expires_at < now
         due = run.status == RunStatus.QUEUED and (run.next_attempt_at is None or run.next_attempt_at <= now)

@@ -93,7 +93,7 @@ def run_execute(*, run_id: Any, worker: str = "") -> Outcome | NotLoadedHere | N
         with LeaseKeeper(attempt, cancel_epoch=run.cancel_epoch) as keeper:
             host.lease_lost = keeper.lost
             provider = provider_for(
-                run.model,
+                run.model or {},  # None only for an external run, which no worker claims
                 openai_options={
                     "base_url": settings.OPENAI_BASE_URL,
                     "api_key": settings.OPENAI_API_KEY,

@@ -20,6 +20,15 @@ class RunStatus(models.TextChoices):
 ENDED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
+class RunKind(models.TextChoices):
+    """Who executes the run: the desk's own workers, or an agent framework outside the desk
+    (runs/external/) that submits its gated calls and reports their outcome. The Celery tasks,
+    leases and the sweeper act on internal runs only."""
+
+    INTERNAL = "internal"
+    EXTERNAL = "external"
+
+
 class ErrorKind(models.TextChoices):
     """Why a run failed (Run.error_kind): the runtime's `FailureKind`s, and the desk's own.
     Only transient failures are retried automatically."""
@@ -56,9 +65,18 @@ class Run(models.Model):
     """One submitted task. The database row is the source of truth for its status."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(max_length=10, choices=RunKind.choices, default=RunKind.INTERNAL)
+    # An external run's framework ("openai-agents", "langgraph", …) and its own identity for the
+    # run, unique per submitting account; both empty for internal runs.
+    framework = models.CharField(max_length=50, blank=True, default="")
+    external_id = models.CharField(max_length=200, blank=True, default="")
+    title = models.CharField(max_length=200, blank=True, default="")  # an external run's, as sent
+    # An external run's context as its framework sent it (the last messages, untrusted, shown
+    # as such): {"messages": [{"role", "content"}], "truncated": bool}. None for internal runs.
+    context = models.JSONField(null=True, blank=True)
     agent = models.CharField(max_length=100)
     input = models.TextField()
-    model = models.JSONField()
+    model = models.JSONField(null=True)  # None for an external run: its framework holds the model
     reviewers = models.JSONField(default=list, blank=True)  # usernames; empty: any reviewer
     approval_ttl_seconds = models.PositiveIntegerField()
     metadata = models.JSONField(default=dict, blank=True)
@@ -94,6 +112,14 @@ class Run(models.Model):
         ordering = ["-created_at"]
         constraints = [
             models.CheckConstraint(condition=models.Q(status__in=RunStatus.values), name="run_status_valid"),
+            models.CheckConstraint(condition=models.Q(kind__in=RunKind.values), name="run_kind_valid"),
+            # One external run per (submitting account, external id): a framework's submits for
+            # the same thread meet the same run.
+            models.UniqueConstraint(
+                fields=["submitted_by", "external_id"],
+                condition=models.Q(kind=RunKind.EXTERNAL),
+                name="run_external_id_unique",
+            ),
         ]
         indexes = [
             models.Index(fields=["status", "updated_at"]),
@@ -104,6 +130,10 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.id} ({self.agent}, {self.status})"
+
+    @property
+    def is_external(self) -> bool:
+        return self.kind == RunKind.EXTERNAL
 
 
 class Attempt(models.Model):

@@ -12,6 +12,7 @@ def run_data(run: Run) -> dict[str, Any]:
     return {
         "id": str(run.id),
         "agent": run.agent,
+        "kind": run.kind,
         "status": run.status,
         "revision": run.revision,
         "error": run.error,

@@ -35,7 +35,7 @@ from reviewdesk.lib.db_rows import (
     update,
     update_by_pk,
 )
-from reviewdesk.runs.models import Attempt, Checkpoint, Message, Run, RunStatus, SideEffect
+from reviewdesk.runs.models import Attempt, Checkpoint, Message, Run, RunKind, RunStatus, SideEffect
 
 
 def run_insert(run: Run) -> Run:
@@ -102,7 +102,7 @@ def run_claim_due(run_id: Any, now: datetime) -> Run | None:
         f"{column['lease_epoch']} = {column['lease_epoch']} + 1, {column['lease_expires_at']} = %s, "
         f"{column['next_attempt_at']} = NULL, {column['revision']} = {column['revision']} + 1, "
         f"{column['updated_at']} = %s "
-        f"WHERE {column['id']} = %s AND {column['status']} = %s "
+        f"WHERE {column['id']} = %s AND {column['status']} = %s AND {column['kind']} = %s "
         f"AND ({column['next_attempt_at']} IS NULL OR {column['next_attempt_at']} <= %s) RETURNING {returned.sql}"
     )
     at = connection.ops.adapt_datetimefield_value
@@ -110,14 +110,24 @@ def run_claim_due(run_id: Any, now: datetime) -> Run | None:
     pk = Run._meta.get_field("id")
     assert isinstance(pk, models.Field)
     params = [RunStatus.RUNNING.value, at(expires), at(now), pk.get_db_prep_value(run_id, connection)]
-    row = fetchone(sql, [*params, RunStatus.QUEUED.value, at(now)])
+    # Internal runs only: an external run's framework executes it (runs/external/).
+    row = fetchone(sql, [*params, RunStatus.QUEUED.value, RunKind.INTERNAL.value, at(now)])
     return None if row is None else returned.build(row)
 
 
 def _run_sql_names() -> tuple[str, dict[str, str]]:
     """The run table's name and the claim's columns, quoted for this connection's SQL."""
     quote = connection.ops.quote_name
-    names = ("id", "status", "lease_epoch", "lease_expires_at", "next_attempt_at", "revision", "updated_at")
+    names = (
+        "id",
+        "status",
+        "kind",
+        "lease_epoch",
+        "lease_expires_at",
+        "next_attempt_at",
+        "revision",
+        "updated_at",
+    )
     columns = {}
     for name in names:
         field = Run._meta.get_field(name)

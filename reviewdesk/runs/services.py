@@ -210,6 +210,8 @@ def run_retry(*, run_id: Any, user: User, checkpoint_id: str | None = None) -> R
         run = Run.objects.select_for_update().get(pk=visible.pk)
         if not (is_admin(user) or run.submitted_by_id == user.pk):
             raise Forbidden("only the submitter or an admin can retry this run")
+        if run.is_external:
+            raise Conflict("an external run is retried by its framework, not by the desk", code="external")
         if run.status not in (RunStatus.FAILED, RunStatus.CANCELLED):
             raise Conflict(
                 f"only a failed or cancelled run can be retried; this one is {run.status}", code="not_ended"

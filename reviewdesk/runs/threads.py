@@ -44,6 +44,8 @@ def run_check_follow_up(*, run_id: Any, user: User) -> Run:
     run = Run.objects.select_for_update().get(pk=visible.pk)
     if run.submitted_by_id != user.pk or not is_submitter(user):
         raise Forbidden("only the run's submitter can continue its thread")
+    if run.is_external:
+        raise Conflict("an external run's thread goes on in its framework, not here", code="external")
     if run.status not in ENDED:
         raise Conflict(f"the run is still active ({run.status}); post when it has ended", code="active")
     if run.status != RunStatus.SUCCEEDED:

@@ -78,6 +78,23 @@ def run_requeue(run: Run) -> None:
     send_on_commit(RESUME_TASK, run)  # after the event: its push leaves first, as before
 
 
+def run_external_waiting_update(run: Run) -> None:
+    """An external run waits for input while any of its calls is pending, and is its framework's
+    (`running`) once none is: after a decision, an expiry or a new submit. Its framework, not a
+    task, goes on; the run's event tells the desk. An ended run stays as it ended."""
+    if run.status in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED):
+        return
+    # Read through the reverse relation: this data layer imports no approval code.
+    waiting = run.approvals.filter(status="pending").exists()
+    status = RunStatus.INPUT_REQUIRED if waiting else RunStatus.RUNNING
+    if run.status == status:
+        return
+    run.status = status
+    run.revision += 1
+    run_update(run, ["status", "revision", "updated_at"])
+    run_emit_updated(run)
+
+
 def run_retry_budgets_renew(run: Run) -> None:
     """A new go at the run (a retry by hand, or a follow-up's next turn): the automatic-retry
     budget (`run.retries`, which the caller saves) and the tools' retry budgets, a call's and

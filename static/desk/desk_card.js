@@ -87,6 +87,7 @@
       form.action = details;
       form.querySelector("[name=checkpoint_id]").value = approval.checkpoint_id;
     });
+    externalParts(node, approval);
     drawAsking(node);
     if (window.DeskPaneSign) window.DeskPaneSign.describe(node); // who signs, once this browser's keys are known
     arm(node); // only a shown (pending) approval is drawn: see desk.js's upsert and applySnapshot
@@ -126,6 +127,27 @@
       node.querySelector(".body-lines").textContent = summary.body === null ? "" : exact(summary.body);
     }
     if (!(summary && summary.device_key)) node.querySelectorAll("[data-if-device-key]").forEach((el) => el.remove());
+  }
+
+  // An external run's call (its framework's, outside the desk): where it comes from, the
+  // framework's own rendering (untrusted), and what the framework cannot do, as _card.html says
+  // it. No Edit where the call lists no edit: the server would refuse it (422 verdict).
+  function externalParts(node, approval) {
+    const ext = approval.external;
+    const verdicts = approval.verdicts || ["approve", "reject", "edit"];
+    const drop = (slot) => node.querySelectorAll("[" + slot + "]").forEach((el) => el.remove());
+    if (!verdicts.includes("edit")) drop("data-if-edit");
+    if (!ext) {
+      ["data-if-external", "data-if-external-preview", "data-if-no-edit", "data-if-all-or-nothing"].forEach(drop);
+      return;
+    }
+    node.dataset.schema = ext.schema ? asciiJson(ext.schema) : "";
+    node.querySelectorAll(".framework").forEach((el) => (el.textContent = ext.framework));
+    node.querySelector(".external-id").textContent = ext.external_id;
+    if (ext.preview) node.querySelector(".preview-text").textContent = visible(ext.preview);
+    else drop("data-if-external-preview");
+    if (verdicts.includes("edit")) drop("data-if-no-edit");
+    if (ext.resume_policy !== "all_or_nothing") drop("data-if-all-or-nothing");
   }
 
   // The card endpoint's answer for one approval (desk/views/queue.py desk_card), or null.

@@ -12,7 +12,9 @@
   const schemas = JSON.parse(schemasNode.textContent || "{}");
   const LONG_TEXT = 80;
 
+  // An external call carries its framework's schema (data-schema); a desk call, its tool's.
   function schemaOf(node) {
+    if (node.dataset.schema) return JSON.parse(node.dataset.schema);
     return ((schemas[node.dataset.agent] || {})[node.dataset.tool]) || {};
   }
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.db.models import Exists, OuterRef
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
@@ -20,6 +23,7 @@ from reviewdesk.approvals.access import approval_get_visible, approvals_visible_
 from reviewdesk.approvals.deciding.input import DeviceSignature
 from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.lifecycle.handover import approval_handover
+from reviewdesk.approvals.models import Decision
 from reviewdesk.approvals.reads.representation import (
     approval_columns,
     approval_data,
@@ -42,7 +46,10 @@ class ApprovalListView(DeskAPIView):
     def get(self, request):
         query = read_filters(request, ApprovalFilters)
         # The status narrows the visibility check's read too (pending is a small slice of history).
-        lookups = {"status": query["status"]} if "status" in query else {}
+        statuses = query.get("status", [])
+        lookups: dict[str, Any] = (
+            {"status": statuses[0]} if len(statuses) == 1 else {"status__in": statuses} if statuses else {}
+        )
         visible = approvals_visible_to(request.user, related=False, **lookups)
         approvals = paging.time_filters(query, visible)
         if kind := query.get("kind"):
@@ -53,6 +60,11 @@ class ApprovalListView(DeskAPIView):
             approvals = approvals.filter(tool=tool)
         if run_id := query.get("run"):
             approvals = approvals.filter(run_id=run_id)
+        if "consumed" in query:
+            used = Decision.objects.filter(request=OuterRef("pk"), consumed_at__isnull=False)
+            approvals = (
+                approvals.filter(Exists(used)) if query["consumed"] else approvals.exclude(Exists(used))
+            )
         return paging.keyset_page(request, approval_columns(approvals), approvals_page_data)
 
 

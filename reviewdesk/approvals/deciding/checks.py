@@ -16,7 +16,7 @@ from agents.canonical import canonical_json
 from agents.questions import answer_problem
 from agents.registry import UnknownAgent, get_agent
 from agents.state import AgentState, CallStatus
-from agents.tools import Tool
+from agents.tools import Tool, schema_errors
 from reviewdesk.accounts.roles import group_names_of, is_reviewer
 from reviewdesk.agent_modules.loading import not_loaded_here
 from reviewdesk.approvals.access import approval_visible_to, may_decide, named_by
@@ -54,6 +54,7 @@ def approval_check_decide(
         approval = approval_locked_with_attempt(approval_id)
     except (ValidationError, Run.DoesNotExist, ApprovalRequest.DoesNotExist):
         raise NotFound("no such approval") from None
+    approval.run = run  # the locked row, which the rules below read
     if not approval_visible_to(reviewer, approval, group_names=group_names):
         raise NotFound("no such approval")
     if reviewer.pk == run.submitted_by_id:
@@ -62,6 +63,12 @@ def approval_check_decide(
         raise Forbidden("this approval is assigned to another reviewer or group")
     decision_input_check(decision, kind=approval.kind)
     verdict = decision.verdict
+    if verdict not in approval.allowed_verdicts:
+        # An external call lists what its framework can carry out: an edit where it has none
+        # would be signed, and then fail in the framework's process.
+        raise Invalid(
+            f"this call is answered with {', '.join(approval.allowed_verdicts)} only", code="verdict"
+        )
     if approval.status == ApprovalStatus.EXPIRED or (
         approval.status == ApprovalStatus.PENDING and approval.expires_at <= timezone.now()
     ):
@@ -69,7 +76,10 @@ def approval_check_decide(
     if approval.status not in (ApprovalStatus.PENDING, ApprovalStatus.CANCELLED):
         # Decided first: say so even when its run has ended since (it ran on that decision).
         raise Conflict(f"this approval was already {approval.status}", code="decided")
-    if approval.status == ApprovalStatus.CANCELLED or run.status in ENDED:
+    # An external run's framework may end it before its call's outcome is known: the
+    # reconciliation of that call stays a human's to decide after the run's end.
+    open_after_end = run.is_external and approval.kind == ApprovalKind.RECONCILE
+    if approval.status == ApprovalStatus.CANCELLED or (run.status in ENDED and not open_after_end):
         raise Conflict("this approval was cancelled with its run", code="cancelled")
     if str(decision.checkpoint_id) != str(approval.checkpoint_id) or not _call_is_awaiting(run, approval):
         raise Conflict(
@@ -79,7 +89,10 @@ def approval_check_decide(
         )
     if approval.required_approvals > 1:
         _check_quorum_vote(approval, reviewer, verdict)
-    if verdict == Verdict.EDIT:
+    if verdict == Verdict.EDIT and run.is_external:
+        # Routed by what its framework sent, not by the arguments: an edit cannot move it.
+        _check_external_edit(approval, decision.arguments)
+    elif verdict == Verdict.EDIT:
         _check_edit(run, approval, decision.arguments)
         _check_edit_stays_with(reviewer, run, approval, decision.arguments, group_names)
     if verdict == Verdict.RERUN:
@@ -168,6 +181,9 @@ def _call_is_awaiting(run: Run, approval: ApprovalRequest) -> bool:
     A sibling's resume writes new checkpoints but leaves this call awaiting, so
     it does not make the page stale; a finished or abandoned batch does.
     """
+    if run.is_external:
+        # No snapshot to read: its framework holds the state, and the request is the call.
+        return approval.status == ApprovalStatus.PENDING
     latest = latest_checkpoint(run.pk)
     if latest is None:
         return False
@@ -195,6 +211,21 @@ def _check_edit(run: Run, approval: ApprovalRequest, arguments: Any) -> None:
     errors = tool.validation_errors(arguments)
     if errors:
         raise Invalid("the edited arguments do not match the tool's schema", errors=errors)
+    _check_edit_changes(approval, arguments)
+
+
+def _check_external_edit(approval: ApprovalRequest, arguments: Any) -> None:
+    """An external call's edit is checked against the JSON Schema its framework sent: the desk
+    has no deployed tool for it. No schema: no edit (its verdicts never list one then)."""
+    if approval.arguments_schema is None:
+        raise Invalid("this call cannot be edited: its framework sent no schema for it", code="verdict")
+    errors = schema_errors(approval.arguments_schema, arguments)
+    if errors:
+        raise Invalid("the edited arguments do not match the call's schema", errors=errors)
+    _check_edit_changes(approval, arguments)
+
+
+def _check_edit_changes(approval: ApprovalRequest, arguments: Any) -> None:
     try:
         edited = canonical_json(arguments)
     except ValueError as exc:

@@ -13,7 +13,7 @@ from django.conf import settings
 
 from agents.decisions import decision_payload
 from reviewdesk.approvals.models import ApprovalRequest
-from reviewdesk.runs.models import Run
+from reviewdesk.runs.models import Checkpoint, Run
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -52,8 +52,23 @@ def decision_payload_for(
         key_id=key_id,
         device=device,
         answer=decision.answer,
+        external=external_binding(approval, run),
         **decision.texts(),
     )
+
+
+def external_binding(approval: ApprovalRequest, run: Run) -> dict[str, str] | None:
+    """What a decision on an external run's call binds besides (agents.decisions.EXTERNAL_BINDING):
+    the account that submitted it, the framework's id for the run, and the framework's checkpoint
+    the call was raised at (kept in the desk checkpoint's snapshot). None for an internal run."""
+    if not run.is_external:
+        return None
+    snapshot = Checkpoint.objects.filter(pk=approval.checkpoint_id).values_list("snapshot", flat=True).first()
+    return {
+        "audience": run.submitted_by.get_username(),
+        "external_id": run.external_id,
+        "external_checkpoint": str((snapshot or {}).get("external_checkpoint", "")),
+    }
 
 
 def decision_not_after(approval: ApprovalRequest, issued_at: Any) -> Any:

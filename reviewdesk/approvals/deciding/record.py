@@ -22,7 +22,12 @@ from reviewdesk.approvals.deciding.device import (
 )
 from reviewdesk.approvals.deciding.input import DecisionInput, DeviceSignature
 from reviewdesk.approvals.deciding.payload import decision_not_after, decision_payload_for
-from reviewdesk.approvals.grants.create import grant_check_input, grant_do_create
+from reviewdesk.approvals.grants.create import (
+    grant_check_input,
+    grant_do_create,
+    grant_target_of_external,
+    grant_target_of_tool,
+)
 from reviewdesk.approvals.models import (
     QUORUM_VERDICTS,
     ApprovalRequest,
@@ -37,7 +42,12 @@ from reviewdesk.events.services import event_emit
 from reviewdesk.lib.db import atomic_appends_last, prefetched_as
 from reviewdesk.lib.errors import Invalid
 from reviewdesk.runs.models import EffectStatus, Run, RunStatus, SideEffect
-from reviewdesk.runs.transitions import RESUME_TASK, enqueue_on_commit, run_requeue
+from reviewdesk.runs.transitions import (
+    RESUME_TASK,
+    enqueue_on_commit,
+    run_external_waiting_update,
+    run_requeue,
+)
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -62,9 +72,7 @@ def approval_do_decide(
     to_run = decision.arguments_to_run(approval)
     texts = decision.texts()
     if device is None:
-        if verdict in SIGNER_CHECKED_VERDICTS and signing.device_decision_required(
-            agent=run.agent, tool=approval.tool
-        ):
+        if verdict in SIGNER_CHECKED_VERDICTS and _device_decision_required(run, approval):
             raise Invalid(
                 f"{approval.tool} runs only on a decision signed by your own device key (/keys/)",
                 code="device_signature_required",
@@ -150,7 +158,10 @@ def approval_do_decide(
             "key_id": key_id,
             "answer_sha256": payload["answer_sha256"],
             # The policy is asked again for an edited call; the reviewer's edit approves it either way.
-            "policy_requires_approval": tool_still_deployed(run, approval).needs_approval(to_run),
+            # An external call's policy is its framework's: it asked, so the desk has none to ask.
+            "policy_requires_approval": None
+            if run.is_external
+            else tool_still_deployed(run, approval).needs_approval(to_run),
             "approvals": votes,
             "required_approvals": approval.required_approvals,
         },
@@ -163,6 +174,10 @@ def approval_do_decide(
     )
     if not settled:
         return stored  # "1 of 2": nothing to resume until the quorum is reached
+    if run.is_external:
+        # Its framework resumes it, told by the event above (webhook, stream): no task is sent.
+        run_external_waiting_update(run)
+        return stored
     if run.status == RunStatus.INPUT_REQUIRED:
         run_requeue(run)
     else:
@@ -170,6 +185,15 @@ def approval_do_decide(
         # (runs.execution.run_finish) and requeues. The nudge is harmless: the task is idempotent.
         enqueue_on_commit(RESUME_TASK, run)
     return stored
+
+
+def _device_decision_required(run: Run, approval: ApprovalRequest) -> bool:
+    """Whether only the reviewer's device key may sign an approval of this call. An external
+    run's agent is not one the desk loads (a desk agent of the same name says nothing of it):
+    only the desk-wide DESK_REQUIRE_DEVICE_KEYS applies."""
+    if run.is_external:
+        return signing.device_decisions_required_everywhere()
+    return signing.device_decision_required(agent=run.agent, tool=approval.tool)
 
 
 def _record_reconciled_effect(run: Run, approval: ApprovalRequest, decision: Decision) -> None:
@@ -221,13 +245,17 @@ def approval_decide(
         approval, run = approval_check_decide(approval_id=approval_id, reviewer=reviewer, decision=decision)
         spec = None
         if decision.grant is not None:
-            tool = tool_still_deployed(run, approval)
+            target = (
+                grant_target_of_external(approval)
+                if run.is_external
+                else grant_target_of_tool(tool_still_deployed(run, approval))
+            )
             spec = grant_check_input(
                 grant=decision.grant,
                 approval=approval,
                 reviewer=reviewer,
                 verdict=decision.verdict,
-                tool=tool,
+                tool=target,
             )
         stored = approval_do_decide(approval=approval, run=run, reviewer=reviewer, decision=decision)
         if spec is not None:

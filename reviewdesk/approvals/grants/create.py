@@ -47,6 +47,37 @@ GRANT_FIELDS = ("match", "scope", "expires_at", "max_uses")
 
 
 @dataclass(frozen=True)
+class GrantTarget:
+    """What a grant is checked against: the tool's name, its JSON Schema (constraints name its
+    top-level properties) and whether any grant may allow it (`Tool.accepts_grants`)."""
+
+    name: str
+    parameters: dict[str, Any]
+    accepts_grants: bool
+
+
+def grant_target_of_tool(tool: Tool) -> GrantTarget:
+    return GrantTarget(name=tool.name, parameters=dict(tool.parameters), accepts_grants=tool.accepts_grants)
+
+
+def grant_target_of_external(approval: ApprovalRequest) -> GrantTarget:
+    """An external run's call: its framework's schema (none: only an exact grant), and no
+    grant under a quorum (one reviewer's grant never stands in for several)."""
+    return GrantTarget(
+        name=approval.tool,
+        parameters=dict(approval.arguments_schema or {"type": "object"}),
+        accepts_grants=approval.required_approvals == 1,
+    )
+
+
+def grant_agent_of(run: Run) -> str:
+    """The agent name a grant made on `run` is scoped to. An external run's is namespaced by its
+    framework ("openai-agents:support-bot"): a desk agent of the same name is another agent, and
+    the gate's matching (which compares this name) never lets one's grant allow the other's call."""
+    return f"{run.framework}:{run.agent}" if run.is_external else run.agent
+
+
+@dataclass(frozen=True)
 class GrantSpec:
     """A validated `grant` object: what `grant_do_create` signs."""
 
@@ -56,7 +87,7 @@ class GrantSpec:
     max_uses: int
 
 
-def _field_errors(grant: dict[str, Any], tool: Tool, now: datetime) -> dict[str, list[str]]:
+def _field_errors(grant: dict[str, Any], tool: GrantTarget, now: datetime) -> dict[str, list[str]]:
     errors: dict[str, list[str]] = {}
     unknown = sorted(set(grant) - set(GRANT_FIELDS))
     if unknown:
@@ -89,7 +120,7 @@ def _parse_time(value: Any) -> datetime | None:
 
 
 def grant_check_input(
-    *, grant: Any, approval: ApprovalRequest, reviewer: User, verdict: str, tool: Tool
+    *, grant: Any, approval: ApprovalRequest, reviewer: User, verdict: str, tool: GrantTarget
 ) -> GrantSpec:
     """Validate the `grant` object of a decision and check its maker may grant that much.
 
@@ -104,6 +135,8 @@ def grant_check_input(
         raise Invalid(FIELD_ERRORS_DETAIL, errors={"grant": ["a standing grant rides only on an approve"]})
     if not tool.accepts_grants:
         raise Invalid(f"{tool.name} is never grantable: every call asks a reviewer", code="not_grantable")
+    # (An external run's agent is not the desk's: only DESK_REQUIRE_DEVICE_KEYS is meant for it,
+    # which this asks first; a desk agent of the same name can only make it refuse, never allow.)
     if device_decision_required(agent=approval.run.agent, tool=tool.name):
         raise Invalid(
             f"{tool.name} runs only on decisions signed by a reviewer's device key; a standing grant "
@@ -116,6 +149,11 @@ def grant_check_input(
         raise Invalid(FIELD_ERRORS_DETAIL, errors=errors)
     if grant["scope"] == GrantScope.GLOBAL and not is_admin(reviewer):
         raise Forbidden("only an admin may grant for every agent (scope global)")
+    if grant["scope"] == GrantScope.GLOBAL and approval.run.is_external:
+        # Every agent would include the desk's own: an external call grants for its run or agent.
+        raise Invalid(
+            FIELD_ERRORS_DETAIL, errors={"grant.scope": ["run or agent for an external run's call"]}
+        )
     match = grant.get("match", MATCH_EXACT)
     expires_at = _parse_time(grant.get("expires_at")) or now + timedelta(
         seconds=min(settings.DESK_GRANT_DEFAULT_SECONDS, settings.DESK_GRANT_MAX_SECONDS)
@@ -140,7 +178,7 @@ def grant_do_create(*, spec: GrantSpec, decision: Decision, run: Run, reviewer: 
     payload = grant_payload(
         grant_id=str(grant_id),
         tool=approval.tool,
-        agent=run.agent,
+        agent=grant_agent_of(run),
         scope=spec.scope,
         run_id=str(run.pk) if spec.scope == GrantScope.RUN else None,
         arguments_sha256=sha256_hex(approval.arguments) if exact else None,
@@ -157,7 +195,7 @@ def grant_do_create(*, spec: GrantSpec, decision: Decision, run: Run, reviewer: 
         approval=approval,
         decision=decision,
         tool=approval.tool,
-        agent=run.agent,
+        agent=grant_agent_of(run),
         scope=spec.scope,
         run=run if spec.scope == GrantScope.RUN else None,
         arguments_sha256=payload["arguments_sha256"] or "",

@@ -18,7 +18,7 @@ from reviewdesk.approvals.reads.representation import approval_data
 from reviewdesk.audit.services import audit_record
 from reviewdesk.events.services import event_emit
 from reviewdesk.runs.models import ENDED, ErrorKind, Run, RunStatus
-from reviewdesk.runs.transitions import run_mark_failed, run_requeue
+from reviewdesk.runs.transitions import run_external_waiting_update, run_mark_failed, run_requeue
 
 
 def approvals_expire(*, now: datetime) -> int:
@@ -55,6 +55,10 @@ def approval_expire(*, approval_id: Any, run: Run) -> int:
         audience=approval_audience(approval),
     )
     if run.status in ENDED:
+        return 1
+    if run.is_external:
+        # Its framework hears of the expiry from the event above, and answers the call itself.
+        run_external_waiting_update(run)
         return 1
     if get_agent(run.agent).on_approval_expired == "fail":
         run.cancel_epoch += 1  # fences out a worker that may hold the run

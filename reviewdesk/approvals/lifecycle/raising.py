@@ -7,6 +7,7 @@ the current transaction (lock order everywhere: run, then approval).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -94,6 +95,89 @@ def approval_raise(
             "arguments_sha256": approval.arguments_sha256,
             "assignees": approval.assignees,
             "required_approvals": approval.required_approvals,
+        },
+    )
+    event_emit(
+        type="approval.created",
+        data=approval_data(approval),
+        run_id=run.pk,
+        audience=approval_audience(approval),
+    )
+    return approval
+
+
+@dataclass(frozen=True)
+class ExternalCall:
+    """One gated call an external run's framework submits (runs/external/submit.py checked it):
+    its ids, arguments and their hash as the desk computed it, what the framework can do with a
+    decision (`verdicts`, the edit `schema`), the texts shown as untrusted, and who decides."""
+
+    tool_call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    arguments_sha256: str
+    verdicts: tuple[str, ...]
+    schema: dict[str, Any] | None = None
+    description: str = ""
+    reason: str = ""
+    preview: str = ""
+    assignees: tuple[str, ...] = ()
+    required_approvals: int = 1
+
+
+def approval_raise_external(
+    *,
+    run: Run,
+    checkpoint_id: Any,
+    call: ExternalCall,
+    resume_policy: str,
+    submitter: Any,
+    kind: str = ApprovalKind.TOOL_CALL,
+) -> ApprovalRequest:
+    """Create the request for an external run's call, audit it (`submitter` asked; None: the
+    desk itself, for a reconciliation) and tell the desk, as `approval_raise` does for a desk
+    run's. No agent of the desk is asked: the framework's submission says who decides, how many,
+    and with what."""
+    now = timezone.now()
+    reconcile = kind == ApprovalKind.RECONCILE
+    approval = ApprovalRequest(
+        kind=kind,
+        run=run,
+        attempt=None,
+        checkpoint_id=checkpoint_id,
+        tool_call_id=call.tool_call_id,
+        tool=call.tool,
+        arguments=call.arguments,
+        arguments_sha256=call.arguments_sha256,
+        reason=call.reason,
+        assignees=list(call.assignees),
+        required_approvals=call.required_approvals,
+        quorum_groups=[],
+        expires_at=now + timedelta(seconds=run.approval_ttl_seconds),
+        respond_by=None if reconcile else respond_by_for(run, call.tool, since=now),
+        verdicts=list(call.verdicts),
+        arguments_schema=call.schema,
+        description=call.description,
+        preview=call.preview,
+        resume_policy=resume_policy,
+    )
+    approval_insert(approval)
+    prefetched_as(approval, "decisions", [])  # just created: no votes to read
+    audit_record(
+        actor=submitter,
+        action="reconcile.requested" if reconcile else "approval.requested",
+        subject_type="approval",
+        subject_id=approval.id,
+        data={
+            "run": str(run.pk),
+            "tool": call.tool,
+            "tool_call_id": call.tool_call_id,
+            "arguments_sha256": approval.arguments_sha256,
+            "assignees": approval.assignees,
+            "required_approvals": approval.required_approvals,
+            "verdicts": approval.verdicts,
+            "external_id": run.external_id,
+            "framework": run.framework,
         },
     )
     event_emit(

@@ -11,9 +11,10 @@ from django.conf import settings
 
 from agents.gate import CallBinding
 from agents.registry import UnknownAgent, get_agent
-from agents.tools import Effect, Tool, ToolContext
+from agents.tools import Effect, Tool, ToolContext, schema_errors
 from reviewdesk.agent_modules.loading import not_loaded_here
 from reviewdesk.approvals.models import (
+    ApprovalKind,
     ApprovalRequest,
 )
 from reviewdesk.lib.tool_world import sandbox_config, tool_world
@@ -74,7 +75,10 @@ def _chat_entry(body: dict[str, Any], tool_call_id: str) -> dict[str, Any]:
 def asking_text(approval: ApprovalRequest) -> str:
     """The model's words in the message that made this call ("" when it made it without any):
     the desk pane's "why the agent asks". Read newest first and stopped at that message, so a
-    long run costs a few rows, not its whole conversation as on the approval's page."""
+    long run costs a few rows, not its whole conversation as on the approval's page. An
+    external call's are the reason its framework sent."""
+    if approval.run.is_external:
+        return approval.reason if approval.kind == ApprovalKind.TOOL_CALL else ""
     bodies = (
         approval.run.messages.filter(superseded_at__isnull=True)
         .order_by("-position")
@@ -90,7 +94,11 @@ def asking_text(approval: ApprovalRequest) -> str:
 
 
 def approval_tool(approval: ApprovalRequest) -> Tool | None:
-    """The declared tool this approval is for, or None when its agent or tool is gone."""
+    """The declared tool this approval is for, or None when its agent or tool is gone. An
+    external run's call has none: its tool is its framework's (a desk agent of the same name
+    is another agent)."""
+    if approval.run.is_external:
+        return None
     try:
         return get_agent(approval.run.agent).tool(approval.tool)
     except UnknownAgent:
@@ -106,23 +114,73 @@ def _tool_missing(approval: ApprovalRequest) -> str:
     return "this tool is no longer declared"
 
 
+def external_conversation(context: Any) -> list[dict[str, Any]]:
+    """An external run's context messages (its framework's, untrusted) as the page's chat
+    entries: every one marked untrusted, as nothing in it was the desk's to see happen."""
+    messages = context.get("messages", []) if isinstance(context, dict) else []
+    return [
+        {**_chat_entry({"role": m.get("role", ""), "content": m.get("content", "")}, ""), "model_text": True}
+        for m in messages
+        if isinstance(m, dict)
+    ]
+
+
+def external_facts(arguments: Any) -> list[tuple[str, str]]:
+    """An external call's arguments as the preview rows the desk shows (top-level fields, each
+    value as JSON unless text): what is signed, and nothing the framework wrote about it."""
+    if not isinstance(arguments, dict):
+        return []
+    return [
+        (str(k), v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)) for k, v in arguments.items()
+    ]
+
+
+def external_preview(*, tool: str, schema: Any, arguments: Any) -> dict[str, Any]:
+    """`approval_preview` for an external call: no desk code runs for it. The arguments are
+    checked against the framework's schema (when it sent one) and shown as rows; the
+    framework's own rendering is shown apart, as untrusted (`external.preview`)."""
+    errors = schema_errors(schema, arguments) if isinstance(schema, dict) else []
+    if errors:
+        return {"preview": None, "errors": errors}
+    return {"preview": {"title": tool, "rows": external_facts(arguments)}, "errors": []}
+
+
+def _external_context(approval: ApprovalRequest) -> dict[str, Any]:
+    run = approval.run
+    context = run.context if isinstance(run.context, dict) else {}
+    return {
+        "agent": run.agent,
+        "submitter": run.submitted_by.get_username(),
+        "task": run.input or run.title,
+        "run_status": run.status,
+        "tool_description": approval.description or "(its framework sent no description)",
+        "effect": "",
+        "mcp_server": "",
+        "mcp_pin": "",
+        "irreversible": False,
+        "policy_reason": f"{run.framework} gated this call and asks the desk"
+        if approval.kind == ApprovalKind.TOOL_CALL
+        else approval.reason,
+        "conversation": external_conversation(context),
+        "conversation_truncated": bool(context.get("truncated")),
+        "asking_text": approval.reason if approval.kind == ApprovalKind.TOOL_CALL else "",
+    }
+
+
 def approval_context(approval: ApprovalRequest) -> dict[str, Any]:
     """Everything a reviewer needs to judge one approval, in the order they think about it:
     what it is (agent, submitter, task, tool), why the agent asks (the conversation so far
-    and the model's message that made the call), and what was decided before in this run."""
+    and the model's message that made the call), and what was decided before in this run.
+    An external run's call: its framework's context and texts, all untrusted."""
     run = approval.run
+    if run.is_external:
+        return {**_external_context(approval), "decisions": _earlier_decisions(approval)}
     tool = approval_tool(approval)
     bodies = (
         run.messages.filter(superseded_at__isnull=True).order_by("position").values_list("body", flat=True)
     )
     conversation = [_chat_entry(body, approval.tool_call_id) for body in bodies if isinstance(body, dict)]
     asking = next((m for m in reversed(conversation) if m["asks_for_this_call"]), None)
-    earlier = (
-        ApprovalRequest.objects.filter(run_id=run.pk)
-        .exclude(pk=approval.pk)
-        .prefetch_related("decisions__reviewer")
-        .order_by("created_at")
-    )
     return {
         "agent": run.agent,
         "submitter": run.submitted_by.get_username(),
@@ -137,20 +195,30 @@ def approval_context(approval: ApprovalRequest) -> dict[str, Any]:
         "policy_reason": approval.reason,
         "conversation": conversation,
         "asking_text": asking["text"] if asking else "",
-        "decisions": [
-            {
-                "id": str(a.pk),
-                "tool": a.tool,
-                "kind": a.kind,
-                "status": a.status,
-                "verdict": a.decision.verdict if a.decision else None,
-                "reviewer": a.decision.reviewer.get_username() if a.decision else None,
-                "reason": a.decision.reason if a.decision else "",
-                "decided_at": a.decision.decided_at if a.decision else None,
-            }
-            for a in earlier
-        ],
+        "decisions": _earlier_decisions(approval),
     }
+
+
+def _earlier_decisions(approval: ApprovalRequest) -> list[dict[str, Any]]:
+    earlier = (
+        ApprovalRequest.objects.filter(run_id=approval.run_id)
+        .exclude(pk=approval.pk)
+        .prefetch_related("decisions__reviewer")
+        .order_by("created_at")
+    )
+    return [
+        {
+            "id": str(a.pk),
+            "tool": a.tool,
+            "kind": a.kind,
+            "status": a.status,
+            "verdict": a.decision.verdict if a.decision else None,
+            "reviewer": a.decision.reviewer.get_username() if a.decision else None,
+            "reason": a.decision.reason if a.decision else "",
+            "decided_at": a.decision.decided_at if a.decision else None,
+        }
+        for a in earlier
+    ]
 
 
 def approval_preview(approval: ApprovalRequest, arguments: Any) -> dict[str, Any]:
@@ -160,6 +228,8 @@ def approval_preview(approval: ApprovalRequest, arguments: Any) -> dict[str, Any
     in the context the call would run in (its world, working directory, time limit), and
     only reads: a preview that fails says so instead of failing the page.
     """
+    if approval.run.is_external:
+        return external_preview(tool=approval.tool, schema=approval.arguments_schema, arguments=arguments)
     tool = approval_tool(approval)
     if tool is None:
         return {"preview": None, "errors": [_tool_missing(approval)]}

@@ -5,22 +5,25 @@ pages and the webhooks all take it from here."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.db.models import Prefetch, QuerySet
 
-from agents.decisions import is_device_signed
+from agents.decisions import is_device_signed, payload_bytes
 from agents.registry import UnknownAgent, get_agent
 from reviewdesk.accounts.targets import UsernamesNamed, usernames_named
 from reviewdesk.approvals.models import (
     DECISION_LIST,
+    KIND_VERDICTS,
     ApprovalRequest,
     Decision,
     approving_votes,
     settling_decision,
 )
 from reviewdesk.lib.times import rfc3339_sortable
+from reviewdesk.runs.models import RunKind
 
 # How a payload expands the groups its assignees name: `usernames_named`, or for a page of
 # approvals an `UsernamesNamed` that read every group on the page at once.
@@ -57,6 +60,15 @@ SHOWN = (
     "run__agent",
     "run__input",
     "run__submitted_by__username",
+    # An external run's call (runs/external/): what its framework can do with it.
+    "verdicts",
+    "arguments_schema",
+    "description",
+    "preview",
+    "resume_policy",
+    "run__kind",
+    "run__framework",
+    "run__external_id",
 )
 
 
@@ -141,7 +153,28 @@ def _payload(
         "agent": shown["run__agent"],
         "submitted_by": shown["run__submitted_by__username"],
         "task": shown["run__input"][:TASK_SHOWN],
-        "effect": _effect(shown["run__agent"], shown["tool"]),
+        "effect": ""
+        if shown["run__kind"] == RunKind.EXTERNAL
+        else _effect(shown["run__agent"], shown["tool"]),
+        # The verdicts that answer it: an external call's own list, else its kind's.
+        "verdicts": list(shown["verdicts"] or KIND_VERDICTS[shown["kind"]]),
+        "external": _external(shown),
+    }
+
+
+def _external(shown: dict[str, Any]) -> dict[str, Any] | None:
+    """What an external run's call carries besides (None for a desk run's): its framework and
+    the framework's ids, the edit schema, how the framework resumes, and the texts it sent,
+    which, like `reason`, are the model's or the adapter's and untrusted."""
+    if shown["run__kind"] != RunKind.EXTERNAL:
+        return None
+    return {
+        "framework": shown["run__framework"],
+        "external_id": shown["run__external_id"],
+        "resume_policy": shown["resume_policy"],
+        "schema": shown["arguments_schema"],
+        "description": shown["description"],
+        "preview": shown["preview"],
     }
 
 
@@ -208,7 +241,15 @@ def approval_rows(
     shown: tuple[str, ...] = ("handed_over_by__username",)
     if with_run:
         joined += ("run__submitted_by",)
-        shown += ("run__agent", "run__input", "run__status", "run__submitted_by__username")
+        shown += (
+            "run__agent",
+            "run__input",
+            "run__status",
+            "run__submitted_by__username",
+            "run__kind",
+            "run__framework",
+            "run__external_id",
+        )
     return (
         approvals.select_related(*joined)
         .only(*own, *shown)
@@ -246,6 +287,9 @@ def decision_data(decision) -> dict[str, Any]:
         "arguments": decision.arguments,
         "decided_at": rfc3339_sortable(decision.decided_at),
         "payload": decision.payload,
+        # The exact bytes signed (the payload's RFC 8785 canonical JSON), base64: a verifier
+        # checks the signature over these and parses them, re-canonicalising nothing.
+        "payload_b64": base64.b64encode(payload_bytes(decision.payload)).decode(),
         "signature": decision.signature,
         "key_id": decision.key_id,
         "signer": "device" if is_device_signed(decision.payload) else "server",

@@ -55,7 +55,8 @@ def approval_page(request: HttpRequest, approval_id) -> HttpResponse:
             "preview": preview,
             # What approving would confirm first, as on the desk (cards.call_summary's "unusual").
             "summary": _summary(payload, preview),
-            "schema": tool.parameters if tool else {},
+            # An external call's edit is checked against its framework's schema.
+            "schema": tool.parameters if tool else (approval.arguments_schema or {}),
             "canonical_arguments": canonical_json(approval.arguments).decode(),
             "may_decide": qualifies and not voted,
             "may_handover": qualifies and not voted,

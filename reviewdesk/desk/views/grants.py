@@ -29,6 +29,7 @@ from reviewdesk.approvals.grants.access import (
     grant_status,
     grants_visible_to,
 )
+from reviewdesk.approvals.grants.create import grant_target_of_external, grant_target_of_tool
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest
 from reviewdesk.approvals.signing import device_decision_required
 from reviewdesk.desk.paging import paged
@@ -45,14 +46,17 @@ GRANT_DURATIONS = ((1, "1 hour"), (8, "8 hours"), (24, "1 day"), (168, "1 week")
 def grant_form_context(user: User, approval: ApprovalRequest, tool: Tool | None) -> dict[str, Any]:
     """What the approval page needs to offer a grant with an approve."""
     longest = settings.DESK_GRANT_MAX_SECONDS // 3600
+    external = approval.run.is_external
+    target = grant_target_of_external(approval) if external else grant_target_of_tool(tool) if tool else None
     return {
         "grantable": bool(
-            tool
-            and tool.accepts_grants
+            target
+            and target.accepts_grants
             and approval.kind == ApprovalKind.TOOL_CALL
-            and not device_decision_required(agent=approval.run.agent, tool=tool.name)
+            and not device_decision_required(agent=approval.run.agent, tool=target.name)
         ),
-        "grant_may_be_global": is_admin(user),
+        # An external call grants for its run or its framework's agent only (grants.create).
+        "grant_may_be_global": is_admin(user) and not external,
         "grant_durations": [(h, label) for h, label in GRANT_DURATIONS if h <= longest],
         "grant_default_uses": settings.DESK_GRANT_DEFAULT_USES,
         "grant_max_uses": settings.DESK_GRANT_MAX_USES,

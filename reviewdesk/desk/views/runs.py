@@ -20,6 +20,7 @@ from agents.registry import agent_names
 from agents.tools import call_failed
 from reviewdesk.accounts.roles import is_admin
 from reviewdesk.approvals.models import ApprovalStatus
+from reviewdesk.approvals.reads.context import external_conversation
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.desk.paging import filter_text, paged
 from reviewdesk.desk.views.base import DESK_SOCKET_PATH, DONE
@@ -106,6 +107,10 @@ def run_timeline(run: Run) -> list[TimelineEntry]:
     decided, grant uses, and ledger rows. Six queries whatever the run's length."""
     entries: list[TimelineEntry] = []
     for e in AuditEvent.objects.filter(subject_type="run", subject_id=str(run.id)).order_by("id"):
+        reported = external_entry(run, e)
+        if reported is not None:
+            entries.append(reported)
+            continue
         verb = e.action.removeprefix("run.").replace("_", " ")
         by = "" if e.actor_name == "system" else f"by {e.actor_name}"
         # A row that says what happened in words (the agent's definition changed) shows them.
@@ -153,6 +158,17 @@ def run_timeline(run: Run) -> list[TimelineEntry]:
                     str(ap.id),
                 )
             )
+            if run.is_external and decision.consumed_at:
+                # The framework verified it and took it, once, right before its tool ran.
+                entries.append(
+                    TimelineEntry(
+                        decision.consumed_at,
+                        "decision",
+                        f"{run.framework} took the decision on {ap.tool}",
+                        f"{ap.tool_call_id}, {decision.verdict}",
+                        str(ap.id),
+                    )
+                )
         if ap.status in (ApprovalStatus.EXPIRED, ApprovalStatus.CANCELLED):
             entries.append(
                 TimelineEntry(ap.updated_at, "decision", f"Approval {ap.status}: {ap.tool}", "", str(ap.id))
@@ -186,6 +202,39 @@ def run_timeline(run: Run) -> list[TimelineEntry]:
     return sorted(entries, key=lambda entry: entry.at)
 
 
+def external_entry(run: Run, event: AuditEvent) -> TimelineEntry | None:
+    """What an external run's framework reported, and an effect it never reported, as timeline
+    entries (runs/external/report.py, unknown.py); None for any other row."""
+    data = event.data if isinstance(event.data, dict) else {}
+    if event.action == "tool.finished":
+        status, summary = data.get("status", ""), data.get("summary", "")
+        return TimelineEntry(
+            event.at,
+            "effect",
+            f"{run.framework} reports {data.get('tool_call_id', '')} {status}",
+            summary,
+            failed=status != "confirmed",
+        )
+    if event.action == "run.finished":
+        status = data.get("status", "")
+        return TimelineEntry(
+            event.at,
+            "run",
+            f"Run {status} in {run.framework}",
+            data.get("output", "")[:160],
+            failed=status == RunStatus.FAILED,
+        )
+    if event.action == "effect.unknown":
+        return TimelineEntry(
+            event.at,
+            "effect",
+            f"Effect {data.get('tool', '')} unknown: never reported",
+            f"{data.get('tool_call_id', '')}: a reviewer reconciles it",
+            failed=True,
+        )
+    return None
+
+
 @login_required
 def run_page(request: HttpRequest, run_id) -> HttpResponse:
     try:
@@ -206,6 +255,8 @@ def run_page(request: HttpRequest, run_id) -> HttpResponse:
             "thread": run_thread(run),  # each user message and what followed
             "may_follow_up": may_follow_up(run, request.user),
             "messages_log": run.messages.order_by("position"),
+            # An external run's context, as its framework sent it (untrusted).
+            "external_chat": external_conversation(run.context) if run.is_external else [],
             "approvals": run.approvals.prefetch_related("decisions__reviewer"),
             "side_effects": side_effects,
             "failed_calls": sum(e.outcome == "failed" for e in side_effects),
@@ -267,5 +318,5 @@ def run_control(request: HttpRequest, run_id, action: str) -> HttpResponse:
 
 def _may_retry(run: Run, user: User) -> bool:
     """Whether the page offers a retry: the service (run_retry) decides again when posted."""
-    retryable = run.status in (RunStatus.FAILED, RunStatus.CANCELLED)
+    retryable = run.status in (RunStatus.FAILED, RunStatus.CANCELLED) and not run.is_external
     return retryable and (is_admin(user) or run.submitted_by_id == user.pk)

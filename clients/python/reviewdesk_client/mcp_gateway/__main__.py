@@ -1,0 +1,5 @@
+import sys
+
+from reviewdesk_client.mcp_gateway.cli import main
+
+sys.exit(main())

@@ -307,10 +307,12 @@ def tickets_from(
             Ticket(
                 approval_id=approval["id"],
                 run_id=answer["run"]["id"],
-                checkpoint_id=answer["checkpoint_id"],
+                # A call met again keeps the checkpoint it was first raised at: its decision
+                # signs that one, not this submit's.
+                checkpoint_id=approval.get("checkpoint_id", answer["checkpoint_id"]),
                 audience=answer["audience"],
                 external_id=external_id,
-                external_checkpoint=checkpoint,
+                external_checkpoint=approval.get("external_checkpoint", checkpoint),
                 tool_call_id=call.tool_call_id,
                 tool=call.tool,
                 arguments_sha256=call.arguments_sha256,

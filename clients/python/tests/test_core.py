@@ -62,6 +62,20 @@ def test_submit_is_idempotent_by_external_id_and_call_id(desk, client):
     assert (refused.value.status, refused.value.code) == (409, "conflict")
 
 
+def test_a_call_met_again_at_a_later_checkpoint_keeps_the_binding_it_was_raised_with(desk, client):
+    """A framework that submits a waiting call again with its next pause's checkpoint meets the
+    approval raised the first time: the ticket names that approval's checkpoints, which its
+    decision signs, so the decision still verifies."""
+    external = external_id()
+    first = submit_one(client, external=external, checkpoint="ckpt-1")
+    again = submit_one(client, external=external, checkpoint="ckpt-2")
+    assert again.approval_id == first.approval_id
+    assert (again.checkpoint_id, again.external_checkpoint) == (first.checkpoint_id, "ckpt-1")
+    desk.decide(again.approval_id, "approve")
+    decision = client.outcome(again).decision
+    assert client.verify(decision, again, current_arguments=ARGUMENTS).verdict == "approve"
+
+
 def test_the_desk_recomputes_the_hash(desk, client):
     call = dataclasses.replace(client.call("call_1", "refund_payment", ARGUMENTS), arguments_sha256="0" * 64)
     with pytest.raises(DeskError) as refused:

@@ -51,6 +51,10 @@ def external_approval_data(approval: ApprovalRequest) -> dict[str, Any]:
         "status": approval.status,
         "verdicts": list(approval.allowed_verdicts),
         "arguments_sha256": approval.arguments_sha256,
+        # Where this call was raised, which its decision signs: a call met again keeps the
+        # checkpoint of its first submit, whatever checkpoint this submit names.
+        "checkpoint_id": str(approval.checkpoint_id),
+        "external_checkpoint": approval.checkpoint.snapshot.get("external_checkpoint", ""),
         "expires_at": rfc3339_sortable(approval.expires_at),
         "url": settings.DESK_PUBLIC_URL + reverse("approval", args=[approval.id]),
         "decision": decision_data(decision) if decision else None,

@@ -193,6 +193,10 @@ class ExternalApprovalOutSerializer(serializers.Serializer):
         child=serializers.CharField(), help_text="approve, reject and, with a schema, edit"
     )
     arguments_sha256 = serializers.CharField()
+    checkpoint_id = serializers.UUIDField(
+        help_text="the desk checkpoint the call was raised at (its decision signs it)"
+    )
+    external_checkpoint = serializers.CharField(help_text="the framework's checkpoint the call was raised at")
     expires_at = serializers.DateTimeField()
     url = serializers.URLField(help_text="the approval's page on the desk")
     decision = DecisionOutSerializer(allow_null=True)

@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 
 from bench import cycle
-from bench.common import Row, Socket, ms, read_records, size
+from bench.common import Row, Socket, ms, size, wait_records
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "clients" / "python"))
 
@@ -194,7 +194,8 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
             if n % 2 == 0:
                 own = await cycle.one_cycle(http, sock, people, 30)
                 own_card.append(ms(own["t"]["created"] - own["t"]["submit"]))
-                tool = next((x for x in read_records(redis, "bench:tools") if own["run"] in x["key"]), None)
+                # The worker's probe flushes its record a moment after the tool starts.
+                tool = wait_records(redis, "bench:tools", lambda x, run=own["run"]: run in x["key"])
                 if tool:
                     own_resume.append(ms(tool["at"] - own["t"]["decide"]))
             mode = "sse" if n % 2 == 0 else "webhook"

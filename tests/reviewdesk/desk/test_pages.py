@@ -84,6 +84,11 @@ def test_the_live_template_is_the_server_card_left_blank(interrupted_run, person
         "if-risk",
         "if-device-key",
         "if-answer",
+        # An external run's call: where it comes from, its framework's preview and limits.
+        "if-external",
+        "if-external-preview",
+        "if-no-edit",
+        "if-all-or-nothing",
     )
     present = {s[3] for s in served}
     assert [s for s in blank if s[3] not in optional or s[3] in present] == served

@@ -69,6 +69,7 @@ SHOWN = (
     "run__kind",
     "run__framework",
     "run__external_id",
+    "run__title",
 )
 
 
@@ -152,7 +153,8 @@ def _payload(
         # What the desk's card shows besides the call: who asked, for what, and its risk.
         "agent": shown["run__agent"],
         "submitted_by": shown["run__submitted_by__username"],
-        "task": shown["run__input"][:TASK_SHOWN],
+        # An external run may send a title and no input (a Claude session, the MCP gateway).
+        "task": (shown["run__input"] or shown["run__title"])[:TASK_SHOWN],
         "effect": ""
         if shown["run__kind"] == RunKind.EXTERNAL
         else _effect(shown["run__agent"], shown["tool"]),

@@ -186,3 +186,24 @@ def test_new_calls_on_an_ended_run_are_409_but_the_old_ones_are_still_met(submit
     assert submit().status_code == 200
     response = submit(submit_body(call("call_9")))
     assert response.status_code == 409 and response.json()["code"] == "ended"
+
+
+def test_a_run_sent_with_a_title_and_no_input_shows_the_title_as_its_task(submit, api_as, personas):
+    """A Claude session or the MCP gateway sends a title and no task text: the desk's card and
+    the API show the title where a desk run shows its task, not an empty quote."""
+    body = submit_body()
+    body["run"]["input"] = ""
+    data = submit(body).json()
+    approval = api_as(personas.alice, "review").get(f"/api/v1/approvals/{data['approvals'][0]['id']}").json()
+    assert approval["task"] == "Refund order 1234"
+
+
+def test_each_approval_names_the_checkpoint_it_was_raised_at(submit):
+    """A call met again by a later submit keeps the checkpoints of its first: its decision signs
+    them, so the client's ticket must name them, not the later submit's."""
+    first = submit().json()
+    later = submit(submit_body(call(), call("call_2"), checkpoint="state-2")).json()
+    met, new = later["approvals"]
+    assert (met["checkpoint_id"], met["external_checkpoint"]) == (first["checkpoint_id"], "state-1")
+    assert (new["checkpoint_id"], new["external_checkpoint"]) == (later["checkpoint_id"], "state-2")
+    assert later["checkpoint_id"] != first["checkpoint_id"]

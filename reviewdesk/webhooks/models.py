@@ -14,6 +14,9 @@ class WebhookEvent(models.TextChoices):
     RUN_FAILED = "run.failed"
     RUN_CANCELLED = "run.cancelled"
     APPROVAL_DECIDED = "approval.decided"
+    # Expired, or cancelled with its run: no decision will come. A framework waiting on its
+    # webhook (an external run's) hears of it and answers its model, instead of waiting forever.
+    APPROVAL_ENDED = "approval.ended"
     RUN_FOLLOW_UP = "run.follow_up"  # a follow-up message reopened a succeeded run (threads)
 
 

@@ -59,6 +59,7 @@ RUN_STATUS_EVENTS = {
     "cancelled": WebhookEvent.RUN_CANCELLED,
 }
 DECIDED = ("approved", "rejected")
+ENDED_UNDECIDED = ("expired", "cancelled")
 
 
 # --- Signing -------------------------------------------------------------------------------
@@ -142,6 +143,8 @@ def webhook_event_type(event: DeskEvent) -> str | None:
         return RUN_STATUS_EVENTS.get(status)
     if event.type == "approval.updated" and status in DECIDED:
         return WebhookEvent.APPROVAL_DECIDED
+    if event.type == "approval.updated" and status in ENDED_UNDECIDED:
+        return WebhookEvent.APPROVAL_ENDED
     return None
 
 

@@ -36,6 +36,9 @@ def external_grant_use(*, approval: ApprovalRequest, run: Run) -> Grant | None:
             revoked_at__isnull=True,
             expires_at__gt=now,
             approval__run__kind=RunKind.EXTERNAL,
+            # An external agent's name is whatever its account sends: another account's agent
+            # of the same name is another agent, and never inherits this one's grants.
+            approval__run__submitted_by_id=run.submitted_by_id,
         )
         .filter(Q(scope=GrantScope.RUN, run=run) | Q(scope=GrantScope.AGENT, agent=agent))
         .select_related("granted_by")

@@ -107,3 +107,17 @@ def test_an_agent_grant_never_allows_another_accounts_agent_of_the_same_name(
     assert response.status_code == 201, response.json()
     assert response.json()["approvals"][0]["status"] == "pending"
     assert GrantUse.objects.count() == 0
+
+
+def test_a_constrained_grant_never_allows_arguments_outside_the_schema_it_was_made_under(
+    submitted, submit, decide_api
+):
+    """The reviewer constrained the amount of a call whose schema admits order_id and amount only;
+    a later call of the same run that adds an argument (and sends no schema) is another call."""
+    _, approval_id = submitted()
+    response = decide_api(approval_id, grant={"match": {"amount": {"lte": 300}}, "scope": "run"})
+    assert response.status_code == 201, response.json()
+    widened = {"order_id": "5", "amount": 20, "refund_to": "IBAN-of-someone-else"}
+    data = submit(submit_body(call("call_2", arguments=widened, schema=None, verdicts=["approve", "reject"])))
+    assert data.status_code == 201, data.json()
+    assert data.json()["approvals"][0]["status"] == "pending"

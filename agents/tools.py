@@ -24,6 +24,8 @@ from types import MappingProxyType
 from typing import Any
 
 import jsonschema
+import referencing
+import referencing.exceptions
 
 from agents.routing import Quorum, Route
 from agents.sandbox import SandboxConfig
@@ -92,13 +94,38 @@ def schema_problem(schema: Any) -> str | None:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:
         return f"not a valid JSON Schema at {'/'.join(str(p) for p in exc.path) or '(root)'}: {exc.message}"
+    outside = _outside_refs(schema)
+    if outside:
+        return f"a $ref outside the schema itself ({outside[0]!r}): the desk resolves only '#...' references"
     return None
 
 
 def schema_errors(schema: Mapping[str, Any], value: Any) -> list[str]:
     """`value`'s errors against a JSON Schema (2020-12) that `schema_problem` accepted, as a
-    tool's `validation_errors` words them; empty when valid."""
-    return _readable(jsonschema.Draft202012Validator(schema).iter_errors(value))
+    tool's `validation_errors` words them; empty when valid. References resolve within the
+    schema only: an empty registry, so jsonschema never fetches a URL a framework named."""
+    validator = jsonschema.Draft202012Validator(schema, registry=referencing.Registry())
+    try:
+        return _readable(validator.iter_errors(value))
+    except referencing.exceptions.Unresolvable as exc:
+        return [f"(root): the schema's reference {exc.ref!r} does not resolve"]
+
+
+def _outside_refs(schema: Any) -> list[str]:
+    """The `$ref` / `$dynamicRef` values anywhere in `schema` that point outside it."""
+    found: list[str] = []
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            for key, item in node.items():
+                if key in ("$ref", "$dynamicRef") and isinstance(item, str) and not item.startswith("#"):
+                    found.append(item)
+                else:
+                    stack.append(item)
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
 
 
 def _readable(errors: Any) -> list[str]:

@@ -438,3 +438,22 @@ def test_approval_prompt_over_stdio_parks_then_allows_the_same_call_once(cl):
 
     assert asyncio.run(call("toolu_2")) == {"behavior": "allow", "updatedInput": CLEAN}
     assert asyncio.run(call("toolu_3"))["interrupt"] is True  # once: the next one asks anew
+
+
+def test_park_mode_asks_anew_once_the_parked_approval_expired(cl):
+    """An expired approval has nothing to spend: the same call later is a new question for a
+    reviewer, not a denial for the rest of the session."""
+    first = ask(cl.gate(wait_seconds=0.2, approval_ttl_seconds=10), "toolu_1")
+    assert isinstance(first, PermissionResultDeny) and first.interrupt is True
+    desk = cl.client()
+    (ticket,) = cl.tickets(desk)
+    deadline = time.monotonic() + 90  # the desk's beat sweeps overdue approvals every 30 s
+    while desk.approval(ticket)["status"] == "pending" and time.monotonic() < deadline:
+        time.sleep(1)
+    assert desk.approval(ticket)["status"] == "expired"
+
+    gate = cl.gate(cl.client(), wait_seconds=0.2)
+    assert isinstance(ask(gate, "toolu_2"), PermissionResultDeny)
+    again = ask(gate, "toolu_3")
+    assert isinstance(again, PermissionResultDeny) and again.interrupt is True  # parked, asking
+    assert [t.tool_call_id for t in cl.tickets(desk)][-1] == "toolu_3"

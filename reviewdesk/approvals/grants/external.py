@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from agents.grants import GrantRefused, SignedGrant, verify_grant
 from agents.ledger import CallBinding
+from agents.tools import schema_errors
 from reviewdesk.approvals.access import may_decide
 from reviewdesk.approvals.grants.create import grant_agent_of, grant_target_of_external
 from reviewdesk.approvals.grants.use import grant_use
@@ -36,9 +37,12 @@ def external_grant_use(*, approval: ApprovalRequest, run: Run) -> Grant | None:
             revoked_at__isnull=True,
             expires_at__gt=now,
             approval__run__kind=RunKind.EXTERNAL,
+            # An external agent's name is whatever its account sends: another account's agent
+            # of the same name is another agent, and never inherits this one's grants.
+            approval__run__submitted_by_id=run.submitted_by_id,
         )
         .filter(Q(scope=GrantScope.RUN, run=run) | Q(scope=GrantScope.AGENT, agent=agent))
-        .select_related("granted_by")
+        .select_related("granted_by", "approval")
     )
     order = {GrantScope.RUN: 0, GrantScope.AGENT: 1}
     binding = CallBinding(
@@ -48,6 +52,8 @@ def external_grant_use(*, approval: ApprovalRequest, run: Run) -> Grant | None:
         tool=approval.tool,
     )
     for grant in sorted(candidates, key=lambda g: (order[GrantScope(g.scope)], g.expires_at)):
+        if not _within_granted_schema(grant, approval):
+            continue
         try:
             payload = verify_grant(
                 SignedGrant(
@@ -68,6 +74,13 @@ def external_grant_use(*, approval: ApprovalRequest, run: Run) -> Grant | None:
         if grant_use(grant_id=str(grant.pk), binding=binding, max_uses=payload["max_uses"], attempt=None):
             return grant
     return None
+
+
+def _within_granted_schema(grant: Grant, approval: ApprovalRequest) -> bool:
+    """The call's arguments keep the schema the grantor saw: a constraint leaves the arguments
+    it does not name free, and a later call sends whatever schema (or none) it likes."""
+    schema = grant.approval.arguments_schema
+    return schema is None or not schema_errors(schema, approval.arguments)
 
 
 def _grantor_may_decide(grant: Grant, approval: ApprovalRequest, run: Run):

@@ -312,7 +312,7 @@ def _run_locked(submitter: User, external_id: str) -> Run | None:
 
 def _calls_met(run: Run, calls: list[ExternalCall]) -> dict[str, ApprovalRequest]:
     """The requests these calls made before (the latest per call id); 409 `conflict` for one
-    sent again with other arguments: a framework's call id names one call."""
+    sent again with other arguments or for another tool: a framework's call id names one call."""
     ids = [call.tool_call_id for call in calls]
     met: dict[str, ApprovalRequest] = {}
     for approval in (
@@ -328,6 +328,13 @@ def _calls_met(run: Run, calls: list[ExternalCall]) -> dict[str, ApprovalRequest
             raise Conflict(
                 f"the call {call.tool_call_id!r} was submitted before with other arguments "
                 f"(arguments_sha256 {before.arguments_sha256})",
+                code="conflict",
+            )
+        # The hash covers the arguments only: the same id and arguments for another tool is
+        # another call, which the first one's approval (maybe approved) must not answer.
+        if before is not None and before.tool != call.tool:
+            raise Conflict(
+                f"the call {call.tool_call_id!r} was submitted before for the tool {before.tool!r}",
                 code="conflict",
             )
     return met

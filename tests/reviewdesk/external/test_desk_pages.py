@@ -114,3 +114,53 @@ def test_the_run_page_shows_the_framework_its_context_and_what_it_reported(
     assert "Run succeeded in openai-agents" in page
     assert "state-1" in page  # the framework's checkpoint
     assert 'id="retry-run"' not in page
+
+
+def test_a_schema_whose_ref_the_desk_cannot_resolve_never_breaks_the_desk(submit, alice_browser):
+    """A framework's schema pointing outside itself ($ref to a URL; the desk fetches nothing) is
+    refused at the submit, so no reviewer's queue or page fails on it."""
+    remote = {
+        "type": "object",
+        "properties": {"amount": {"$ref": "http://169.254.169.254/latest/meta-data"}},
+    }
+    response = submit(submit_body(call("call_1", schema=remote)))
+    assert alice_browser.get("/").status_code == 200
+    assert response.status_code == 422, response.json()
+    assert "calls[0].schema" in response.json()["errors"]
+
+
+def test_a_stored_schema_with_an_outside_ref_is_never_fetched_by_the_desk(submitted, alice_browser):
+    """A schema kept before submits refused such references: the desk's pages resolve nothing
+    outside it (no request reaches the URL it names) and still show the call."""
+    import http.server
+    import threading
+
+    from reviewdesk.approvals.models import ApprovalRequest
+
+    hits: list[str] = []
+
+    class Target(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            hits.append(self.path)
+            body = b'{"type": "integer"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Target)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        _, approval_id = submitted()
+        remote = {"$ref": f"http://127.0.0.1:{server.server_port}/internal"}
+        remote = {"type": "object", "properties": {"amount": remote}}
+        ApprovalRequest.objects.filter(pk=approval_id).update(arguments_schema=remote)
+        assert alice_browser.get("/").status_code == 200
+        assert alice_browser.get(f"/approvals/{approval_id}/").status_code == 200
+    finally:
+        server.shutdown()
+    assert hits == []

@@ -89,3 +89,35 @@ def test_a_desk_agents_grant_never_allows_a_frameworks_call_nor_the_reverse(
     _, approval = interrupted_run(script=SEND_EMAIL_SCRIPT)
     assert approval.status == "pending"  # asked a human: the framework's grant is not the desk's
     assert Grant.objects.get(revoked_at__isnull=True).agent == "openai-agents:demo"
+
+
+def test_an_agent_grant_never_allows_another_accounts_agent_of_the_same_name(
+    submitted, submit, decide_api, api_as
+):
+    """A framework's agent name is whatever its account sends: another account's "support-bot"
+    is another agent, and a grant alice made on carol's never answers its calls."""
+    from reviewdesk.accounts.roles import SUBMITTERS
+    from tests.conftest import make_user
+
+    _, approval_id = submitted()
+    granted = decide_api(approval_id, grant={"match": "exact", "scope": "agent", "max_uses": 5})
+    assert granted.status_code == 201, granted.json()
+    mallory = api_as(make_user("mallory", SUBMITTERS), "submit")
+    response = submit(submit_body(call("call_7"), external_id="oa:thread-99"), client=mallory)
+    assert response.status_code == 201, response.json()
+    assert response.json()["approvals"][0]["status"] == "pending"
+    assert GrantUse.objects.count() == 0
+
+
+def test_a_constrained_grant_never_allows_arguments_outside_the_schema_it_was_made_under(
+    submitted, submit, decide_api
+):
+    """The reviewer constrained the amount of a call whose schema admits order_id and amount only;
+    a later call of the same run that adds an argument (and sends no schema) is another call."""
+    _, approval_id = submitted()
+    response = decide_api(approval_id, grant={"match": {"amount": {"lte": 300}}, "scope": "run"})
+    assert response.status_code == 201, response.json()
+    widened = {"order_id": "5", "amount": 20, "refund_to": "IBAN-of-someone-else"}
+    data = submit(submit_body(call("call_2", arguments=widened, schema=None, verdicts=["approve", "reject"])))
+    assert data.status_code == 201, data.json()
+    assert data.json()["approvals"][0]["status"] == "pending"

@@ -69,6 +69,18 @@ def test_the_same_call_id_with_other_arguments_is_409_and_changes_nothing(submit
     assert rows() == before
 
 
+def test_the_same_call_id_and_arguments_for_another_tool_is_409_not_the_first_tools_approval(
+    submitted, submit, decide_api
+):
+    """A call id names one call: the same id and arguments under another tool is not the call
+    a reviewer approved, and must not come back as its approval."""
+    _, approval_id = submitted()
+    assert decide_api(approval_id).status_code == 201
+    response = submit(submit_body(call(tool="cancel_subscription")))
+    assert response.status_code == 409, response.json()
+    assert response.json()["code"] == "conflict"
+
+
 def test_a_hash_the_desk_does_not_compute_is_422_arguments_sha256(submit):
     wrong = call(arguments_sha256=args_sha256({"order_id": "1234", "amount": 251}))
     response = submit(submit_body(wrong))

@@ -208,6 +208,8 @@ class ClaudeDesk:
                 interrupt=True,
             )
         if outcome.decision is None:
+            # Expired or cancelled: nothing to spend, so the same call later asks anew.
+            self._mark_used(ticket)
             return _deny(f"Review Desk: this call was {outcome.status}; it did not run.")
         return self._settle(ticket, outcome.decision, tool_input, tool_use_id)
 

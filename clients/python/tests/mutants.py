@@ -96,11 +96,8 @@ MUTANTS = [
     # their own (the gateway, a resumer, a paused graph), so the runner mutates the package in
     # place. Left out: the OpenAI wrapper's check that the model's arguments hash to the ticket's
     # (`args_sha256(model_arguments) != ticket.arguments_sha256`) survives deletion, as it is
-    # redundant: verify() and guard() both refuse arguments other than the reviewed ones. And
-    # Claude's parked-call match on the tool name (`ticket.tool == tool_name and`) survives: no
-    # test yet calls another tool with a parked approval's exact input (a gap, not a redundancy,
-    # as verify() does not compare the tool called with the ticket's). Two LangGraph
-    # mutations are equivalent, not listed: `take_verified(...) or None` (a Verified is always
+    # redundant: verify() and guard() both refuse arguments other than the reviewed ones. Two
+    # LangGraph mutations are equivalent, not listed: `take_verified(...) or None` (a Verified is always
     # truthy) and the resumer also walking a `self._seen` that never exists.
     ("openai: a call approved without a verified decision runs", "adapters/openai_agents.py",
      "        if verified is None:\n            return REFUSED.format(why=\"no verified reviewer decision for this call\")\n", "",
@@ -185,6 +182,9 @@ MUTANTS = [
      ["test_adapter_claude.py::test_park_mode_allows_exactly_that_call_once_after_the_decision"]),
     ("claude: a parked approval covers other arguments", "adapters/claude.py",
      "ticket.tool == tool_name and ticket.arguments_sha256 == sha and", "ticket.tool == tool_name and",
+     ["test_adapter_claude.py::test_park_mode_allows_exactly_that_call_once_after_the_decision"]),
+    ("claude: a parked approval covers another tool with the same input", "adapters/claude.py",
+     "ticket.tool == tool_name and ticket.arguments_sha256", "ticket.arguments_sha256",
      ["test_adapter_claude.py::test_park_mode_allows_exactly_that_call_once_after_the_decision"]),
     ("gateway: a changed or removed definition is served", "mcp_gateway/proxy.py",
      "        if state not in (PinState.PINNED, PinState.NEW):\n            return error_result(refusal(name, state))\n", "",

@@ -251,6 +251,7 @@ def approval_rows(
             "run__kind",
             "run__framework",
             "run__external_id",
+            "run__title",
         )
     return (
         approvals.select_related(*joined)

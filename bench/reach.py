@@ -222,6 +222,11 @@ async def measure(stack, people, redis, budget: float) -> list[Row]:
     await sock.close()
     server.shutdown()
     desk.close()
+    # The receiver is gone: an endpoint left live would turn every later figure's events (and
+    # #9's seeded history) into deliveries for the worker to fail at, slowing its runs.
+    from reviewdesk.webhooks.models import WebhookEndpoint
+
+    WebhookEndpoint.objects.filter(pk=hook["id"]).delete()
     extra = {
         "reach": {
             "submit_to_card": spread(card),

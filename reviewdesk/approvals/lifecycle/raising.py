@@ -84,11 +84,11 @@ def approval_raise(
     # A request just created has no votes yet: its event's quorum reads none, as if prefetched
     # (no query, and no SQL compiled for an empty one).
     prefetched_as(approval, "decisions", [])
-    audit_record(
+    return _announced(
+        approval,
+        run,
         actor=None,
         action="reconcile.requested" if reconcile else "approval.requested",
-        subject_type="approval",
-        subject_id=approval.id,
         data={
             "run": str(run.pk),
             "tool": call.name,
@@ -97,13 +97,6 @@ def approval_raise(
             "required_approvals": approval.required_approvals,
         },
     )
-    event_emit(
-        type="approval.created",
-        data=approval_data(approval),
-        run_id=run.pk,
-        audience=approval_audience(approval),
-    )
-    return approval
 
 
 @dataclass(frozen=True)
@@ -163,11 +156,11 @@ def approval_raise_external(
     )
     approval_insert(approval)
     prefetched_as(approval, "decisions", [])  # just created: no votes to read
-    audit_record(
+    return _announced(
+        approval,
+        run,
         actor=submitter,
         action="reconcile.requested" if reconcile else "approval.requested",
-        subject_type="approval",
-        subject_id=approval.id,
         data={
             "run": str(run.pk),
             "tool": call.tool,
@@ -180,6 +173,13 @@ def approval_raise_external(
             "framework": run.framework,
         },
     )
+
+
+def _announced(
+    approval: ApprovalRequest, run: Run, *, actor: Any, action: str, data: dict[str, Any]
+) -> ApprovalRequest:
+    """A request just raised, audited and pushed (`approval.created`) to whoever may see it."""
+    audit_record(actor=actor, action=action, subject_type="approval", subject_id=approval.id, data=data)
     event_emit(
         type="approval.created",
         data=approval_data(approval),

@@ -67,6 +67,17 @@ def redis_client(redis_server) -> redis.Redis:
     return redis.Redis.from_url(settings.REDIS_URL)
 
 
+@pytest.fixture(autouse=True)
+def fresh_rate_limit_counts(redis_client):
+    """Each test starts with no submit or decide counted against it. Token and user ids repeat
+    across tests on SQLite (a rolled-back row's id is handed out again), so without this a
+    test's token inherits the earlier tests' submits within the minute and meets a 429."""
+    prefix = settings.CACHES["throttle"]["KEY_PREFIX"]  # this run's own (tests/pytest_env.py)
+    stale = list(redis_client.scan_iter(f"{prefix}:*", count=1000))
+    if stale:
+        redis_client.delete(*stale)
+
+
 @pytest.fixture
 def task_queue(redis_client):
     """The Celery queue in the real broker: `task_queue.length()` counts waiting tasks,

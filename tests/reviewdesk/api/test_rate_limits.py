@@ -17,19 +17,6 @@ pytestmark = pytest.mark.django_db
 PREFIX = settings.CACHES["throttle"]["KEY_PREFIX"]  # this run's own (tests/pytest_env.py)
 
 
-@pytest.fixture(autouse=True)
-def fresh_counts(redis_client):
-    """Token ids repeat across tests (rolled-back rows): forget the counts of earlier tests."""
-
-    def forget():
-        for key in redis_client.scan_iter(f"{PREFIX}:*"):
-            redis_client.delete(key)
-
-    forget()
-    yield
-    forget()
-
-
 def submit(client):
     body = {
         "agent": "demo",

@@ -56,6 +56,9 @@ class Agent:
     routing: tuple[Route, ...] = ()
     # MCP servers whose tools are this agent's too (agents.mcp; docs/mcp.md).
     mcp_servers: tuple[MCPServer, ...] = ()
+    # A model's advisory reading of each gated call (agents.second_opinion): a model spec like a
+    # run's; a tool's own `second_opinion` wins. None: no reading. It never decides.
+    second_opinion: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -74,6 +77,15 @@ class Agent:
     def all_tools(self) -> tuple[Tool, ...]:
         """The agent's own tools, then its MCP servers' as this process knows them (agents.mcp)."""
         return self.tools + mcp_tools(self.mcp_servers) if self.mcp_servers else self.tools
+
+    def second_opinion_for(self, tool_name: str) -> dict[str, Any] | None:
+        """The model spec that reads this tool's calls, or None: the tool's own, unless it says
+        False (none), else the agent's."""
+        tool = self.tool(tool_name)
+        own = tool.second_opinion if tool is not None else None
+        if own is False:
+            return None
+        return own if isinstance(own, dict) else self.second_opinion
 
     def requires_device_decision(self, tool_name: str) -> bool:
         tool = self.tool(tool_name)

@@ -223,6 +223,17 @@ class Tool:
     grantable: bool = True
     # Where it comes from; None: its function's module (see ToolSource).
     source: ToolSource | None = None
+    # Whether what the tool returns is the desk's own truth (a lookup in your own database) or
+    # text someone else wrote (a web page, an inbound email). None: `trusts_output` decides.
+    # The desk marks an argument that came only from untrusted output (agents.provenance).
+    output_trusted: bool | None = None
+    # JSON Pointers of the arguments that say where the effect lands: an email's recipient, a
+    # refund's order and amount, a command. None: every argument. Provenance warns when one of
+    # these came only from untrusted output.
+    aimed: tuple[str, ...] | None = None
+    # A model's advisory reading of each call (agents.second_opinion): a model spec like a run's.
+    # None: the agent's; False: none for this tool, whatever the agent says. It never decides.
+    second_opinion: dict[str, Any] | bool | None = None
     _validator: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -242,6 +253,14 @@ class Tool:
                 f"tool {self.name!r}: its parameters are not a valid JSON Schema at {where}: {exc.message}"
             ) from None
         object.__setattr__(self, "_validator", jsonschema.Draft202012Validator(self.parameters))
+
+    @property
+    def trusts_output(self) -> bool:
+        """Whether the tool's output counts as trusted: as declared, else only a read of your
+        own systems (a READ tool of a module; an MCP server's tools are someone else's)."""
+        if self.output_trusted is not None:
+            return self.output_trusted
+        return self.effect == Effect.READ and (self.source is None or self.source.kind == "module")
 
     @property
     def accepts_grants(self) -> bool:

@@ -106,6 +106,13 @@ class ApprovalRequest(models.Model):
     description = models.TextField(blank=True, default="")
     preview = models.TextField(blank=True, default="")
     resume_policy = models.CharField(max_length=20, blank=True, default="")
+    # Where each argument came from (agents.provenance), computed when raised:
+    # {"sources": {pointer: [source, ...]}, "flags": [{"pointer", "code", "text"}]}. None: not
+    # known (an external run's framework does not share its conversation).
+    provenance = models.JSONField(null=True, blank=True)
+    # A model's advisory reading of the call (approvals/lifecycle/reading.py): advice shown to
+    # the reviewer, never read by anything that decides. None: no reading asked for.
+    reading = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -225,6 +232,11 @@ class Decision(models.Model):
         max_length=EXTERNAL_REF_MAX, blank=True
     )  # confirm: where the effect is recorded
     answer = models.JSONField(null=True, blank=True)  # answer: the question's answer (its hash is signed)
+    # What the reviewer was told when deciding: the request's reading then (the audit keeps it).
+    reading = models.JSONField(null=True, blank=True)
+    # An edit's arguments, where each came from: the request's sources for a value it kept, the
+    # reviewer for one they wrote. None for any other verdict.
+    provenance = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["decided_at"]

@@ -28,6 +28,7 @@ from reviewdesk.approvals.grants.create import (
     grant_target_of_external,
     grant_target_of_tool,
 )
+from reviewdesk.approvals.lifecycle.provenance import edited_provenance
 from reviewdesk.approvals.models import (
     QUORUM_VERDICTS,
     ApprovalRequest,
@@ -120,6 +121,13 @@ def approval_do_decide(
         signature=signature,
         key_id=key_id,
         answer=decision.answer,
+        # What the reviewer was told (a model's advice) is kept with what they decided.
+        reading=approval.reading,
+        provenance=edited_provenance(
+            approval.provenance, approval.arguments, to_run, reviewer=reviewer.username
+        )
+        if verdict == Verdict.EDIT
+        else None,
     )
     decision_insert(stored)
     # Every vote with its reviewer in one read (this one included): the count below and the
@@ -164,6 +172,8 @@ def approval_do_decide(
             else tool_still_deployed(run, approval).needs_approval(to_run),
             "approvals": votes,
             "required_approvals": approval.required_approvals,
+            # The second opinion the reviewer saw, if any: advice they were given, not a rule.
+            "reading": approval.reading,
         },
     )
     event_emit(

@@ -20,6 +20,7 @@ from agents.routing import Quorum
 from agents.state import SCHEMA_VERSION, CallState, CallStatus
 from reviewdesk.approvals.access import approval_audience
 from reviewdesk.approvals.lifecycle.clock import respond_by_for
+from reviewdesk.approvals.lifecycle.provenance import call_provenance
 from reviewdesk.approvals.lifecycle.routing import targets_for_call
 from reviewdesk.approvals.models import (
     AWAITING_KINDS,
@@ -79,6 +80,10 @@ def approval_raise(
         quorum_groups=list(quorum.groups),
         expires_at=now + timedelta(seconds=run.approval_ttl_seconds),
         respond_by=None if reconcile else respond_by_for(run, call.name, since=now),
+        # A question's arguments are the agent's own words to a reviewer: nothing to trace.
+        provenance=None
+        if question
+        else call_provenance(run, tool_call_id=call.id, tool_name=call.name, arguments=arguments),
     )
     approval_insert(approval)
     # A request just created has no votes yet: its event's quorum reads none, as if prefetched
@@ -95,6 +100,7 @@ def approval_raise(
             "arguments_sha256": approval.arguments_sha256,
             "assignees": approval.assignees,
             "required_approvals": approval.required_approvals,
+            "provenance_flags": (approval.provenance or {}).get("flags", []),
         },
     )
 

@@ -70,6 +70,8 @@ SHOWN = (
     "run__framework",
     "run__external_id",
     "run__title",
+    "provenance",
+    "reading",
 )
 
 
@@ -161,6 +163,12 @@ def _payload(
         # The verdicts that answer it: an external call's own list, else its kind's.
         "verdicts": list(shown["verdicts"] or KIND_VERDICTS[shown["kind"]]),
         "external": _external(shown),
+        # Where each argument came from (agents.provenance): {pointer: [source, ...]}, or None
+        # when not known; and the warnings that raised, which the desk shows on the card.
+        "provenance": (shown["provenance"] or {}).get("sources") if shown["provenance"] else None,
+        "provenance_flags": list((shown["provenance"] or {}).get("flags") or []),
+        # A model's advisory reading (approvals/lifecycle/reading.py): advice, never a decision.
+        "reading": shown["reading"],
     }
 
 
@@ -298,4 +306,7 @@ def decision_data(decision) -> dict[str, Any]:
         "signer": "device" if is_device_signed(decision.payload) else "server",
         "consumed_at": rfc3339_sortable(decision.consumed_at),
         "answer": decision.answer,
+        # What the reviewer was told when deciding (a model's advice), and an edit's sources.
+        "reading": decision.reading,
+        "provenance": decision.provenance,
     }

@@ -1,0 +1,85 @@
+"""Where a raised call's arguments came from, as the desk stores it with the request.
+
+`agents.provenance` does the finding over a run's log; this module hands it the run's messages
+up to the call and what the agent says of its tools (whose output is trusted, which arguments
+aim the effect), and keeps the answer in the shape `ApprovalRequest.provenance` stores:
+{"sources": {pointer: [source, ...]}, "flags": [...]}. An edit's arguments get theirs when the
+reviewer decides (`edited_provenance`): a value kept keeps its sources, a value the reviewer
+wrote is the reviewer's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.provenance import ToolTrust, injection_flags, leaves, provenance_flags, provenance_of
+from agents.questions import asks_human
+from agents.registry import Agent, UnknownAgent, get_agent
+from agents.tools import Effect
+from reviewdesk.runs.models import Message, Run
+
+
+def call_provenance(run: Run, *, tool_call_id: str, tool_name: str, arguments: Any) -> dict[str, Any] | None:
+    """The stored provenance of a call about to be raised, or None for an external run (its
+    framework keeps the conversation) or a call whose agent this process does not load."""
+    if run.is_external:
+        return None
+    try:
+        agent = get_agent(run.agent)
+    except UnknownAgent:
+        return None
+    tool = agent.tool(tool_name)
+    sources = provenance_of(arguments, messages_before(run, tool_call_id), tool_trust(agent))
+    flags = provenance_flags(
+        sources,
+        aimed=tool.aimed if tool is not None else None,
+        # Every effect on the world counts, the demo ledger's refunds as much as an email.
+        external=tool is None or tool.effect != Effect.READ,
+    )
+    return {"sources": sources, "flags": flags + injection_flags(arguments)}
+
+
+def messages_before(run: Run, tool_call_id: str) -> list[dict[str, Any]]:
+    """The run's live log up to the assistant message that made the call: what the model had
+    read when it wrote the arguments (a sibling's output, logged after, it had not)."""
+    log = list(
+        Message.objects.filter(run=run, superseded_at__isnull=True)
+        .order_by("position")
+        .values_list("body", flat=True)
+    )
+    for index in range(len(log) - 1, -1, -1):
+        if any(_call_id(call) == tool_call_id for call in log[index].get("tool_calls") or []):
+            return log[:index]
+    return log
+
+
+def _call_id(call: Any) -> str | None:
+    return str(call.get("id")) if isinstance(call, dict) else None
+
+
+def tool_trust(agent: Agent) -> ToolTrust:
+    def trusted(name: str) -> bool:
+        tool = agent.tool(name)
+        return tool is not None and tool.trusts_output  # a tool no longer declared: untrusted
+
+    return ToolTrust(trusted=trusted, answers_human=lambda name: asks_human(agent.tool(name)))
+
+
+def edited_provenance(
+    approval_provenance: dict[str, Any] | None, original: Any, edited: Any, *, reviewer: str
+) -> dict[str, Any]:
+    """Sources for an edit's arguments: the request's for each value the edit kept at its place,
+    the reviewer's for any other (they wrote it, or moved it). `original`: the call's arguments."""
+    before = (approval_provenance or {}).get("sources") or {}
+    was = dict(leaves(original))
+    sources: dict[str, list[dict[str, Any]]] = {}
+    for pointer, value in leaves(edited):
+        kept = pointer in before and pointer in was and _same(was[pointer], value)
+        sources[pointer] = (
+            before[pointer] if kept else [{"kind": "reviewer", "match": "exact", "by": reviewer}]
+        )
+    return {"sources": sources}
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b  # 1 and 1.0 and True are three different arguments

@@ -26,6 +26,9 @@ representations.agent_data`). Plain data only: it imports nothing of the desk.
         "quorum": {"required": 1, "groups": []},
         "grantable": true,                   # whether a standing grant may allow a call
         "requires_device_keys": false,       # the tool's or its agent's
+        "output_trusted": true,              # its output counts as the desk's own truth (agents.provenance)
+        "aimed": ["/order_id", "/amount"],   # the arguments that aim the effect; null: all of them
+        "second_opinion": false,             # a model reads each call as advice (agents.second_opinion)
         "source": {"kind": "module", "name": "agents.demo", "pin": null, "state": null}},
        ...]}
 
@@ -108,6 +111,9 @@ def describe_tool(agent: Agent, tool: Tool) -> dict[str, Any]:
         "quorum": {"required": tool.quorum.approvals, "groups": list(tool.quorum.groups)},
         "grantable": tool.accepts_grants,
         "requires_device_keys": agent.requires_device_decision(tool.name),
+        "output_trusted": tool.trusts_output,
+        "aimed": list(tool.aimed) if tool.aimed is not None else None,
+        "second_opinion": agent.second_opinion_for(tool.name) is not None,
         "source": {"kind": source.kind, "name": source.name, "pin": source.pin, "state": source.state},
     }
 

@@ -164,6 +164,9 @@ AGENT_TOOL_FIELDS = (
     "grantable",
     "quorum",
     "requires_device_keys",
+    "output_trusted",
+    "aimed",
+    "second_opinion",
 )
 
 

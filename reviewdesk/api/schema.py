@@ -129,6 +129,14 @@ class DecisionOutSerializer(serializers.Serializer):
         "the signature over these, then parse them"
     )
     grant = ANY_JSON(required=False, allow_null=True, help_text="the standing grant made with it (a Grant)")
+    reading = ANY_JSON(
+        allow_null=True, help_text="the second opinion (model output) the reviewer was shown; advice only"
+    )
+    provenance = ANY_JSON(
+        allow_null=True,
+        help_text="an edit's arguments, where each came from: the request's sources for a value kept, "
+        '{"kind": "reviewer", "by"} for one the reviewer wrote; null for other verdicts',
+    )
 
 
 class DecisionPayloadOutSerializer(serializers.Serializer):
@@ -146,6 +154,47 @@ class ExternalCallOutSerializer(serializers.Serializer):
     preview = serializers.CharField(
         allow_blank=True, help_text="the adapter's rendering of the effect; untrusted"
     )
+
+
+class ProvenanceSourceSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["task", "tool_output", "reviewer", "system", "none"])
+    match = serializers.ChoiceField(
+        choices=["exact", "normalised"], required=False, help_text="absent for kind none"
+    )
+    normalised = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="what a normalised match needed: case, whitespace, confusables, punycode, url",
+    )
+    step = serializers.IntegerField(
+        required=False, help_text="1-based position of the message in the run's log"
+    )
+    tool = serializers.CharField(required=False, help_text="tool_output: the tool")
+    call_id = serializers.CharField(required=False, help_text="tool_output: the call whose output it was")
+    trusted = serializers.BooleanField(
+        required=False, help_text="tool_output: whether the tool's output is trusted"
+    )
+
+
+class ProvenanceFlagSerializer(serializers.Serializer):
+    pointer = serializers.CharField(help_text="the argument's JSON Pointer")
+    code = serializers.CharField(help_text="untrusted_origin, lookalike or addresses_reviewer")
+    text = serializers.CharField()
+
+
+class ReadingConcernSerializer(serializers.Serializer):
+    about = serializers.CharField(help_text="an argument's JSON Pointer, or step:N for a message of the log")
+    text = serializers.CharField()
+
+
+class ReadingSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=["pending", "ready", "unavailable"])
+    model = serializers.CharField()
+    risk = serializers.ChoiceField(choices=["low", "medium", "high"], required=False, allow_null=True)
+    summary = serializers.CharField(required=False, allow_blank=True)
+    concerns = ReadingConcernSerializer(many=True, required=False)
+    error = serializers.CharField(required=False, help_text="unavailable: why")
+    at = serializers.DateTimeField()
 
 
 class ApprovalOutSerializer(serializers.Serializer):
@@ -174,6 +223,20 @@ class ApprovalOutSerializer(serializers.Serializer):
     )
     external = ExternalCallOutSerializer(
         allow_null=True, help_text="an external run's call; null for a desk run's"
+    )
+    provenance = serializers.DictField(
+        child=ProvenanceSourceSerializer(many=True),
+        allow_null=True,
+        help_text="where each argument came from, by JSON Pointer, best source first; null when not "
+        "known (an external run's call)",
+    )
+    provenance_flags = ProvenanceFlagSerializer(
+        many=True,
+        help_text="what provenance warns of: an aimed value only from untrusted output, a lookalike",
+    )
+    reading = ReadingSerializer(
+        allow_null=True,
+        help_text="a model's advisory reading of the call; never a decision. null: none asked for",
     )
 
 
@@ -378,6 +441,17 @@ class AgentToolOutSerializer(serializers.Serializer):
     quorum = ToolQuorumOutSerializer()
     requires_device_keys = serializers.BooleanField(
         help_text="a call runs only on a decision signed by the reviewer's device key"
+    )
+    output_trusted = serializers.BooleanField(
+        help_text="whether its output counts as trusted; an argument only from untrusted output is flagged"
+    )
+    aimed = serializers.ListField(
+        child=serializers.CharField(),
+        allow_null=True,
+        help_text="JSON Pointers of the arguments that aim the effect (recipient, order, command); null: all",
+    )
+    second_opinion = serializers.BooleanField(
+        help_text="whether a model gives an advisory reading of each call"
     )
     source = ToolSourceOutSerializer(help_text="where the tool comes from: a module, or an MCP server")
 

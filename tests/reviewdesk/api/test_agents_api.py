@@ -77,6 +77,7 @@ def test_a_submitter_lists_the_demo_agents_tools_with_their_schemas_effects_and_
     assert list(tools) == [tool.name for tool in get_agent("demo").tools]
     assert {name: tool["approval"] for name, tool in tools.items()} == {
         "lookup_customer": "never",
+        "read_inbox": "never",
         "send_email": "always",
         "refund_payment": "depends",  # a policy of the arguments (and the run's history)
         "execute": "always",
@@ -101,8 +102,17 @@ def test_a_submitter_lists_the_demo_agents_tools_with_their_schemas_effects_and_
         "grantable",
         "quorum",
         "requires_device_keys",
+        "output_trusted",
+        "aimed",
+        "second_opinion",
         "source",
     }
+    # Whose output is the desk's own truth, and which arguments aim each effect (agents.provenance).
+    assert (
+        tools["lookup_customer"]["output_trusted"] is True and tools["read_inbox"]["output_trusted"] is False
+    )
+    assert tools["send_email"]["output_trusted"] is False  # not a read: not a fact about your systems
+    assert tools["send_email"]["aimed"] == ["/to"] and tools["ask_human"]["aimed"] is None
 
 
 def test_a_reviewers_token_reads_one_agent_by_name(personas, api_as):

@@ -79,7 +79,7 @@ def rows_of(lines: list[str]) -> dict[str, list[str]]:
 
 
 def test_the_text_lists_each_agent_with_a_row_per_tool():
-    lines = block(run(), "demo: 5 tools")
+    lines = block(run(), "demo: 6 tools")
     assert lines[0].split() == [
         "TOOL",
         "EFFECT",

@@ -244,6 +244,8 @@ class DatabaseHost:
                     checkpoint_id=checkpoint.id,
                     call=call,
                     reason=self._sent_back.get(call.id),
+                    # The messages just written are in it: provenance reads no row again.
+                    log=self._log,
                 )
                 raised.add(call.id)
         return raised

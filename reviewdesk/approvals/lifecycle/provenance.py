@@ -19,9 +19,12 @@ from agents.tools import Effect
 from reviewdesk.runs.models import Message, Run
 
 
-def call_provenance(run: Run, *, tool_call_id: str, tool_name: str, arguments: Any) -> dict[str, Any] | None:
+def call_provenance(
+    run: Run, *, tool_call_id: str, tool_name: str, arguments: Any, log: list[dict[str, Any]] | None = None
+) -> dict[str, Any] | None:
     """The stored provenance of a call about to be raised, or None for an external run (its
-    framework keeps the conversation) or a call whose agent this process does not load."""
+    framework keeps the conversation) or a call whose agent this process does not load. `log`:
+    the run's live messages when the caller holds them (the worker does), else they are read."""
     if run.is_external:
         return None
     try:
@@ -29,7 +32,7 @@ def call_provenance(run: Run, *, tool_call_id: str, tool_name: str, arguments: A
     except UnknownAgent:
         return None
     tool = agent.tool(tool_name)
-    sources = provenance_of(arguments, messages_before(run, tool_call_id), tool_trust(agent))
+    sources = provenance_of(arguments, messages_before(run, tool_call_id, log=log), tool_trust(agent))
     flags = provenance_flags(
         sources,
         aimed=tool.aimed if tool is not None else None,
@@ -39,14 +42,17 @@ def call_provenance(run: Run, *, tool_call_id: str, tool_name: str, arguments: A
     return {"sources": sources, "flags": flags + injection_flags(arguments)}
 
 
-def messages_before(run: Run, tool_call_id: str) -> list[dict[str, Any]]:
+def messages_before(
+    run: Run, tool_call_id: str, *, log: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """The run's live log up to the assistant message that made the call: what the model had
     read when it wrote the arguments (a sibling's output, logged after, it had not)."""
-    log = list(
-        Message.objects.filter(run=run, superseded_at__isnull=True)
-        .order_by("position")
-        .values_list("body", flat=True)
-    )
+    if log is None:
+        log = list(
+            Message.objects.filter(run=run, superseded_at__isnull=True)
+            .order_by("position")
+            .values_list("body", flat=True)
+        )
     for index in range(len(log) - 1, -1, -1):
         if any(_call_id(call) == tool_call_id for call in log[index].get("tool_calls") or []):
             return log[:index]

@@ -40,10 +40,17 @@ from reviewdesk.runs.models import Attempt, Checkpoint, Run
 
 
 def approval_raise(
-    *, run: Run, attempt: Attempt | None, checkpoint_id: Any, call: CallState, reason: str | None = None
+    *,
+    run: Run,
+    attempt: Attempt | None,
+    checkpoint_id: Any,
+    call: CallState,
+    reason: str | None = None,
+    log: list[dict[str, Any]] | None = None,
 ) -> ApprovalRequest:
     """Create the request for a waiting call, audit it and tell the desk. `reason`: why it is
-    asked, when not the default (a call sent back after its agent's definition changed)."""
+    asked, when not the default (a call sent back after its agent's definition changed). `log`:
+    the run's live messages, when the caller holds them (else provenance reads them)."""
     reconcile = call.status == CallStatus.UNKNOWN
     question = not reconcile and asks_human(get_agent(run.agent).tool(call.name))
     # A reconciliation is about the effect that actually ran: with an edit, the edited arguments.
@@ -83,7 +90,7 @@ def approval_raise(
         # A question's arguments are the agent's own words to a reviewer: nothing to trace.
         provenance=None
         if question
-        else call_provenance(run, tool_call_id=call.id, tool_name=call.name, arguments=arguments),
+        else call_provenance(run, tool_call_id=call.id, tool_name=call.name, arguments=arguments, log=log),
     )
     approval_insert(approval)
     # A request just created has no votes yet: its event's quorum reads none, as if prefetched

@@ -188,11 +188,18 @@ class ExternalCallSerializer(StrictNestedSerializer):
 class ExternalMessageSerializer(StrictNestedSerializer):
     role = serializers.ChoiceField(choices=["user", "assistant", "tool", "system"])
     content = StrictCharField(allow_blank=True, trim_whitespace=False)
+    # A tool message's tool and call: where an argument that came from its output came from.
+    name = StrictCharField(required=False, max_length=200)
+    tool_call_id = StrictCharField(required=False, max_length=200)
 
 
 class ExternalContextSerializer(StrictNestedSerializer):
     messages = ExternalMessageSerializer(many=True, required=False, default=list)
     truncated = serializers.BooleanField(required=False, default=False)
+    # The tools whose output is your own systems' truth; every other tool's output is untrusted.
+    trusted_tools = serializers.ListField(
+        child=StrictCharField(max_length=200), required=False, default=list, max_length=200
+    )
 
 
 class ExternalSubmitSerializer(StrictSerializer):

@@ -26,7 +26,7 @@ def call_provenance(
     framework keeps the conversation) or a call whose agent this process does not load. `log`:
     the run's live messages when the caller holds them (the worker does), else they are read."""
     if run.is_external:
-        return None
+        return _external_call_provenance(run, tool_call_id=tool_call_id, arguments=arguments)
     try:
         agent = get_agent(run.agent)
     except UnknownAgent:
@@ -39,6 +39,23 @@ def call_provenance(
         # Every effect on the world counts, the demo ledger's refunds as much as an email.
         external=tool is None or tool.effect != Effect.READ,
     )
+    return {"sources": sources, "flags": flags + injection_flags(arguments)}
+
+
+def _external_call_provenance(run: Run, *, tool_call_id: str, arguments: Any) -> dict[str, Any] | None:
+    """A framework's call, traced over what it shared: its task and its context's messages.
+    None when it shared none (then nothing is known, not "model-written"). The framework says
+    which of its tools' outputs are trusted (`context.trusted_tools`); the rest are not. It names
+    no aimed arguments: all of them are."""
+    context = run.context or {}
+    shared = context.get("messages") or []
+    if not shared:
+        return None
+    task = [{"role": "user", "content": run.input}] if run.input else []
+    trusted = set(context.get("trusted_tools") or [])
+    trust = ToolTrust(trusted=lambda name: name in trusted)
+    sources = provenance_of(arguments, messages_before(run, tool_call_id, log=task + shared), trust)
+    flags = provenance_flags(sources, aimed=None, external=True)
     return {"sources": sources, "flags": flags + injection_flags(arguments)}
 
 

@@ -166,6 +166,9 @@ def approval_raise_external(
         description=call.description,
         preview=call.preview,
         resume_policy=resume_policy,
+        provenance=call_provenance(
+            run, tool_call_id=call.tool_call_id, tool_name=call.tool, arguments=call.arguments
+        ),
     )
     approval_insert(approval)
     prefetched_as(approval, "decisions", [])  # just created: no votes to read

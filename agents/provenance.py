@@ -78,7 +78,9 @@ CONFUSABLES = {
     "\u200b": "", "\u200c": "", "\u200d": "", "\u2060": "", "\ufeff": "", "\u00ad": "",
 }  # fmt: skip
 _CONFUSABLES_TABLE = str.maketrans(CONFUSABLES)
-_WHITESPACE = re.compile(r"\s+")
+_ASCII = {key: value for key, value in CONFUSABLES.items() if key.isascii()}
+_ASCII_CONFUSABLES = bytes.maketrans("".join(_ASCII).encode(), "".join(_ASCII.values()).encode())
+
 _PUNYCODE_LABEL = re.compile(r"xn--[a-z0-9-]+", re.IGNORECASE)
 
 
@@ -110,6 +112,8 @@ def _punycode(text: str) -> str:
 
 
 def _confusables(text: str) -> str:
+    if text.isascii():  # most of a log: NFKC is the identity, and a byte table is many times faster
+        return text.encode("ascii").translate(_ASCII_CONFUSABLES).decode("ascii").replace("rn", "m")
     return unicodedata.normalize("NFKC", text).translate(_CONFUSABLES_TABLE).replace("rn", "m")
 
 
@@ -118,7 +122,8 @@ def _case(text: str) -> str:
 
 
 def _whitespace(text: str) -> str:
-    return _WHITESPACE.sub(" ", text)
+    # str.split is several times faster than a regular expression over a log; the ends go too.
+    return " ".join(text.split())
 
 
 _STEP_FUNCTIONS = {
@@ -136,11 +141,6 @@ def normalise(text: str, steps: Collection[str] = STEPS, order: Sequence[str] = 
         if step in steps:
             text = _STEP_FUNCTIONS[step](text)
     return text
-
-
-def _normalised_needle(value: str, steps: Collection[str] = STEPS, order: Sequence[str] = CASE_FIRST) -> str:
-    needle = normalise(value, steps, order)
-    return needle.strip() if "whitespace" in steps else needle
 
 
 # Whole-token search -----------------------------------------------------------------------------
@@ -198,7 +198,7 @@ class _Number:
     def __init__(self, number: int | float) -> None:
         forms = number_forms(number)
         # Every form holds the digits after the last thousands separator: a cheap test first.
-        self.hint = forms[-1].rsplit(",", 1)[-1]
+        self.hint = min(forms, key=len) if "," not in "".join(forms) else f"{number:,}".rsplit(",", 1)[-1]
         alternatives = "|".join(re.escape(form) for form in forms)
         self.pattern = re.compile(rf"(?<!\w)(?<!\d[.,])(?:{alternatives})(?!\w)(?![.,]\d)")
 
@@ -270,11 +270,14 @@ def _scalars(value: Any) -> Iterator[str]:
 
 
 def _rejected_by_reviewer(content: Any) -> bool:
-    try:
-        result = json.loads(content) if isinstance(content, str) else content
-    except ValueError:
-        return False
-    error = result.get("error") if isinstance(result, dict) else None
+    if isinstance(content, str):
+        if not content.lstrip().startswith("{") or '"error"' not in content:
+            return False
+        try:
+            content = json.loads(content)
+        except ValueError:
+            return False
+    error = content.get("error") if isinstance(content, dict) else None
     return isinstance(error, str) and error.startswith(REJECTION_PREFIXES)
 
 
@@ -335,10 +338,7 @@ def leaves(value: Any, pointer: str = "") -> Iterator[tuple[str, Any]]:
 
 
 def _vouches(source: dict[str, Any]) -> bool:
-    """Whether a source stands behind the value: the same text (up to case, whitespace and
-    encoding) somewhere other than an untrusted tool's output."""
-    if source["kind"] == "none" or LOOKALIKE_STEPS & set(source.get("normalised", ())):
-        return False
+    """Whether a source found the value somewhere other than an untrusted tool's output."""
     return source["kind"] != "tool_output" or source["trusted"]
 
 
@@ -360,12 +360,12 @@ def _exact_sources(value: str | int | float, texts: list[_Message]) -> list[dict
 
 def _normalised_sources(value: str, texts: list[_Message], skip: set[int]) -> list[dict[str, Any]]:
     orders = [CASE_FIRST] + [SKELETON_FIRST] * bool(_CAPITALS_LIKE_L.intersection(value))
+    needles = {order: normalise(value, STEPS, order) for order in orders}
     found = []
     for m in texts:
         if m.step in skip:
             continue
-        for order in orders:
-            needle = _normalised_needle(value, STEPS, order)
+        for order, needle in needles.items():
             if find_token(m.normalised(order), needle) != -1:
                 seen = _seen(m.text, needle, order)
                 steps = _steps_needed(value, seen)
@@ -400,7 +400,7 @@ def _steps_needed(value: str, seen: str) -> list[str]:
     for size in range(1, len(STEPS) + 1):
         for steps in itertools.combinations(STEPS, size):
             for order in (CASE_FIRST, SKELETON_FIRST):
-                if find_token(normalise(seen, steps, order), _normalised_needle(value, steps, order)) != -1:
+                if find_token(normalise(seen, steps, order), normalise(value, steps, order)) != -1:
                     return list(steps)
     return list(STEPS)
 
@@ -532,8 +532,7 @@ _LETTERS_TABLE = str.maketrans({k: v.lower() for k, v in CONFUSABLES.items() if 
 
 def _reader_text(text: str) -> str:
     folded = unicodedata.normalize("NFKC", text).casefold()
-    letters = folded.translate(_LETTERS_TABLE)
-    return _WHITESPACE.sub(" ", letters)
+    return _whitespace(folded.translate(_LETTERS_TABLE))
 
 
 def _strings(value: Any, pointer: str = "") -> Iterator[tuple[str, str]]:

@@ -225,6 +225,7 @@ def test_a_message_with_no_content_holds_nothing():
         (12.5, "Refund 112.5 please", False),
         ("A-10", "order A-1001", False),
         ("A-10", "order A-10.", True),
+        ("A-10", "version A-10.5", False),
         ("A-10", "order XA-10", False),
         ("ab", "abc and dab", False),
         ("ab", "(ab)", True),
@@ -349,7 +350,9 @@ def test_sources_are_ordered_task_reviewer_system_trusted_then_untrusted_output_
 def test_each_message_is_normalised_once_per_call(monkeypatch):
     seen: list[str] = []
     real = provenance._confusables
-    monkeypatch.setitem(provenance._STEP_FUNCTIONS, "confusables", lambda text: seen.append(text) or real(text))
+    monkeypatch.setitem(
+        provenance._STEP_FUNCTIONS, "confusables", lambda text: seen.append(text) or real(text)
+    )
     log = [system("x" * 3000), task("y" * 3000), *fetched("z" * 3000)]
     provenance_of({"a": "model words", "b": "more words", "c": "and more"}, log, TRUST)
     # Three texts (the assistant's is none) and three needles: nothing normalised twice.

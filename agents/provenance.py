@@ -98,7 +98,7 @@ class ToolTrust:
 
 def _decode_label(match: re.Match[str]) -> str:
     try:
-        return encodings.idna.ToUnicode(match.group(0))
+        return encodings.idna.ToUnicode(match.group(0).lower())  # the codec takes only "xn--"
     except UnicodeError:  # not valid punycode: left as written
         return match.group(0)
 
@@ -108,7 +108,8 @@ def _url(text: str) -> str:
 
 
 def _punycode(text: str) -> str:
-    return _PUNYCODE_LABEL.sub(_decode_label, text) if "xn--" in text.lower() else text
+    # Two finds instead of lowering a whole log to look for "xn--" in any case.
+    return _PUNYCODE_LABEL.sub(_decode_label, text) if "n--" in text or "N--" in text else text
 
 
 def _confusables(text: str) -> str:

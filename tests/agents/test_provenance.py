@@ -288,6 +288,12 @@ def test_arguments_that_are_not_an_object_or_a_list_have_no_leaves():
             ["punycode", "confusables"],
             "billing@example.com",
         ),
+        (
+            "TREASURY@XN--GLBEX-KYE.EXAMPLE",
+            "mail treasury@globex.example",
+            ["punycode", "case", "confusables"],
+            "treasury@globex.example",
+        ),
         ("/tmp/My File", "read /tmp/My%20File today", ["url"], "/tmp/My%20File"),
         ("q=new shoes", "link ?q=new+shoes", ["url"], "q=new+shoes"),
     ],
@@ -303,6 +309,7 @@ def test_arguments_that_are_not_an_object_or_a_list_have_no_leaves():
         "fullwidth",
         "case and digit",
         "punycode",
+        "punycode in capitals",
         "url escape",
         "url plus",
     ],
@@ -311,6 +318,11 @@ def test_a_normalised_match_names_the_fewest_steps_it_needed_and_the_text_it_saw
     assert only("/v", value, [task(text)]) == [
         {"kind": "task", "match": "normalised", "step": 1, "normalised": steps, "seen": seen}
     ]
+
+
+def test_a_label_that_is_not_valid_punycode_is_left_as_written():
+    assert provenance.normalise("mail billing@xn--zz.com", ["punycode"]) == "mail billing@xn--zz.com"
+    assert only("/to", "billing@xn--zz.org", [task("mail billing@xn--zz.com")]) == [{"kind": "none"}]
 
 
 def test_an_exact_match_in_the_task_ends_the_search():

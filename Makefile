@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run test test-e2e client-test client-mutants bench chaos lint mutants mutants-short docs format clean
+.PHONY: run test test-e2e client-test client-mutants bench eval chaos lint mutants mutants-short docs format clean
 
 # The runtime set (requirements.txt) is all `make run` installs; the development and test tools
 # (requirements-dev.txt) come on top for the targets that need them.
@@ -59,6 +59,11 @@ $(VENV)/.installed-bench: $(VENV)/.installed-dev requirements-bench.txt requirem
 
 bench: $(VENV)/.installed-bench
 	$(PY) -m bench.run
+
+# Provenance over the labelled calls (tests/fixtures/provenance_eval.json): the table, precision
+# and recall, and the targets; exits 1 when a target is missed. Pure CPU, no stack.
+eval: $(VENV)/.installed-dev
+	$(PY) -m bench.provenance_eval
 
 # Long fault-injection loop: many runs, workers kill -9'd at every step boundary.
 # `make test` runs the same test short (8 runs).

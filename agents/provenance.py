@@ -1,42 +1,568 @@
-"""PLACEHOLDER until h-prov merges (issue 38 contract §1): the shapes only, no finding."""
+"""Where each argument of a call came from: the run's log searched for every string and number.
+
+`provenance_of(arguments, messages, trust)` maps each leaf of a call's arguments (its JSON
+Pointer, RFC 6901) to its sources in the run's log, best first: the submitter's task, a
+reviewer's note or answer, the agent's instructions, a tool's output (trusted or not), or none
+(the model wrote it). `provenance_flags` turns that into the warnings a reviewer must see: a
+value aimed at an external effect that only an untrusted tool's output held, and a value that
+resembles text in the run without being it. `injection_flags` is a separate heuristic: text in
+the arguments that speaks to a reviewer or a model.
+
+Matching. A value matches as a whole token: a string or number is never found inside a longer
+word or number ("A-10" is not in "A-1001", 25 is not in "250" nor in "2.5"), so a value that is
+a piece of the task's text is not vouched for by it. Numbers also match their usual written forms
+("1,000", "250.00"). Exact matches are searched first; only a value that they leave without a
+source other than an untrusted tool's output is searched again in the normalised texts: NFKC,
+case folded, whitespace collapsed, URL-decoded, punycode labels decoded, and folded to a
+confusables skeleton (`CONFUSABLES`). Each message is normalised at most once per call.
+
+Pure Python, no Django: the worker runs it when an approval is raised, over the run's whole
+log. Tested in-process by tests/agents/test_provenance.py.
+"""
 
 from __future__ import annotations
 
+import encodings.idna
+import itertools
+import json
+import re
+import unicodedata
 from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote_plus
 
 SOURCE_KINDS = ("task", "tool_output", "reviewer", "system", "none")
+# The steps a normalised match may need; it lists the fewest that it needed.
+STEPS = ("url", "punycode", "case", "confusables", "whitespace")
+# Case folding and the skeleton do not commute: "I" is "i" folded and "l" as a skeleton. The texts
+# are searched case folded first ("BILLING" is "billing"), then, for a value holding a capital
+# that the skeleton makes an "l", skeleton first ("paypaI.com" is "paypal.com").
+CASE_FIRST = STEPS
+SKELETON_FIRST = ("url", "punycode", "confusables", "case", "whitespace")
+_CAPITALS_LIKE_L = frozenset("I\u0406\u04c0\u0399")
+# Steps whose match means the value only resembles the source's text.
+LOOKALIKE_STEPS = frozenset({"confusables", "punycode"})
+REVIEWER_NOTE = "[Review Desk] Note from reviewer"
+DESK_NOTICE = "[Review Desk]"
+# agents/notices.py's words for a reviewer's rejection (the reason after them is the reviewer's).
+REJECTION_PREFIXES = (
+    "A reviewer rejected this call",
+    "This call was interrupted and it is unknown whether it took effect; a reviewer chose not to run it again",
+)
+SEEN_MAX = 200
+_KIND_RANK = {"task": 0, "reviewer": 1, "system": 2, "tool_output": 3}
+
+# The subset of UTS #39's confusables that matters for addresses, hosts and commands, written as
+# escapes (the point of them is that they cannot be told apart on sight): Cyrillic and Greek
+# letters drawn like Latin ones, the digits 0 and 1 and the capital I (drawn like o, l,
+# l), and the invisible characters (zero-width, soft hyphen, BOM), which the skeleton drops.
+# Fullwidth and other compatibility forms are NFKC's, applied in the same step; "rn" (drawn like
+# "m") is folded after the table.
+CONFUSABLES = {
+    # Cyrillic
+    "\u0430": "a", "\u0435": "e", "\u04bb": "h", "\u0456": "i", "\u0458": "j", "\u04cf": "l",
+    "\u043e": "o", "\u0440": "p", "\u0441": "c", "\u0501": "d", "\u051b": "q", "\u0455": "s",
+    "\u0443": "y", "\u0445": "x", "\u051d": "w", "\u044c": "b", "\u0410": "A", "\u0412": "B",
+    "\u0415": "E", "\u04ba": "H", "\u0406": "l", "\u0408": "J", "\u041a": "K", "\u04c0": "l",
+    "\u041c": "M", "\u041d": "H", "\u041e": "O", "\u0420": "P", "\u0421": "C", "\u0500": "D",
+    "\u051a": "Q", "\u0405": "S", "\u0422": "T", "\u0423": "Y", "\u051c": "W", "\u0425": "X",
+    # Greek
+    "\u03b1": "a", "\u03b3": "y", "\u03b9": "i", "\u03bd": "v", "\u03bf": "o", "\u03c1": "p",
+    "\u0391": "A", "\u0392": "B", "\u0395": "E", "\u0396": "Z", "\u0397": "H", "\u0399": "l",
+    "\u039a": "K", "\u039c": "M", "\u039d": "N", "\u039f": "O", "\u03a1": "P", "\u03a4": "T",
+    "\u03a5": "Y", "\u03a7": "X",
+    # Latin and digits
+    "0": "o", "1": "l", "I": "l", "|": "l", "\u0131": "i", "\u2113": "l",
+    # Invisible
+    "\u200b": "", "\u200c": "", "\u200d": "", "\u2060": "", "\ufeff": "", "\u00ad": "",
+}  # fmt: skip
+_CONFUSABLES_TABLE = str.maketrans(CONFUSABLES)
+_ASCII = {key: value for key, value in CONFUSABLES.items() if key.isascii()}
+_ASCII_CONFUSABLES = bytes.maketrans("".join(_ASCII).encode(), "".join(_ASCII.values()).encode())
+
+_PUNYCODE_LABEL = re.compile(r"xn--[a-z0-9-]+", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
 class ToolTrust:
-    trusted: Callable[[str], bool]
+    """What the engine knows of the run's tools."""
+
+    trusted: Callable[[str], bool]  # tool name -> whether its output is trusted
+    # A question tool: its result is a reviewer's answer.
     answers_human: Callable[[str], bool] = lambda name: False
 
 
-def leaves(value: Any, pointer: str = "") -> Iterator[tuple[str, Any]]:
+# Normalisation ----------------------------------------------------------------------------------
+
+
+def _decode_label(match: re.Match[str]) -> str:
+    try:
+        return encodings.idna.ToUnicode(match.group(0).lower())  # the codec takes only "xn--"
+    except UnicodeError:  # not valid punycode: left as written
+        return match.group(0)
+
+
+def _url(text: str) -> str:
+    return unquote_plus(text) if "%" in text or "+" in text else text
+
+
+def _punycode(text: str) -> str:
+    # Two finds instead of lowering a whole log to look for "xn--" in any case.
+    return _PUNYCODE_LABEL.sub(_decode_label, text) if "n--" in text or "N--" in text else text
+
+
+def _confusables(text: str) -> str:
+    if text.isascii():  # most of a log: NFKC is the identity, and a byte table is many times faster
+        return text.encode("ascii").translate(_ASCII_CONFUSABLES).decode("ascii").replace("rn", "m")
+    return unicodedata.normalize("NFKC", text).translate(_CONFUSABLES_TABLE).replace("rn", "m")
+
+
+def _case(text: str) -> str:
+    return text.casefold()
+
+
+def _whitespace(text: str) -> str:
+    # str.split is several times faster than a regular expression over a log; the ends go too.
+    return " ".join(text.split())
+
+
+_STEP_FUNCTIONS = {
+    "url": _url,
+    "punycode": _punycode,
+    "confusables": _confusables,
+    "case": _case,
+    "whitespace": _whitespace,
+}
+
+
+def normalise(text: str, steps: Collection[str] = STEPS, order: Sequence[str] = CASE_FIRST) -> str:
+    """`text` through `steps`, applied in `order`."""
+    for step in order:
+        if step in steps:
+            text = _STEP_FUNCTIONS[step](text)
+    return text
+
+
+# Whole-token search -----------------------------------------------------------------------------
+
+
+def _wordlike(char: str) -> bool:
+    # Scripts written without spaces (CJK and later blocks) have no word edges to respect.
+    return char.isalnum() and ord(char) < 0x2E80
+
+
+def _continues(text: str, at: int, step: int) -> bool:
+    """Whether the character at `at`, read away from the match by `step` (-1 before, +1 after),
+    continues the word or number the match's edge is part of."""
+    if not 0 <= at < len(text):
+        return False
+    if _wordlike(text[at]):
+        return True
+    # "2.5" and "1,000": a separator between digits joins them into one number.
+    beyond = at + step
+    return text[at] in ".," and 0 <= beyond < len(text) and text[beyond].isdigit()
+
+
+def _bounded(text: str, start: int, end: int) -> bool:
+    if _wordlike(text[start]) and _continues(text, start - 1, -1):
+        return False
+    return not (_wordlike(text[end - 1]) and _continues(text, end, 1))
+
+
+def find_token(text: str, needle: str) -> int:
+    """The first position of `needle` in `text` as a whole token, or -1."""
+    if not needle:
+        return -1
+    at = text.find(needle)
+    while at != -1:
+        if _bounded(text, at, at + len(needle)):
+            return at
+        at = text.find(needle, at + 1)
+    return -1
+
+
+def number_forms(number: int | float) -> list[str]:
+    """How a number is usually written: "1000", "1,000", "1000.00", "1,000.00" ..., longest first."""
+    if isinstance(number, float) and number.is_integer() and abs(number) < 2**63:
+        number = int(number)
+    if isinstance(number, int):
+        forms = {f"{number}", f"{number:,}", f"{number}.0", f"{number}.00", f"{number:,}.00"}
+    else:
+        forms = {repr(number), f"{number:.2f}", f"{number:,.2f}", f"{number:,}"}
+    return sorted(forms, key=lambda form: (-len(form), form))
+
+
+class _Number:
+    """A number leaf's search: its forms as one compiled pattern, edges as `_continues` says."""
+
+    def __init__(self, number: int | float) -> None:
+        forms = number_forms(number)
+        # Every form holds the digits after the last thousands separator: a cheap test first.
+        self.hint = min(forms, key=len) if "," not in "".join(forms) else f"{number:,}".rsplit(",", 1)[-1]
+        alternatives = "|".join(re.escape(form) for form in forms)
+        self.pattern = re.compile(rf"(?<!\w)(?<!\d[.,])(?:{alternatives})(?!\w)(?![.,]\d)")
+
+    def found_in(self, text: str) -> bool:
+        return self.hint in text and self.pattern.search(text) is not None
+
+
+# The run's log as sources -----------------------------------------------------------------------
+
+
+@dataclass
+class _Message:
+    step: int
+    kind: str
+    text: str
+    tool: str = ""
+    call_id: str = ""
+    trusted: bool = False
+    _normalised: dict[tuple[str, ...], str] = field(default_factory=dict)
+
+    def normalised(self, order: tuple[str, ...]) -> str:
+        """The text normalised in `order`: computed once per call of provenance_of."""
+        if order not in self._normalised:
+            self._normalised[order] = normalise(self.text, STEPS, order)
+        return self._normalised[order]
+
+    def source(self, **more: Any) -> dict[str, Any]:
+        source: dict[str, Any] = {"kind": self.kind, "match": "exact", "step": self.step}
+        if self.kind == "tool_output":
+            source |= {"tool": self.tool, "call_id": self.call_id, "trusted": self.trusted}
+        return source | more
+
+
+def text_of(content: Any) -> str:
+    """A message's content as text: a string (a JSON document's strings, numbers and keys, one a
+    line, as written: a tool's result is `json.dumps`'d with its non-ASCII escaped), a list of
+    parts (their text), or nothing."""
+    if content is None:
+        return ""
+    if isinstance(content, list):
+        return "\n".join(_part_text(part) for part in content)
+    if not isinstance(content, str):
+        return "\n".join(_scalars(content))
+    if content[:1] in ("{", "[", '"'):
+        try:
+            parsed = json.loads(content, parse_float=str, parse_int=str)
+        except ValueError:
+            return content
+        return "\n".join(_scalars(parsed))
+    return content
+
+
+def _part_text(part: Any) -> str:
+    if isinstance(part, dict):
+        return text_of(part.get("text"))
+    return text_of(part)
+
+
+def _scalars(value: Any) -> Iterator[str]:
     if isinstance(value, dict):
         for key, item in value.items():
-            yield from leaves(item, f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}")
+            yield str(key)
+            yield from _scalars(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _scalars(item)
+    elif value is not None and not isinstance(value, bool):
+        yield str(value)
+
+
+def _rejected_by_reviewer(content: Any) -> bool:
+    if isinstance(content, str):
+        if not content.lstrip().startswith("{") or '"error"' not in content:
+            return False
+        try:
+            content = json.loads(content)
+        except ValueError:
+            return False
+    error = content.get("error") if isinstance(content, dict) else None
+    return isinstance(error, str) and error.startswith(REJECTION_PREFIXES)
+
+
+def _tool_names(messages: Sequence[dict]) -> dict[str, str]:
+    names = {}
+    for message in messages:
+        if message.get("role") == "assistant":
+            for call in message.get("tool_calls") or ():
+                if isinstance(call, dict) and call.get("id"):
+                    names[call["id"]] = (call.get("function") or {}).get("name") or ""
+    return names
+
+
+def _sources_in(messages: Sequence[dict], trust: ToolTrust) -> list[_Message]:
+    names = _tool_names(messages)
+    found = []
+    for index, message in enumerate(messages):
+        role, content, step = message.get("role"), message.get("content"), index + 1
+        if role in ("system", "developer"):
+            found.append(_Message(step, "system", text_of(content)))
+        elif role == "user":
+            text = text_of(content)
+            kind = "task"
+            if text.startswith(REVIEWER_NOTE):
+                kind = "reviewer"
+            elif text.startswith(DESK_NOTICE):
+                kind = "system"
+            found.append(_Message(step, kind, text))
+        elif role == "tool":
+            call_id = str(message.get("tool_call_id") or "")
+            name = names.get(call_id) or str(message.get("name") or "")
+            kind = "tool_output"
+            if (name and trust.answers_human(name)) or _rejected_by_reviewer(content):
+                kind = "reviewer"
+            trusted = bool(name) and kind == "tool_output" and trust.trusted(name)
+            found.append(_Message(step, kind, text_of(content), name, call_id, trusted))
+        # An assistant's words and calls are the model's own: never a source.
+    return found
+
+
+# The search -------------------------------------------------------------------------------------
+
+
+def leaves(value: Any, pointer: str = "") -> Iterator[tuple[str, Any]]:
+    """(JSON Pointer, value) of every string and number in `value`; booleans and nulls are not
+    values a source can hold."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            escaped = str(key).replace("~", "~0").replace("/", "~1")
+            yield from leaves(item, f"{pointer}/{escaped}")
     elif isinstance(value, list):
         for index, item in enumerate(value):
             yield from leaves(item, f"{pointer}/{index}")
-    elif isinstance(value, str) or (isinstance(value, int | float) and not isinstance(value, bool)):
+    elif pointer and (
+        isinstance(value, str) or (isinstance(value, int | float) and not isinstance(value, bool))
+    ):
         yield pointer, value
 
 
+def _vouches(source: dict[str, Any]) -> bool:
+    """Whether a source found the value somewhere other than an untrusted tool's output."""
+    return source["kind"] != "tool_output" or source["trusted"]
+
+
+def _rank(source: dict[str, Any]) -> tuple[int, int, int, int]:
+    return (
+        source["match"] != "exact",
+        _KIND_RANK[source["kind"]],
+        source["kind"] == "tool_output" and not source["trusted"],
+        source["step"],
+    )
+
+
+def _exact_sources(value: str | int | float, texts: list[_Message]) -> list[dict[str, Any]]:
+    if isinstance(value, str):
+        return [m.source() for m in texts if find_token(m.text, value) != -1]
+    number = _Number(value)
+    return [m.source() for m in texts if number.found_in(m.text)]
+
+
+def _normalised_sources(value: str, texts: list[_Message], skip: set[int]) -> list[dict[str, Any]]:
+    orders = [CASE_FIRST] + [SKELETON_FIRST] * bool(_CAPITALS_LIKE_L.intersection(value))
+    needles = {order: normalise(value, STEPS, order) for order in orders}
+    found = []
+    for m in texts:
+        if m.step in skip:
+            continue
+        for order, needle in needles.items():
+            if find_token(m.normalised(order), needle) != -1:
+                seen = _seen(m.text, needle, order)
+                steps = _steps_needed(value, seen)
+                found.append(m.source(match="normalised", normalised=steps, seen=seen[:SEEN_MAX]))
+                break
+    return found
+
+
+def _seen(text: str, needle: str, order: Sequence[str]) -> str:
+    """The stretch of `text` whose normalised form holds `needle`: the shortest prefix that does,
+    then the latest start within it (each normalisation is of a few KB, at C speed)."""
+    low, high = 1, len(text)
+    while low < high:
+        middle = (low + high) // 2
+        if needle in normalise(text[:middle], STEPS, order):
+            high = middle
+        else:
+            low = middle + 1
+    end, low, high = high, 0, high
+    while low < high:
+        middle = (low + high + 1) // 2
+        if needle in normalise(text[middle:end], STEPS, order):
+            low = middle
+        else:
+            high = middle - 1
+    return text[low:end].strip()
+
+
+def _steps_needed(value: str, seen: str) -> list[str]:
+    """The fewest normalisation steps under which `value` is a token of `seen` (each step costs
+    microseconds on strings this short; 31 subsets in two orders at most)."""
+    for size in range(1, len(STEPS) + 1):
+        for steps in itertools.combinations(STEPS, size):
+            for order in (CASE_FIRST, SKELETON_FIRST):
+                if find_token(normalise(seen, steps, order), normalise(value, steps, order)) != -1:
+                    return list(steps)
+    return list(STEPS)
+
+
+def _sources_of(value: str | int | float, texts: list[_Message]) -> list[dict[str, Any]]:
+    if isinstance(value, str) and not value.strip():
+        return [{"kind": "none"}]  # blank: nothing to find, and a space is in every message
+    sources = _exact_sources(value, texts)
+    if isinstance(value, str) and not any(_vouches(s) for s in sources):
+        sources += _normalised_sources(value, texts, {s["step"] for s in sources})
+    return sorted(sources, key=_rank) or [{"kind": "none"}]
+
+
 def provenance_of(arguments: Any, messages: Sequence[dict], trust: ToolTrust) -> dict[str, list[dict]]:
-    return {pointer: [{"kind": "none"}] for pointer, _ in leaves(arguments)}
+    """For every string and number leaf of `arguments` (JSON Pointer, RFC 6901, "" never: the
+    root is an object), the list of its sources in `messages` (OpenAI chat format, the run's
+    log in order), best first. Exact matches before normalised, then task, reviewer, system,
+    tool_output (trusted before untrusted), earliest first within a kind. A leaf found nowhere
+    gets [{"kind": "none"}]."""
+    texts = _sources_in(messages, trust)
+    return {pointer: _sources_of(value, texts) for pointer, value in leaves(arguments)}
 
 
-def provenance_flags(provenance: dict, *, aimed: Collection[str] | None, external: bool) -> list[dict]:
-    return []
+# Flags and labels -------------------------------------------------------------------------------
 
 
-def injection_flags(arguments: Any) -> list[dict]:
-    return []
+def _within(pointer: str, aimed: Collection[str] | None) -> bool:
+    """Whether `pointer` is one of `aimed` or inside one (/to/0 is inside /to)."""
+    if aimed is None:
+        return True
+    return any(pointer == root or pointer.startswith(root + "/") for root in aimed)
+
+
+def _lookalike(source: dict[str, Any]) -> bool:
+    return source.get("match") == "normalised" and bool(LOOKALIKE_STEPS & set(source.get("normalised", ())))
+
+
+def provenance_flags(
+    provenance: dict[str, list[dict]], *, aimed: Collection[str] | None, external: bool
+) -> list[dict]:
+    """The warnings provenance raises for a call: a list of {"pointer", "code", "text"}.
+
+    "untrusted_origin": the value's sources are only untrusted tool outputs (a lookalike match
+    vouches for nothing), the tool has an external effect and the pointer is one of `aimed`
+    (None: every pointer). "lookalike": the value's best source is a normalised match that
+    needed "confusables" or "punycode": it resembles text in the run but is not it."""
+    flags = []
+    for pointer, sources in provenance.items():
+        best = sources[0]
+        if _lookalike(best):
+            where = source_label({key: item for key, item in best.items() if key != "normalised"})
+            flags.append(
+                {
+                    "pointer": pointer,
+                    "code": "lookalike",
+                    "text": f'{pointer} looks like "{best["seen"]}" {where} but is not the same text',
+                }
+            )
+        if not external or not _within(pointer, aimed):
+            continue
+        held = [s for s in sources if s["kind"] != "none" and not _lookalike(s)]
+        if held and not any(_vouches(s) for s in held):
+            first = held[0]
+            more = f" (and {len(held) - 1} more untrusted outputs)" if len(held) > 1 else ""
+            flags.append(
+                {
+                    "pointer": pointer,
+                    "code": "untrusted_origin",
+                    "text": f"{pointer} came only from {first['tool']}'s output at step {first['step']} (untrusted){more}",
+                }
+            )
+    return flags
 
 
 def source_label(source: dict) -> str:
-    return "not seen before (model-written)"
+    """How the desk says where a value came from: 'from your task', 'from fetch_page output at
+    step 3 (untrusted)', 'not seen before (model-written)'; a normalised match adds the steps."""
+    kind = source["kind"]
+    if kind == "none":
+        return "not seen before (model-written)"
+    if kind == "tool_output":
+        label = f"from {source['tool']} output at step {source['step']}"
+        if not source["trusted"]:
+            label += " (untrusted)"
+    else:
+        label = {
+            "task": "from your task",
+            "reviewer": "from a reviewer",
+            "system": "from the agent's instructions",
+        }[kind]
+    if source.get("normalised"):
+        label += f" (normalised: {', '.join(source['normalised'])})"
+    return label
+
+
+# Text addressed at a reviewer -------------------------------------------------------------------
+
+# Phrases that speak to whoever reads the call rather than to the call's recipient. Matched on
+# the text NFKC'd, case folded, with the confusables table applied and whitespace collapsed, so a
+# Cyrillic a (U+0430) or a zero-width space does not hide them. A heuristic: it misses paraphrases and
+# can fire on an email that quotes such words.
+_ADDRESSES_READER = re.compile(
+    "|".join(
+        (
+            r"\b(?:ignore|disregard|forget|override) (?:all |any |the |your )*(?:previous|prior|above|earlier|preceding|other) (?:instructions|directions|prompts?|rules|messages|guidance)",
+            r"\bthis (?:tool call|call|request|action|transaction|command|operation|email|refund|payment|transfer) is (?:safe|approved|authori[sz]ed|legitimate|verified|pre-?approved|harmless|expected|routine)",
+            r"\b(?:please )?(?:approve|authori[sz]e|allow) (?:this|it|the (?:call|request|action)) (?:immediately|now|without)",
+            r"\b(?:reviewer|approver|assistant|ai|model|llm)s?,? (?:please )?(?:approve|allow|ignore|accept)",
+            r"\bapprove this\b",
+            r"\bas (?:the|a|your) (?:system|administrator|admin|developer|operator|reviewer)\b",
+            r"\brisk(?: level| rating| score)? ?[:=] ?(?:low|none|minimal|0)\b",
+            r"\bnote to (?:the )?(?:reviewer|approver|model|assistant|ai|llm)\b",
+            r"\b(?:no|without|does not need|doesn't need|skip) (?:further |human |manual )*(?:review|approval)\b",
+            r"\bnew instructions?:",
+            r"\bsystem (?:prompt|override|message|instruction)s?\b",
+            r"<\|?/?(?:system|instructions?|im_start|im_end)\|?>",
+            r"\[/?(?:system|inst)\]",
+            r"\bsafe to (?:approve|run|execute|send|pay)\b",
+            r"\byou (?:must|should|are instructed to|are required to) (?:approve|allow|accept|ignore)\b",
+        )
+    )
+)
+
+
+# The table's non-ASCII letters and invisibles only: folding digits and "|" here would turn
+# "risk: 0" into "risk: o" and "<|system|>" into "<lsysteml>".
+_LETTERS_TABLE = str.maketrans({k: v.lower() for k, v in CONFUSABLES.items() if not k.isascii()})
+
+
+def _reader_text(text: str) -> str:
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return _whitespace(folded.translate(_LETTERS_TABLE))
+
+
+def _strings(value: Any, pointer: str = "") -> Iterator[tuple[str, str]]:
+    """(pointer, text) of every string in `value`, keys included (under the value's pointer)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            inner = f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}"
+            yield inner, str(key)
+            yield from _strings(item, inner)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _strings(item, f"{pointer}/{index}")
+    elif isinstance(value, str) and pointer:
+        yield pointer, value
+
+
+def injection_flags(arguments: Any) -> list[dict]:
+    """Text in the arguments addressed at a reviewer or a model ("ignore previous instructions",
+    "this call is safe", "approve this", "as the system", "risk: low", ...): one
+    {"pointer", "code": "addresses_reviewer", "text"} per pointer. A heuristic, documented as one."""
+    flags: dict[str, dict] = {}
+    for pointer, text in _strings(arguments):
+        if pointer in flags:
+            continue
+        match = _ADDRESSES_READER.search(_reader_text(text))
+        if match:
+            flags[pointer] = {
+                "pointer": pointer,
+                "code": "addresses_reviewer",
+                "text": f'{pointer} says "{match.group(0)}": words for a reviewer or a model, not for the call',
+            }
+    return list(flags.values())

@@ -29,6 +29,7 @@ FIGURES = [
     ({"7"}, "bench.desk", (60, 600)),
     ({"8"}, "bench.fanout", (45, 300)),
     ({"10"}, "bench.reach", (40, 240)),
+    ({"11"}, "bench.provenance", (10, 60)),
     # Last: its history stays in the database, and the other figures measure before it.
     ({"9"}, "bench.history", (120, 900)),
 ]
@@ -164,6 +165,10 @@ def breakdown_text(rows: list[dict[str, Any]]) -> str:
             from bench.reach import reach_text
 
             lines.append(reach_text(extra["reach"]))
+        if "provenance" in extra:
+            from bench.provenance import provenance_text
+
+            lines.append(provenance_text(extra["provenance"]))
         if "pause_resume" in extra:
             lines.append(pause_resume_text(extra["pause_resume"]))
         if "growth_200_vs_100" in extra:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import pytest
 
+from agents.registry import get_agent
 from agents.state import CallState, CallStatus
 from reviewdesk.approvals.deciding.record import approval_decide
+from reviewdesk.approvals.lifecycle.provenance import messages_before, tool_trust
 from reviewdesk.approvals.lifecycle.raising import approval_raise
 from reviewdesk.approvals.models import ApprovalStatus, Decision
 from reviewdesk.audit.models import AuditEvent
@@ -63,12 +65,28 @@ def test_a_recipient_read_from_an_inbound_email_is_flagged_and_the_task_s_order_
     assert [f["pointer"] for f in requested.data["provenance_flags"]] == ["/to"]
 
 
-def test_an_address_from_the_task_is_the_task_s_and_raises_no_warning(interrupted_run):
-    _, approval = interrupted_run()  # "Tell Ada her refund is on its way." then lookup, then email ada
+def test_an_address_from_a_trusted_lookup_raises_no_warning(interrupted_run):
+    script = [
+        {"tool_calls": [{"name": "lookup_customer", "arguments": {"email": "ada@example.com"}}]},
+        {
+            "tool_calls": [
+                {"name": "send_email", "arguments": {"to": "ada@example.com", "subject": "Hi", "body": "x"}}
+            ]
+        },
+        {"content": "Emailed Ada."},
+    ]
+    _, approval = interrupted_run(script=script)
     to = best(approval, "/to")
-    # The task does not spell the address; the trusted lookup's output does.
-    assert to["kind"] == "tool_output" and to["tool"] == "lookup_customer" and to["trusted"] is True
+    # The task ("Tell Ada her refund is on its way.") does not spell the address; the lookup's output does.
+    assert (to["kind"], to["tool"], to["trusted"], to["step"]) == ("tool_output", "lookup_customer", True, 4)
     assert approval.provenance["flags"] == []
+
+
+def test_a_sibling_s_output_is_not_a_source_of_its_batch(interrupted_run):
+    """The lookup and the email in one model turn: the model wrote the address before it read
+    the lookup's output, so the address is its own (the output is logged after the call)."""
+    _, approval = interrupted_run()  # SEND_EMAIL_SCRIPT: lookup and send_email in one batch
+    assert approval.provenance["sources"]["/to"] == [{"kind": "none"}]
 
 
 def test_the_api_serves_provenance_and_its_flags_with_the_approval(interrupted_run, personas, api_as):
@@ -120,8 +138,7 @@ def test_a_question_is_not_traced(interrupted_run):
 
 
 def test_raising_again_traces_again(interrupted_run):
-    """A request raised again (after a cancel) is traced afresh: the stored answer belongs to
-    the request, not copied from the one before."""
+    """A request raised again (after a cancel) is traced afresh, over the log read back."""
     run, approval = interrupted_run(script=INBOX_SCRIPT)
     approval.status = ApprovalStatus.CANCELLED
     approval.save(update_fields=["status"])
@@ -129,4 +146,21 @@ def test_raising_again_traces_again(interrupted_run):
         id=approval.tool_call_id, name=approval.tool, arguments=approval.arguments, status=CallStatus.AWAITING
     )
     again = approval_raise(run=run, attempt=None, checkpoint_id=approval.checkpoint_id, call=call)
-    assert again.provenance == approval.provenance and again.pk != approval.pk
+    assert again.pk != approval.pk and again.provenance == approval.provenance
+
+
+def test_only_the_log_up_to_the_call_is_searched(interrupted_run):
+    """What was logged after the assistant message that made the call (a sibling's output once
+    its batch is settled) the model had not read when it wrote the arguments."""
+    run, approval = interrupted_run(script=INBOX_SCRIPT)
+    log = [m.body for m in run.messages.order_by("position")]
+    later = {"role": "tool", "tool_call_id": "x", "content": "billing@examp1e.com"}
+    assert messages_before(run, approval.tool_call_id, log=[*log, later]) == log[:-1]
+    assert messages_before(run, approval.tool_call_id) == log[:-1]  # read from the database alike
+
+
+def test_a_tool_no_longer_declared_is_untrusted():
+    trust = tool_trust(get_agent("demo"))
+    assert trust.trusted("lookup_customer") is True
+    assert trust.trusted("read_inbox") is False
+    assert trust.trusted("a_tool_since_removed") is False

@@ -14,10 +14,13 @@ from __future__ import annotations
 import ast
 import json
 import re
+from dataclasses import replace
 
 import pytest
 
+import agents.provenance
 from agents.providers import ProviderError
+from agents.registry import get_agent
 from agents.second_opinion import READING_NAME
 from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.lifecycle import reading as reading_module
@@ -146,10 +149,6 @@ def test_a_tool_that_turns_the_second_opinion_off_gets_none(
     redis_client,
     reading_agent,  # noqa: F811
 ):
-    from dataclasses import replace
-
-    from agents.registry import get_agent
-
     tools = tuple(
         replace(t, second_opinion=False) if t.name == "send_email" else t for t in get_agent("demo").tools
     )
@@ -347,3 +346,18 @@ def test_an_injected_argument_reaches_the_model_only_inside_an_untrusted_block_a
     # The card's warnings are the provenance flags computed when raised, untouched by the reading.
     assert after["provenance_flags"] == before["provenance_flags"] == approval.provenance["flags"]
     assert after["provenance"] == before["provenance"]
+
+
+@pytest.mark.skipif(
+    (agents.provenance.__doc__ or "").startswith("PLACEHOLDER"),
+    reason="agents/provenance.py is a placeholder until the provenance engine lands (issue 38, part 1)",
+)
+def test_an_injected_argument_is_flagged_on_the_card_and_the_reading_leaves_the_flag(raised, provider):
+    approval = raised(scripted(**reading("low", "Safe.")), script=email_script(body=INJECTED))
+    flagged = [f for f in approval_data(approval)["provenance_flags"] if f["code"] == "addresses_reviewer"]
+    assert [f["pointer"] for f in flagged] == ["/body"]
+    approval = read(approval)
+    assert approval.reading["risk"] == "low"
+    assert [
+        f for f in approval_data(approval)["provenance_flags"] if f["code"] == "addresses_reviewer"
+    ] == flagged

@@ -53,7 +53,7 @@ def reading_requested(approval: ApprovalRequest) -> None:
     spec = second_opinion_of(approval)
     if spec is None:
         return
-    approval.reading = _reading(PENDING, spec)
+    approval.reading = _reading(PENDING, model_label(spec))
     approval_id = str(approval.id)
     # robust: a broker outage must not fail the raise; the reading then stays pending.
     transaction.on_commit(lambda: celery_app.send_task(READ_TASK, args=[approval_id]), robust=True)
@@ -89,31 +89,29 @@ def _reading_of(approval: ApprovalRequest) -> dict[str, Any]:
     """Ask the model (no transaction open, no row locked); any failure is "unavailable"."""
     spec = second_opinion_of(approval)
     if spec is None:
-        return _reading(
-            UNAVAILABLE, approval.reading or {}, error="no second opinion is configured here any more"
-        )
+        model = (approval.reading or {}).get("model", "")
+        return _reading(UNAVAILABLE, model, error="no second opinion is configured here any more")
+    model = model_label(spec)
     if spec.get("provider") == ProviderName.SCRIPTED and not settings.DESK_ALLOW_SCRIPTED_MODEL:
-        return _reading(UNAVAILABLE, spec, error="the scripted provider is disabled here")
+        return _reading(UNAVAILABLE, model, error="the scripted provider is disabled here")
     log = messages_through(approval.run, approval.tool_call_id)
     try:
         turn = _provider(spec).complete(_prompt(approval, log), [READING_TOOL])
     except ProviderError as exc:
-        return _reading(UNAVAILABLE, spec, error=f"the model failed: {exc}")
+        return _reading(UNAVAILABLE, model, error=f"the model failed: {exc}")
     except Exception:  # a bug must show as unavailable, not leave the reading pending
         incident = uuid.uuid4().hex[:12]
         logger.exception("second opinion for approval %s failed (incident %s)", approval.pk, incident)
-        return _reading(UNAVAILABLE, spec, error=f"internal error (incident {incident})")
-    return _validated(turn, approval, spec, steps=len(log))
+        return _reading(UNAVAILABLE, model, error=f"internal error (incident {incident})")
+    return _validated(turn, approval, model, steps=len(log))
 
 
-def _validated(
-    turn: AssistantTurn, approval: ApprovalRequest, spec: dict[str, Any], *, steps: int
-) -> dict[str, Any]:
+def _validated(turn: AssistantTurn, approval: ApprovalRequest, model: str, *, steps: int) -> dict[str, Any]:
     try:
         found = reading_from(turn, arguments=approval.arguments, steps=steps)
     except ReadingInvalid as exc:
-        return _reading(UNAVAILABLE, spec, error=f"the model's reading was invalid: {exc.reason}")
-    return _reading(READY, spec, **found)
+        return _reading(UNAVAILABLE, model, error=f"the model's reading was invalid: {exc.reason}")
+    return _reading(READY, model, **found)
 
 
 def _provider(spec: dict[str, Any]) -> ModelProvider:
@@ -157,12 +155,11 @@ def messages_through(run: Run, tool_call_id: str) -> list[dict[str, Any]]:
     return log
 
 
-def _reading(status: str, spec: dict[str, Any], **fields: Any) -> dict[str, Any]:
-    """A reading in its stored shape; `spec`: the model's spec (or the pending reading, whose
-    "model" names it)."""
+def _reading(status: str, model: str, **fields: Any) -> dict[str, Any]:
+    """A reading in its stored shape, by the model named `model`."""
     reading: dict[str, Any] = {
         "status": status,
-        "model": spec.get("model") or model_label(spec),
+        "model": model,
         "risk": fields.get("risk"),  # None unless the model gave a valid reading: never "low"
         "summary": fields.get("summary", ""),
         "concerns": fields.get("concerns", []),

@@ -25,6 +25,7 @@ from typing import Any
 from agents.mcp import MCPServer, mcp_tools
 from agents.providers import ProviderName
 from agents.routing import Route, routed_to
+from agents.second_opinion import model_spec_problem
 from agents.tools import Tool
 
 
@@ -67,6 +68,10 @@ class Agent:
             raise ValueError("on_approval_expired is 'continue' or 'fail'") from None
         object.__setattr__(self, "on_approval_expired", on_expiry)
         object.__setattr__(self, "mcp_servers", tuple(self.mcp_servers))
+        if self.second_opinion is not None:
+            problem = model_spec_problem(self.second_opinion)
+            if problem:
+                raise ValueError(f"agent {self.name!r}: second_opinion: {problem}")
 
     def tool(self, name: str) -> Tool | None:
         found = next((t for t in self.tools if t.name == name), None)

@@ -29,6 +29,7 @@ import referencing.exceptions
 
 from agents.routing import Quorum, Route
 from agents.sandbox import SandboxConfig
+from agents.second_opinion import model_spec_problem
 
 
 class Effect(StrEnum):
@@ -253,6 +254,10 @@ class Tool:
                 f"tool {self.name!r}: its parameters are not a valid JSON Schema at {where}: {exc.message}"
             ) from None
         object.__setattr__(self, "_validator", jsonschema.Draft202012Validator(self.parameters))
+        if self.second_opinion is not None and self.second_opinion is not False:
+            problem = model_spec_problem(self.second_opinion)
+            if problem:
+                raise ValueError(f"tool {self.name!r}: second_opinion: {problem}")
 
     @property
     def trusts_output(self) -> bool:

@@ -1,6 +1,6 @@
-"""Beat's approvals clock: remind, escalate, notify; and the reviewers' digests. Idempotent:
-every change and every mail is claimed by compare-and-set, so a duplicate or concurrent tick
-does nothing twice."""
+"""Beat's approvals clock: remind, escalate, notify; the reviewers' digests; and a raised
+call's second opinion. Idempotent: every change and every mail is claimed by compare-and-set,
+so a duplicate or concurrent tick (or reading) does nothing twice."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from reviewdesk.approvals.lifecycle.notify import (
     approvals_warn_expiring,
     notify_send,
 )
+from reviewdesk.approvals.lifecycle.reading import READ_TASK, reading_take
 
 
 @shared_task(name="approvals.tick")
@@ -41,3 +42,9 @@ def approvals_tick() -> dict[str, int]:
 def digest() -> dict[str, int]:
     """Each reviewer's digest, when theirs is due (DESK_NOTIFY_DIGEST_TICK_SECONDS apart)."""
     return {"digests": digests_send(now=timezone.now())}
+
+
+@shared_task(name=READ_TASK)
+def approval_read(approval_id: str) -> str:
+    """A raised call's second opinion (approvals/lifecycle/reading.py), sent when it is raised."""
+    return reading_take(approval_id=approval_id)

@@ -21,6 +21,7 @@ from agents.state import SCHEMA_VERSION, CallState, CallStatus
 from reviewdesk.approvals.access import approval_audience
 from reviewdesk.approvals.lifecycle.clock import respond_by_for
 from reviewdesk.approvals.lifecycle.provenance import call_provenance
+from reviewdesk.approvals.lifecycle.reading import reading_requested
 from reviewdesk.approvals.lifecycle.routing import targets_for_call
 from reviewdesk.approvals.models import (
     AWAITING_KINDS,
@@ -92,6 +93,7 @@ def approval_raise(
         if question
         else call_provenance(run, tool_call_id=call.id, tool_name=call.name, arguments=arguments, log=log),
     )
+    reading_requested(approval)  # inserted with its reading pending, if it gets one
     approval_insert(approval)
     # A request just created has no votes yet: its event's quorum reads none, as if prefetched
     # (no query, and no SQL compiled for an empty one).

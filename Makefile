@@ -64,6 +64,7 @@ bench: $(VENV)/.installed-bench
 # and recall, and the targets; exits 1 when a target is missed. Pure CPU, no stack.
 eval: $(VENV)/.installed-dev
 	$(PY) -m bench.provenance_eval
+	$(PY) -m bench.reading_eval
 
 # Long fault-injection loop: many runs, workers kill -9'd at every step boundary.
 # `make test` runs the same test short (8 runs).

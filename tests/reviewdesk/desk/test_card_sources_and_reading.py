@@ -209,3 +209,27 @@ def test_the_desk_and_the_approval_page_draw_the_sources_and_the_reading(interru
         '<p class="warning">⚠ /to came only from read_inbox&#x27;s output at step 3 (untrusted)</p>' in page
     )
     assert '<a href="#arg-0">/to</a>' in page
+
+
+def test_an_edit_that_replaces_the_untrusted_recipient_no_longer_warns_and_one_that_keeps_it_does(
+    interrupted_run, personas
+):
+    approval = raised(interrupted_run, flags=[UNTRUSTED_TO])
+    client = Client()
+    client.force_login(personas.alice)
+
+    def summary_for(arguments: dict) -> dict:
+        answer = client.post(
+            f"/approvals/{approval.id}/preview", {"arguments": arguments}, content_type="application/json"
+        )
+        assert answer.status_code == 200, answer.content
+        return answer.json()["summary"]
+
+    kept = summary_for({**approval.arguments, "body": "Reworded by the reviewer."})
+    assert UNTRUSTED_TO["text"] in kept["unusual"]
+    rows = {row["pointer"]: row for row in kept["provenance"]}
+    assert rows["/to"]["label"] == source_label(FROM_INBOX)
+    assert rows["/body"]["label"] == source_label({"kind": "reviewer", "match": "exact", "by": "alice"})
+    replaced = summary_for({**approval.arguments, "to": "grace@example.com"})
+    assert UNTRUSTED_TO["text"] not in replaced["unusual"]
+    assert not any(row["warning"] for row in replaced["provenance"])

@@ -101,8 +101,8 @@ def call_summary(payload: dict[str, Any], *, preview: dict[str, Any] | None = No
     unusual = list(warnings)
     if invisible:
         unusual.append("the arguments contain invisible characters (shown escaped)")
-    rows = provenance_rows(payload)
-    reading = reading_view(payload.get("reading"), rows)
+    arguments = provenance_rows(payload)
+    reading = reading_view(payload.get("reading"), arguments)
     if reading["level"] == "high":
         unusual.append(high_reading_line(payload["reading"]))
     quorum = payload.get("quorum") or {}
@@ -119,19 +119,23 @@ def call_summary(payload: dict[str, Any], *, preview: dict[str, Any] | None = No
         "device_key": device_decisions_required_everywhere()
         if external
         else device_decision_required(agent=payload.get("agent") or "", tool=payload["tool"]),
-        "provenance": rows,
+        "provenance": arguments,
         "provenance_warnings": flagged,
-        "provenance_note": ""
-        if rows is not None
-        else EXTERNAL_PROVENANCE
-        if external
-        else UNKNOWN_PROVENANCE,
+        "provenance_note": provenance_note(arguments, external=bool(external)),
         "reading": payload.get("reading"),
         "reading_level": reading["level"],
         "reading_line": reading["line"],
         "reading_said": reading["said"],
         "concerns": reading["concerns"],
     }
+
+
+def provenance_note(arguments: list[dict[str, Any]] | None, *, external: bool) -> str:
+    """Why a call has no sources to draw: its framework keeps the conversation, or (an agent
+    this process does not load) the desk could not trace it. "" when it has them."""
+    if arguments is not None:
+        return ""
+    return EXTERNAL_PROVENANCE if external else UNKNOWN_PROVENANCE
 
 
 def provenance_rows(payload: dict[str, Any]) -> list[dict[str, Any]] | None:

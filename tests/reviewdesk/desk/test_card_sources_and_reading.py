@@ -144,15 +144,17 @@ def test_a_call_whose_provenance_is_not_known_says_so(interrupted_run):
 
 
 def read_queue(interrupted_run) -> dict[str, ApprovalRequest]:
-    """Five pending calls: read high, medium, low, pending and failed; and one not read."""
+    """Six pending calls: read high, medium and low, one being read, one whose reading failed,
+    and one not read."""
     _, first = interrupted_run()
     clone_pending(first, 5)
     rows = list(ApprovalRequest.objects.filter(status="pending").order_by("expires_at", "created_at", "id"))
     names = ["none", "low", "unavailable", "pending", "medium", "high"]  # expiry order: high last
     reads = {
         "low": reading(risk="low"),
-        "unavailable": reading(status="unavailable", risk=None, error="boom"),
-        "pending": reading(status="pending", risk=None),
+        # Not ready, whatever risk they carry: the rest, never ranked by it.
+        "unavailable": reading(status="unavailable", risk="high", error="boom"),
+        "pending": reading(status="pending", risk="medium"),
         "medium": reading(risk="medium"),
         "high": reading(risk="high"),
     }

@@ -140,7 +140,7 @@ def provenance_note(arguments: list[dict[str, Any]] | None, *, external: bool) -
 
 def provenance_rows(payload: dict[str, Any]) -> list[dict[str, Any]] | None:
     """Each argument (a string or number leaf, by JSON Pointer) as the card draws it beside its
-    source: {"pointer", "name": the pointer without its leading slash, "value": shortened,
+    source: {"pointer", "name": how the card names it, "value": shortened,
     "label": its best source's words, "untrusted": the best source is an untrusted tool's
     output, "warning": a provenance flag names it}. None when where they came from is not known
     (an external run's call: its framework keeps the conversation)."""
@@ -154,7 +154,7 @@ def provenance_rows(payload: dict[str, Any]) -> list[dict[str, Any]] | None:
         rows.append(
             {
                 "pointer": pointer,
-                "name": pointer[1:].replace("~1", "/").replace("~0", "~"),
+                "name": pointer,  # as the flags and the reading's concerns name it
                 "value": _shortened(str(value), ARGUMENT_CHARS),
                 "label": source_label(best) if best else "not traced",
                 "untrusted": bool(best and best.get("kind") == "tool_output" and not best.get("trusted")),
@@ -168,7 +168,7 @@ def reading_view(reading: dict[str, Any] | None, rows: list[dict[str, Any]] | No
     """The second opinion as the card draws it: {"level": "" (none asked for) | "pending" |
     "unavailable" | "low" | "medium" | "high", "line": the queue row's words, "said": the
     detail's ("high risk", "being read…", "unavailable: why"), "concerns": each
-    [{"about", "text", "row": the index of the argument it names in `rows`, or None}]}. Only a
+    [{"about", "label": `about_label`, "text", "row": the index of the argument it names in `rows`, or None}]}. Only a
     ready reading with a known risk has a risk level: a pending, failed or malformed one is
     never "low"."""
     if not reading:
@@ -184,11 +184,23 @@ def reading_view(reading: dict[str, Any] | None, rows: list[dict[str, Any]] | No
     said = f"unavailable: {reading.get('error') or 'no reason given'}" if level == "unavailable" else words
     index = {row["pointer"]: i for i, row in enumerate(rows or [])}
     concerns = [
-        {"about": str(c.get("about", "")), "text": str(c.get("text", "")), "row": index.get(c.get("about"))}
+        {
+            "about": str(c.get("about", "")),
+            "label": about_label(c.get("about")),
+            "text": str(c.get("text", "")),
+            "row": index.get(c.get("about")),
+        }
         for c in (reading.get("concerns") or [] if level in READING_RISKS else [])
         if isinstance(c, dict)
     ]
     return {"level": level, "line": f"2nd opinion: {words}", "said": said, "concerns": concerns}
+
+
+def about_label(about: Any) -> str:
+    """What a concern points at, as a reviewer reads it: an argument's pointer ("/to") as it is,
+    a message ("step:3") as "step 3"."""
+    text = str(about or "")
+    return f"step {text[5:]}" if text.startswith("step:") else text
 
 
 def high_reading_line(reading: dict[str, Any]) -> str:
@@ -196,7 +208,7 @@ def high_reading_line(reading: dict[str, Any]) -> str:
     summary when it names none), said to be a model's."""
     concerns = [c for c in reading.get("concerns") or [] if isinstance(c, dict)]
     said = "; ".join(
-        f"{c.get('about')}: {c.get('text', '')}" if c.get("about") else str(c.get("text", ""))
+        f"{about_label(c.get('about'))}: {c.get('text', '')}" if c.get("about") else str(c.get("text", ""))
         for c in concerns
     )
     return f"A second opinion (model output) reads this as high risk: {said or reading.get('summary') or 'no concerns given'}"

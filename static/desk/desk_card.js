@@ -171,10 +171,10 @@
       ...summary.concerns.map((c) => {
         const li = el("li");
         if (c.row !== null && c.row !== undefined) {
-          const a = el("a", "", visible(c.about));
+          const a = el("a", "", visible(c.label));
           a.href = "#" + anchor(c.row);
           li.append(a, ": ");
-        } else if (c.about) li.append(el("span", "about", visible(c.about)), ": ");
+        } else if (c.about) li.append(el("span", "about", visible(c.label)), ": ");
         li.append(visible(c.text));
         return li;
       })

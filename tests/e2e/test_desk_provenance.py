@@ -112,7 +112,7 @@ def test_an_untrusted_recipient_is_labelled_warned_left_out_of_all_similar_and_n
     expect(card.locator(".risk-line")).to_contain_text(UNTRUSTED_TO["text"])
     expect(card.locator(".what .warnings")).to_contain_text("⚠ " + UNTRUSTED_TO["text"])
     to = card.locator("dl.provenance dd").first
-    expect(card.locator("dl.provenance dt").first).to_have_text("to")
+    expect(card.locator("dl.provenance dt").first).to_have_text("/to")
     expect(to.locator(".arg-value")).to_have_text("ada@example.com")
     expect(to.locator(".source")).to_have_text("⚠ " + source_label(FROM_INBOX))
     expect(to).to_have_class("arg flagged")
@@ -190,7 +190,7 @@ def test_a_reading_arrives_live_and_a_high_one_asks_first_stating_its_concerns(
     assert dialogs == []
 
     # The approval page draws the same reading and asks the same question.
-    other_run, other_id = raised_call(live_stack, carol_token, "grace@example.com")
+    _, other_id = raised_call(live_stack, carol_token, "grace@example.com")
     set_provenance(other_id, [])
     announce_reading(other_id, HIGH)
     page.goto(f"{live_stack.url}/approvals/{other_id}/")

@@ -91,7 +91,7 @@ def test_a_high_reading_asks_for_a_confirmation_that_states_its_concerns(interru
     summary = call_summary(approval_data(raised(interrupted_run, read=reading(risk="high"))))
     assert summary["unusual"] == [
         "A second opinion (model output) reads this as high risk: /to: the recipient came from an "
-        "inbound email; step:3: the email asks to send the refund elsewhere"
+        "inbound email; step 3: the email asks to send the refund elsewhere"
     ]
     assert summary["reading_level"] == "high"
     assert summary["reading_line"] == "2nd opinion: high risk"

@@ -1,8 +1,8 @@
 """Issue 38 on the desk, in headless Chromium against daphne and a Celery worker: a card whose
 recipient came only from an untrusted tool's output shows where each argument came from and
 warns; "select all similar" leaves it out and the batch's confirmation names the warning; a
-second opinion arrives live on an open desk (stored and announced as approval.updated, as the
-reading task does) and a high one's confirmation states its concerns; the queue sorts risk
+second opinion arrives live on an open desk and an open approval page (stored and announced as
+approval.updated, as the reading task does) and a high one's confirmation states its concerns; the queue sorts risk
 first and filters by reading, live and on a reload.
 
 The provenance engine and the reading task land from other branches: here each call's stored
@@ -189,12 +189,15 @@ def test_a_reading_arrives_live_and_a_high_one_asks_first_stating_its_concerns(
     assert wait_for_run(live_stack, carol_token, run_id)["status"] == "succeeded"
     assert dialogs == []
 
-    # The approval page draws the same reading and asks the same question.
+    # The approval page, open when the reading arrives, draws it and asks the same question.
     _, other_id = raised_call(live_stack, carol_token, "grace@example.com")
     set_provenance(other_id, [])
-    announce_reading(other_id, HIGH)
     page.goto(f"{live_stack.url}/approvals/{other_id}/")
+    page.wait_for_selector("#approval[data-socket='live']", timeout=20_000)
+    expect(page.locator("#beside-call section.reading")).to_have_count(0)
+    announce_reading(other_id, HIGH)
     expect(page.locator("#beside-call section.reading .reading-risk")).to_have_text("high risk")
+    expect(page.locator("#beside-call section.reading .concerns a")).to_have_attribute("href", "#arg-0")
     expect(page.locator("#beside-call dl.provenance dd").first.locator(".source")).to_have_text(
         source_label(FROM_INBOX)
     )

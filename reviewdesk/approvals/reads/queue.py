@@ -68,7 +68,9 @@ RISK_REST = 2
 
 def reading_rank(payload: Mapping[str, Any]) -> int:
     reading = payload.get("reading") or {}
-    return RISK_RANKS.get(reading.get("risk"), RISK_REST) if reading.get("status") == "ready" else RISK_REST
+    if reading.get("status") != "ready":
+        return RISK_REST
+    return RISK_RANKS.get(str(reading.get("risk")), RISK_REST)
 
 
 def _read_at(risks: Sequence[str]) -> Q:

@@ -190,7 +190,9 @@ def _snapshot(user, view: tuple[QueueFilters, int] = (QueueFilters(), 0)) -> dic
         "seq": seq,
         "type": "snapshot",
         "data": {
-            "approvals": with_desk_view(approvals_data(page.approvals), username=user.get_username()),
+            "approvals": with_desk_view(
+                approvals_data(page.approvals), username=user.get_username(), sort=filters.sort
+            ),
             "total": page.total,
             "total_capped": page.total_capped,
             "matching": page.matching,
@@ -343,7 +345,7 @@ class DeskConsumer(AsyncJsonWebsocketConsumer):
         username = self.user.get_username()
         filters, _ = self.view
         placed = {
-            "sort_key": queue_sort_key(data, username),
+            "sort_key": queue_sort_key(data, username, sort=filters.sort),
             "matches": queue_matches(data, filters, username),
         }
         return {**event, "data": {**data, "desk": placed}}

@@ -58,6 +58,11 @@
       page.dataset.votes = String(q.approved_by.length);
       rereadSummary();
     }
+    // So does a second opinion that arrives (a high one asks first): read anew, then drawn.
+    if (readingKey(approval.reading) !== readingKey(summary && summary.reading)) {
+      if (summary) summary = { ...summary, reading: approval.reading }; // until the server's answer
+      rereadSummary(drawReading);
+    }
     const targets = (approval.reviewer && approval.reviewer.targets) || [];
     const users = (approval.reviewer && approval.reviewer.users) || [];
     document.getElementById("approval-targets").firstChild.textContent = (targets.length ? targets.join(", ") : "any reviewer") + " ";
@@ -161,14 +166,62 @@
     }
   }
 
-  function rereadSummary() {
+  function rereadSummary(then) {
     if (!summary || !decideForm || page.dataset.status !== "pending") return;
     const reading = previewOf(original).then((result) => {
       if (result.summary) summary = result.summary;
+      if (result.summary && then) then(result.summary);
     });
     rereading = reading.finally(() => {
       if (rereading === reading) rereading = null;
     });
+  }
+
+  // What tells one reading from another: its state, its risk and when it was made.
+  function readingKey(reading) {
+    return reading ? [reading.status, reading.risk, reading.at, reading.error].join("|") : "";
+  }
+
+  // The second opinion block as _sources.html draws it (on_page), from the server's summary:
+  // its level, words and concerns are the server's (desk/cards.py reading_view).
+  function drawReading(s) {
+    const box = document.getElementById("beside-call");
+    if (!box) return;
+    const old = box.querySelector("section.reading");
+    if (!s.reading) return old && old.remove();
+    const el = (tag, cls, text) => {
+      const n = document.createElement(tag);
+      if (cls) n.className = cls;
+      if (text !== undefined) n.textContent = text;
+      return n;
+    };
+    const section = el("section", "reading");
+    section.dataset.level = s.reading_level;
+    section.setAttribute("aria-label", "Second opinion");
+    const head = el("h2", "", "Second opinion ");
+    head.id = "reading-title";
+    head.append(el("span", "untrusted-tag", "model output, advice only"));
+    const said = el("p", "reading-said");
+    said.append(el("span", "reading-risk", visible(s.reading_said)));
+    if (s.reading.model) said.append(" ", el("span", "reading-model", "· " + visible(s.reading.model)));
+    section.append(head, said);
+    if (s.reading.summary && s.reading_level !== "pending" && s.reading_level !== "unavailable") {
+      section.append(el("p", "reading-summary", visible(s.reading.summary)));
+    }
+    const concerns = el("ul", "concerns");
+    (s.concerns || []).forEach((c) => {
+      const li = el("li");
+      if (c.row !== null && c.row !== undefined) {
+        const a = el("a", "", visible(c.label));
+        a.href = "#arg-" + c.row;
+        li.append(a, ": ");
+      } else if (c.about) li.append(el("span", "about", visible(c.label)), ": ");
+      li.append(visible(c.text));
+      concerns.append(li);
+    });
+    section.append(concerns);
+    if (old) old.replaceWith(section);
+    else box.append(section);
   }
 
   // Ask about `s` (a summary) in the page dialog, if it lists anything unusual: true to go on.

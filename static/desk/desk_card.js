@@ -127,6 +127,58 @@
       node.querySelector(".body-lines").textContent = summary.body === null ? "" : exact(summary.body);
     }
     if (!(summary && summary.device_key)) node.querySelectorAll("[data-if-device-key]").forEach((el) => el.remove());
+    sourceParts(node, approval, summary);
+  }
+
+  // Where each argument came from and the second opinion, as _sources.html draws them from the
+  // server's summary: the words are the server's (source labels, the reading's level and line).
+  function sourceParts(node, approval, summary) {
+    const drop = (slot) => node.querySelectorAll("[" + slot + "]").forEach((el) => el.remove());
+    const el = (tag, cls, text) => {
+      const n = document.createElement(tag);
+      if (cls) n.className = cls;
+      if (text !== undefined) n.textContent = text;
+      return n;
+    };
+    const anchor = (i) => "arg-" + approval.id + "-" + i;
+    if (!summary || !summary.reading) drop("data-if-reading");
+    if (!summary) return;
+    const rows = summary.provenance;
+    if (rows) {
+      node.querySelector(".provenance").replaceChildren(
+        ...rows.flatMap((row, i) => {
+          const dd = el("dd", "arg" + (row.warning ? " flagged" : row.untrusted ? " untrusted" : ""));
+          dd.id = anchor(i);
+          dd.append(el("span", "arg-value", exact(row.value)), " ", el("span", "source", (row.warning ? "⚠ " : "") + visible(row.label)));
+          return [el("dt", "", visible(row.name)), dd];
+        })
+      );
+    } else drop("data-if-provenance");
+    if (summary.provenance_note) node.querySelector(".provenance-note").textContent = summary.provenance_note;
+    else drop("data-if-provenance-note");
+    if (!summary.reading) return;
+    node.querySelector(".reading-line").textContent = summary.reading_line;
+    node.querySelectorAll(".reading-line, section.reading").forEach((part) => (part.dataset.level = summary.reading_level));
+    node.querySelector(".reading-risk").textContent = visible(summary.reading_said);
+    const model = node.querySelector(".reading-model");
+    if (summary.reading.model) model.textContent = "· " + visible(summary.reading.model);
+    else model.remove();
+    const level = summary.reading_level;
+    if (summary.reading.summary && level !== "pending" && level !== "unavailable") {
+      node.querySelector(".reading-summary").textContent = visible(summary.reading.summary);
+    } else drop("data-if-reading-summary");
+    node.querySelector(".concerns").replaceChildren(
+      ...summary.concerns.map((c) => {
+        const li = el("li");
+        if (c.row !== null && c.row !== undefined) {
+          const a = el("a", "", visible(c.label));
+          a.href = "#" + anchor(c.row);
+          li.append(a, ": ");
+        } else if (c.about) li.append(el("span", "about", visible(c.label)), ": ");
+        li.append(visible(c.text));
+        return li;
+      })
+    );
   }
 
   // An external run's call (its framework's, outside the desk): where it comes from, the

@@ -2,9 +2,10 @@
 desk, the Questions tab, the approval page of a call and of a question, the run page, the runs
 list, the grants, settings, tokens, webhooks, keys and API docs pages, and an admin's audit and
 MCP pages, and the login page, in headless Chromium against daphne and a Celery worker, each at
-1280 and 390 px wide: no violation of any impact on any of them. Each page
-is also photographed at 1280 px and at phone width under var/screenshots/, and axe's findings
-per page are written next to them (axe-<page>.json)."""
+1280 and 390 px wide: no violation of any impact on any of them. The desk's selected card and
+the call's page carry where each argument came from (a flag among them) and a high second
+opinion. Each page is also photographed at 1280 px and at phone width under var/screenshots/,
+and axe's findings per page are written next to them (axe-<page>.json)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from axe_playwright_python.sync_playwright import Axe
 from reviewdesk.accounts.services import token_create
 from tests.conftest import SEND_EMAIL_SCRIPT
 from tests.e2e.conftest import wait_for_run
+from tests.e2e.test_desk_provenance import HIGH, UNTRUSTED_TO, announce_reading, select, set_provenance
 from tests.e2e.test_desk_review import SHOTS, browser, card_for, log_in, shoot, submit  # noqa: F401
 from tests.reviewdesk.desk.test_review_context import REFUND_SCRIPT
 
@@ -84,11 +86,21 @@ def test_no_page_of_the_desk_has_any_accessibility_violation_at_either_width(
     assert natives == []
     assert wait_for_run(live_stack, carol_token, decided_run)["status"] == "succeeded"
 
+    # The pending call carries where its arguments came from (a flag among them) and a high
+    # second opinion: the desk's and its page's audits read those blocks too.
+    pending_id = pending["approvals"][0]["id"]
+    set_provenance(pending_id, [{**UNTRUSTED_TO, "pointer": "/order_id"}])
+    announce_reading(
+        pending_id, {**HIGH, "concerns": [*HIGH["concerns"], {"about": "step:2", "text": "a step"}]}
+    )
     page.goto(live_stack.url + "/")
     card_for(page, pending_run)
+    select(page, pending_run)
+    page.wait_for_selector(f"li.card[data-run='{pending_run}'] section.reading")
     audit(page, "desk", found)
-    page.goto(f"{live_stack.url}/approvals/{pending['approvals'][0]['id']}/")
+    page.goto(f"{live_stack.url}/approvals/{pending_id}/")
     page.wait_for_selector("#preview")
+    page.wait_for_selector("#beside-call section.reading")
     audit(page, "approval", found)
     page.goto(f"{live_stack.url}/runs/{decided_run}/")
     audit(page, "run", found)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Case, Exists, IntegerField, OuterRef, Q, QuerySet, Value, When
 
 from reviewdesk.accounts.targets import targets_of
 from reviewdesk.approvals.access import approvals_visible_to
@@ -54,16 +54,43 @@ def queue_tiers(rows: QuerySet, user: User) -> QueueTiers:
 QUEUE_ORDER = ("expires_at", "created_at", "id")
 
 
-def queue_sort_key(payload: Mapping[str, Any], username: str) -> list[str]:
+# The queue's sorts (`?sort=`): "" mine first, then by expiry; "risk" the second opinion's
+# ready high readings first, then its medium ones, then the rest, each in the usual order.
+SORT_RISK = "risk"
+QUEUE_SORTS = ("", SORT_RISK)
+# The reading filter (`?reading=`): "" any, or the least ready risk a call must be read at.
+READING_FILTERS = {"": (), "medium": ("medium", "high"), "high": ("high",)}
+# A reading's rank in "risk first": only a ready reading ranks; pending, failed, low or none
+# are "the rest", in the usual order (an unavailable reading is never taken for a low one).
+RISK_RANKS = {"high": 0, "medium": 1}
+RISK_REST = 2
+
+
+def reading_rank(payload: Mapping[str, Any]) -> int:
+    reading = payload.get("reading") or {}
+    if reading.get("status") != "ready":
+        return RISK_REST
+    return RISK_RANKS.get(str(reading.get("risk")), RISK_REST)
+
+
+def _read_at(risks: Sequence[str]) -> Q:
+    """Rows whose reading is ready at one of `risks` (the reading column is JSON, or null)."""
+    return Q(reading__status="ready", reading__risk__in=list(risks))
+
+
+def queue_sort_key(payload: Mapping[str, Any], username: str, *, sort: str = "") -> list[str]:
     """An approval's place in `username`'s queue, from its payload (`approval_data`), as
-    `in_queue_order` reads the rows: the tier (0 named me, 1 a group of mine, 2 the rest), then
+    `in_queue_order` reads the rows: with `sort` "risk" the reading's rank first
+    (`reading_rank`), then the tier (0 named me, 1 a group of mine, 2 the rest), then
     QUEUE_ORDER's columns as sortable text. The desk sends it with each card, so the page's
     script places a live call where the server's next page would, with no rules of its own:
-    lists of these compare as the rows sort."""
+    lists of these compare as the rows sort (a reading that arrives moves the card)."""
     reviewer = payload.get("reviewer") or {}
     targets, users = reviewer.get("targets") or [], reviewer.get("users") or []
     tier = "0" if username in targets else "1" if username in users else "2"
+    rank = [str(reading_rank(payload))] if sort == SORT_RISK else []
     return [
+        *rank,
         tier,
         payload.get("expires_at") or "",
         payload.get("created_at") or "",
@@ -85,8 +112,30 @@ def queue_matches(payload: Mapping[str, Any], filters: QueueFilters, username: s
         filters.assignee != "me" or username in users,
         filters.assignee != "any" or not targets,
         filters.assignee in ("", "me", "any") or filters.assignee in targets,
+        not filters.reading or _reading_passes(payload, READING_FILTERS.get(filters.reading, ())),
     )
     return all(checks)
+
+
+def _reading_passes(payload: Mapping[str, Any], risks: Sequence[str]) -> bool:
+    reading = payload.get("reading") or {}
+    return reading.get("status") == "ready" and reading.get("risk") in risks
+
+
+def in_sorted_order(rows: QuerySet, tiers: QueueTiers, sort: str) -> list[QuerySet]:
+    """`rows` in the order `sort` names, as parts read one after another: with "risk", the
+    ready high readings, then the medium ones, then the rest, each in the queue's order."""
+    if sort != SORT_RISK:
+        return in_queue_order(rows, tiers)
+    ranked = rows.annotate(
+        risk_rank=Case(
+            *(When(_read_at([risk]), then=Value(rank)) for risk, rank in RISK_RANKS.items()),
+            default=Value(RISK_REST),
+            output_field=IntegerField(),
+        )
+    )
+    ranks = [*RISK_RANKS.values(), RISK_REST]
+    return [part for rank in ranks for part in in_queue_order(ranked.filter(risk_rank=rank), tiers)]
 
 
 def in_queue_order(rows: QuerySet, tiers: QueueTiers) -> list[QuerySet]:
@@ -125,10 +174,12 @@ class QueueFilters:
     run: str = ""
     assignee: str = ""  # "" anyone, "me", "any" (open to every reviewer), or a username
     kind: str = ""  # "" every kind, or one ApprovalKind ("question": the desk's Questions tab)
+    reading: str = ""  # "" any, "medium" (medium and up) or "high": the second opinion's risk
+    sort: str = ""  # not a filter: the order (QUEUE_SORTS), kept with the filters in every link
 
 
 # The queue's view as a URL's query names it: the desk page's, and its socket's (the same page).
-QUEUE_FILTER_NAMES = ("agent", "tool", "run", "assignee", "kind")
+QUEUE_FILTER_NAMES = ("agent", "tool", "run", "assignee", "kind", "reading", "sort")
 # The furthest offset a URL may ask for: past it every page is empty anyway, and the database's
 # integer (a bigint, and SQLite's) must not overflow on a number someone typed.
 QUEUE_MAX_OFFSET = 10**9
@@ -144,6 +195,10 @@ def queue_view_from(params: Mapping[str, str]) -> tuple[QueueFilters, int]:
     filters = QueueFilters(
         **{name: comparable_text(str(params.get(name, ""))).strip()[:200] for name in QUEUE_FILTER_NAMES}
     )
+    if filters.reading not in READING_FILTERS:
+        filters = replace(filters, reading="")
+    if filters.sort not in QUEUE_SORTS:
+        filters = replace(filters, sort="")
     try:
         offset = int(str(params.get("offset", 0)))
     except ValueError:
@@ -226,12 +281,14 @@ def approvals_queue_for(user: User, filters: QueueFilters, *, offset: int = 0) -
         rows = rows.filter(assignees=[])
     elif filters.assignee:
         rows = rows.filter(NamesAny("assignees", [filters.assignee]))
+    if filters.reading:
+        rows = rows.filter(_read_at(READING_FILTERS[filters.reading]))
     filtered = rows is not pending
     matching, matching_capped = _capped_count(rows) if filtered else (total, total_capped)
     offset = min(max(0, offset), QUEUE_MAX_PAGE_OFFSET)
     if offset and offset >= matching and not matching_capped:  # past the end
         offset = (matching - 1) // QUEUE_PAGE_SIZE * QUEUE_PAGE_SIZE if matching else 0
-    window, more = _window(rows, in_queue_order(rows, tiers), offset)
+    window, more = _window(rows, in_sorted_order(rows, tiers, filters.sort), offset)
     deeper = more and offset + QUEUE_PAGE_SIZE > QUEUE_MAX_PAGE_OFFSET
     return QueuePage(
         approvals=window,

@@ -4,6 +4,7 @@ preview as the reviewer edits; and the decision posted from the page or from the
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -16,6 +17,7 @@ from agents.canonical import canonical_json
 from reviewdesk.accounts.devicekeys import endorsed_key_ids
 from reviewdesk.approvals.access import approval_get_visible, may_decide
 from reviewdesk.approvals.deciding.record import approval_decide
+from reviewdesk.approvals.lifecycle.provenance import edited_provenance
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus, Verdict
 from reviewdesk.approvals.reads.context import approval_context, approval_preview, approval_tool
 from reviewdesk.approvals.reads.representation import approval_data
@@ -124,9 +126,32 @@ def approval_preview_json(request: HttpRequest, approval_id) -> JsonResponse:
     if json_depth_exceeds(body["arguments"], PREVIEW_MAX_DEPTH):
         return JsonResponse({"detail": f"the arguments nest deeper than {PREVIEW_MAX_DEPTH}"}, status=400)
     result = approval_preview(approval, body["arguments"])
-    edited = {**approval_data(approval), "arguments": body["arguments"]}
+    edited = {
+        **approval_data(approval),
+        "arguments": body["arguments"],
+        **edited_sources(approval, body["arguments"], reviewer=request.user.get_username()),
+    }
     result = {**result, "summary": _summary(edited, result)}
     return JsonResponse(result, status=422 if result["errors"] and result["preview"] is None else 200)
+
+
+def edited_sources(approval: ApprovalRequest, arguments: Any, *, reviewer: str) -> dict[str, Any]:
+    """The payload's provenance for edited arguments, as the decision will store it
+    (`edited_provenance`): a value kept keeps its sources and its flags, a value the reviewer
+    wrote is theirs and flags nothing. Without this an edit that replaced an untrusted
+    recipient still warned of it, and one that kept it drew the old value's sources."""
+    if approval.provenance is None:
+        return {}
+    before = approval.provenance.get("sources") or {}
+    sources = edited_provenance(approval.provenance, approval.arguments, arguments, reviewer=reviewer)[
+        "sources"
+    ]
+    kept = [
+        flag
+        for flag in approval.provenance.get("flags") or []
+        if flag.get("pointer") in sources and sources[flag["pointer"]] == before.get(flag["pointer"])
+    ]
+    return {"provenance": sources, "provenance_flags": kept}
 
 
 def _decide(request: HttpRequest, approval: ApprovalRequest) -> HttpResponse:

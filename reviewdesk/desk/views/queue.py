@@ -51,6 +51,8 @@ def desk(request: HttpRequest) -> HttpResponse:
     elif page.offset < offset:
         messages.info(request, f"Call {offset + 1:,} is past the end of this queue: here is its last page.")
     kept = {name: getattr(filters, name) for name in QUEUE_FILTER_NAMES if getattr(filters, name)}
+    # The sort is kept in every link, but a sorted queue is not a filtered one.
+    filtered = any(value for name, value in kept.items() if name != "sort")
     tools = sorted({tool.name for name in agent_names() for tool in get_agent(name).all_tools()})
     # The editor's form is built from the tool's JSON Schema (edit.js), by agent and tool.
     schemas = {
@@ -60,12 +62,15 @@ def desk(request: HttpRequest) -> HttpResponse:
         request,
         "desk/desk.html",
         {
-            "approvals": with_desk_view(approvals_data(page.approvals), username=request.user.get_username()),
+            "approvals": with_desk_view(
+                approvals_data(page.approvals), username=request.user.get_username(), sort=filters.sort
+            ),
             "page": page,
             "page_last": page.offset + len(page.approvals),
             "page_size": QUEUE_PAGE_SIZE,
             "filters": filters,
-            "filtered": bool(kept),
+            "filtered": filtered,
+            "clear_query": urlencode({"sort": filters.sort}) if filters.sort else "",
             "prev_query": urlencode({**kept, "offset": page.prev_offset})
             if page.prev_offset is not None
             else None,

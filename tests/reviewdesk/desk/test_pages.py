@@ -51,9 +51,15 @@ class Skeleton(HTMLParser):
         kind = attrs.get("data-for-kind") or optional or (self.open[-1] if self.open else None)
         if kind != self.DATA:
             self.shape.append((tag, attrs.get("class"), attrs.get("name"), kind))
-        # The summary's facts and warnings and a question's options are lists of data: their
-        # items are the approval's, not the card's shape.
-        if set((attrs.get("class") or "").split()) & {"facts", "warnings", "options"}:
+        # The summary's facts and warnings, its arguments' sources, the reading's concerns and a
+        # question's options are lists of data: their items are the approval's, not the card's shape.
+        if set((attrs.get("class") or "").split()) & {
+            "facts",
+            "warnings",
+            "options",
+            "provenance",
+            "concerns",
+        }:
             kind = self.DATA
         if tag not in self.VOID:
             self.open.append(kind)
@@ -62,6 +68,30 @@ class Skeleton(HTMLParser):
         if self.open and tag not in self.VOID:
             self.open.pop()
             self.done = not self.open
+
+
+# The parts of the blank card a served card may lack: desk.js drops them for a call without them.
+OPTIONAL_PARTS = (
+    "reconcile",
+    "question",
+    "if-invisible",
+    "if-quorum",
+    "if-handover",
+    "if-own-run",
+    "if-risk",
+    "if-device-key",
+    "if-answer",
+    # An external run's call: where it comes from, its framework's preview and limits.
+    "if-external",
+    "if-external-preview",
+    "if-no-edit",
+    "if-all-or-nothing",
+    # Issue 38: where the arguments came from (or why that is not known), the second opinion.
+    "if-provenance",
+    "if-provenance-note",
+    "if-reading",
+    "if-reading-summary",
+)
 
 
 def test_the_live_template_is_the_server_card_left_blank(interrupted_run, personas):
@@ -74,26 +104,32 @@ def test_the_live_template_is_the_server_card_left_blank(interrupted_run, person
     # The blank card carries the reconcile form, the question's form, the invisible-characters flag, the quorum's
     # count, the hand-over note and the own-run note too; desk.js drops them for a plain tool call.
     # The queue's summary parts apply to a call whose preview says so: its risk line, its device-key note.
-    optional = (
-        "reconcile",
-        "question",
-        "if-invisible",
-        "if-quorum",
-        "if-handover",
-        "if-own-run",
-        "if-risk",
-        "if-device-key",
-        "if-answer",
-        # An external run's call: where it comes from, its framework's preview and limits.
-        "if-external",
-        "if-external-preview",
-        "if-no-edit",
-        "if-all-or-nothing",
-    )
     present = {s[3] for s in served}
-    assert [s for s in blank if s[3] not in optional or s[3] in present] == served
+    assert [s for s in blank if s[3] not in OPTIONAL_PARTS or s[3] in present] == served
     assert {"if-quorum", "if-handover", "if-risk", "if-summary"} <= {s[3] for s in blank}
     assert any(s[3] == "reconcile" for s in blank)
+
+
+def test_the_blank_card_holds_the_served_cards_sources_and_second_opinion(interrupted_run, personas):
+    """A card with where its arguments came from and a ready reading: the same shape as the blank
+    card's, the parts it does not have aside (desk_card.js fills the blank card for a live one)."""
+    _, approval = interrupted_run()
+    approval.provenance = {"sources": {"/to": [{"kind": "task", "match": "exact", "step": 1}]}, "flags": []}
+    approval.reading = {
+        "status": "ready",
+        "model": "m",
+        "risk": "medium",
+        "summary": "Emails Ada.",
+        "concerns": [{"about": "/to", "text": "t"}],
+        "at": "2026-12-07T10:00:00Z",
+    }
+    approval.save()
+    page = logged_in(personas.alice).get("/").content.decode()
+    served = Skeleton(page, page.index('id="approvals"')).shape
+    blank = Skeleton(page, page.index('id="card-template"')).shape
+    present = {s[3] for s in served}
+    assert {"if-provenance", "if-reading", "if-reading-summary"} <= present
+    assert [s for s in blank if s[3] not in OPTIONAL_PARTS or s[3] in present] == served
 
 
 def test_the_live_template_carries_the_url_patterns_desk_js_fills_in(interrupted_run, personas):

@@ -46,9 +46,13 @@ class DeskClient:
         http_client: httpx.Client | None = None,
         *,
         skew: timedelta = CLOCK_SKEW,
+        trusted_tools: Iterable[str] = (),
     ) -> None:
         """`url` defaults to $REVIEWDESK_URL, `token` to $REVIEWDESK_TOKEN, `keys` to
-        `KeyRing.from_env()` ($REVIEWDESK_KEYS / $REVIEWDESK_KEYS_FILE), `store` to a MemoryStore."""
+        `KeyRing.from_env()` ($REVIEWDESK_KEYS / $REVIEWDESK_KEYS_FILE), `store` to a MemoryStore.
+        `trusted_tools`: the tools whose output is your own systems' truth (a lookup in your own
+        database); the desk treats every other tool's output as untrusted and warns when an
+        argument came only from it."""
         url = url or os.environ.get(URL_ENV)
         if not url:
             raise ValueError(f"the desk's URL: pass url= or set {URL_ENV}")
@@ -56,6 +60,7 @@ class DeskClient:
         self.keys = keys if keys is not None else KeyRing.from_env()
         self.store: Store = store if store is not None else MemoryStore()
         self.skew = skew
+        self.trusted_tools = tuple(trusted_tools)
         self.http = Http(self.url, token if token is not None else os.environ.get(TOKEN_ENV), http_client)
 
     def close(self) -> None:
@@ -134,7 +139,7 @@ class DeskClient:
             "checkpoint": checkpoint,
             "resume_policy": resume_policy,
             "calls": [call.body() for call in calls],
-            "context": context_body(context),
+            "context": context_body(context, trusted_tools=self.trusted_tools),
         }
         if reviewers is not None:
             body["reviewers"] = list(reviewers)
@@ -281,8 +286,11 @@ class DeskClient:
         return self.keys
 
 
-def context_body(messages: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """The last messages that fit the desk's context cap; `truncated` when some were left out."""
+def context_body(
+    messages: Iterable[Mapping[str, Any]], *, trusted_tools: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The last messages that fit the desk's context cap; `truncated` when some were left out.
+    The desk traces each call's arguments over them (a tool message may name its tool)."""
     kept: list[dict[str, Any]] = []
     size = 0
     given = [dict(m) for m in messages]
@@ -292,7 +300,10 @@ def context_body(messages: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             break
         kept.append(message)
     kept.reverse()
-    return {"messages": kept, "truncated": len(kept) < len(given)}
+    body: dict[str, Any] = {"messages": kept, "truncated": len(kept) < len(given)}
+    if trusted_tools:
+        body["trusted_tools"] = list(trusted_tools)
+    return body
 
 
 def tickets_from(

@@ -593,3 +593,47 @@ def test_a_pause_survives_its_process_and_the_resumer_picks_the_decision_up(lg):
 
 if __name__ == "__main__":
     pause_main()
+
+
+def test_the_desk_traces_an_argument_to_the_tool_whose_output_held_it_and_trusts_only_named_tools(lg):
+    """The adapter's context names each ToolMessage's tool and call: the desk's provenance says
+    the refund's order came from lookup_order's output, a warning unless the client names that
+    tool trusted (DeskClient(trusted_tools=...))."""
+
+    @tool
+    def lookup_order(customer: str) -> str:
+        """Find a customer's last order."""
+        return "Ada's last order is ZX-77."
+
+    script = (
+        AIMessage(content="", tool_calls=[{"name": "lookup_order", "args": {"customer": "ada"}, "id": "l1"}]),
+        refund_calls(("call_1", {"order_id": "ZX-77", "amount": 5})),
+        DONE,
+    )
+    seen = {}
+    for trusted in ((), ("lookup_order",)):
+        desk = lg.client()
+        desk.trusted_tools = trusted
+        gate = LangGraphDesk(
+            desk,
+            interrupt_on={"refund": ["approve", "edit", "reject"]},
+            tools=[make_refund_tool(lg.tool_log), lookup_order],
+            agent="support-bot",
+        )
+        thread = lg.t(f"trace-{len(trusted)}")
+        saver = SqliteSaver(sqlite3.connect(str(lg.graph_db), check_same_thread=False))
+        gate.invoke(
+            gate.create_agent(scripted(*script), checkpointer=saver),
+            ask("Refund Ada's last order."),
+            thread_id=thread,
+        )
+        approval = desk.approval(desk.store.ticket(external_id_for(thread), "call_1"))
+        seen[trusted] = approval
+        source = approval["provenance"]["/order_id"][0]
+        assert (source["kind"], source["tool"], source["call_id"]) == ("tool_output", "lookup_order", "l1")
+    assert seen[()]["provenance"]["/order_id"][0]["trusted"] is False
+    assert ("/order_id", "untrusted_origin") in {
+        (f["pointer"], f["code"]) for f in seen[()]["provenance_flags"]
+    }
+    assert seen[("lookup_order",)]["provenance"]["/order_id"][0]["trusted"] is True
+    assert not [f for f in seen[("lookup_order",)]["provenance_flags"] if f["code"] == "untrusted_origin"]

@@ -505,10 +505,15 @@ def _text(message: Any) -> str:
 
 
 def _context(messages: Sequence[Any]) -> list[dict[str, str]]:
-    return [
-        {"role": _ROLES.get(getattr(m, "type", ""), "user"), "content": _text(m)}
-        for m in messages[-CONTEXT_MESSAGES:]
-    ]
+    return [_context_message(m) for m in messages[-CONTEXT_MESSAGES:]]
+
+
+def _context_message(message: Any) -> dict[str, str]:
+    out = {"role": _ROLES.get(getattr(message, "type", ""), "user"), "content": _text(message)}
+    # A ToolMessage names its tool and call: the desk says whose output a value came from.
+    if out["role"] == "tool" and getattr(message, "name", None) and getattr(message, "tool_call_id", None):
+        out.update(name=str(message.name), tool_call_id=str(message.tool_call_id))
+    return out
 
 
 def _first_user_text(messages: Sequence[Any]) -> str:

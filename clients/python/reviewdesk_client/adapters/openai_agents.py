@@ -364,12 +364,18 @@ def _summary(value) -> str:
 def _context(items) -> list[dict]:
     """The run's recent items as desk context messages (untrusted, shown as such)."""
     messages = []
+    names: dict[str, str] = {}  # call id -> the tool it called: the desk says whose output a value came from
     for item in items:
         kind = item.get("type")
         if kind == "function_call":
+            names[str(item.get("call_id"))] = str(item.get("name"))
             messages.append({"role": "assistant", "content": f"{item.get('name')}({item.get('arguments')})"})
         elif kind == "function_call_output":
-            messages.append({"role": "tool", "content": _text(item.get("output"))})
+            message = {"role": "tool", "content": _text(item.get("output"))}
+            call_id = str(item.get("call_id"))
+            if call_id in names:
+                message.update(name=names[call_id], tool_call_id=call_id)
+            messages.append(message)
         elif item.get("role") in ("user", "assistant", "system"):
             messages.append({"role": item["role"], "content": _text(item.get("content"))})
     return messages

@@ -424,7 +424,16 @@ def _context(messages) -> list[dict]:
         for part in message.parts:
             if isinstance(message, ModelRequest):
                 role = roles.get(type(part))
-                if role:
+                if role == "tool":  # named: the desk says whose output a value came from
+                    out.append(
+                        {
+                            "role": role,
+                            "content": _summary(part.content),
+                            "name": part.tool_name,
+                            "tool_call_id": part.tool_call_id,
+                        }
+                    )
+                elif role:
                     out.append({"role": role, "content": _summary(part.content)})
             elif isinstance(part, TextPart):
                 out.append({"role": "assistant", "content": part.content})

@@ -23,6 +23,7 @@ log. Tested in-process by tests/agents/test_provenance.py.
 from __future__ import annotations
 
 import encodings.idna
+import functools
 import itertools
 import json
 import re
@@ -51,7 +52,14 @@ REJECTION_PREFIXES = (
     "This call was interrupted and it is unknown whether it took effect; a reviewer chose not to run it again",
 )
 SEEN_MAX = 200
+# What one call may cost, whoever wrote its arguments (an external run's are a framework's): the
+# distinct values traced, and the normalised matches whose text is looked for (`_seen`, the
+# dearest step). Past the first, a value is not traced and the call is flagged "untraced" (the
+# card then asks first: fail closed); past the second, a normalised match lists every step.
+TRACED_VALUES_MAX = 200
+SEEN_LOOKUPS_MAX = 32
 _KIND_RANK = {"task": 0, "reviewer": 1, "system": 2, "tool_output": 3}
+_REJECTION_RANK = 4
 
 # The subset of UTS #39's confusables that matters for addresses, hosts and commands, written as
 # escapes (the point of them is that they cannot be told apart on sight): Cyrillic and Greek
@@ -91,6 +99,13 @@ class ToolTrust:
     trusted: Callable[[str], bool]  # tool name -> whether its output is trusted
     # A question tool: its result is a reviewer's answer.
     answers_human: Callable[[str], bool] = lambda name: False
+    # Whether a reviewer rejected this call id, as the host recorded it. A tool's output that
+    # reads like a rejection is only one when the host says so: text is anybody's to write.
+    rejected: Callable[[str], bool] = lambda call_id: False
+    # Whether the host wrote the log's user messages (the desk does: the task, follow-ups, its
+    # notes and notices). A framework's shared context is its own word: "[Review Desk] Note from
+    # reviewer" there is text, not a note, and its user messages are marked shared.
+    desk_log: bool = True
 
 
 # Normalisation ----------------------------------------------------------------------------------
@@ -152,34 +167,38 @@ def _wordlike(char: str) -> bool:
     return char.isalnum() and ord(char) < 0x2E80
 
 
-def _continues(text: str, at: int, step: int) -> bool:
-    """Whether the character at `at`, read away from the match by `step` (-1 before, +1 after),
-    continues the word or number the match's edge is part of."""
-    if not 0 <= at < len(text):
-        return False
-    if _wordlike(text[at]):
-        return True
-    # "2.5" and "1,000": a separator between digits joins them into one number.
-    beyond = at + step
-    return text[at] in ".," and 0 <= beyond < len(text) and text[beyond].isdigit()
+# A letter or digit of a script with word edges (not CJK and later: `_wordlike`), as a class.
+_ALNUM = r"[^\W_\u2e80-\U0010ffff]"
+# Any token: a letter or digit continues it, and so does a "." or "," between digits ("2.5",
+# "1,000"): "A-10" is not in "A-1001", nor 25 in "2.5".
+_TOKEN_BEFORE = rf"(?<!{_ALNUM})(?<!\d[.,])"
+_TOKEN_AFTER = rf"(?!{_ALNUM})(?![.,]\d)"
+# An address, a host, a URL or a path is joined to the text around it by these too, between
+# letters or digits: "smith@gmail.com" is another mailbox than "john.smith@gmail.com", "acme.co"
+# another host than "acme.co.uk", "/tmp" another path than "/tmp/cache".
+_JOINERS = re.escape("-._@+/")
+_ADDRESS_BEFORE = rf"{_TOKEN_BEFORE}(?<!{_ALNUM}[{_JOINERS}])"
+_ADDRESS_AFTER = rf"{_TOKEN_AFTER}(?![{_JOINERS}]{_ALNUM})"
+_ADDRESS_LIKE = re.compile(rf"{_ALNUM}[@.]{_ALNUM}|/")
 
 
-def _bounded(text: str, start: int, end: int) -> bool:
-    if _wordlike(text[start]) and _continues(text, start - 1, -1):
-        return False
-    return not (_wordlike(text[end - 1]) and _continues(text, end, 1))
+@functools.lru_cache(maxsize=4096)
+def _token_pattern(needle: str) -> re.Pattern[str]:
+    """`needle` as a whole token: an edge that is a letter or digit must not continue the word,
+    number or address it is part of. One compiled search, in C, however often the needle occurs
+    inside longer words (a Python loop over every occurrence was a denial of service)."""
+    address = _ADDRESS_LIKE.search(needle) is not None
+    before = (_ADDRESS_BEFORE if address else _TOKEN_BEFORE) if _wordlike(needle[0]) else ""
+    after = (_ADDRESS_AFTER if address else _TOKEN_AFTER) if _wordlike(needle[-1]) else ""
+    return re.compile(before + re.escape(needle) + after)
 
 
 def find_token(text: str, needle: str) -> int:
     """The first position of `needle` in `text` as a whole token, or -1."""
-    if not needle:
+    if not needle or needle not in text:  # most values are in few messages: a plain find first
         return -1
-    at = text.find(needle)
-    while at != -1:
-        if _bounded(text, at, at + len(needle)):
-            return at
-        at = text.find(needle, at + 1)
-    return -1
+    found = _token_pattern(needle).search(text)
+    return found.start() if found else -1
 
 
 def number_forms(number: int | float) -> list[str]:
@@ -218,6 +237,8 @@ class _Message:
     tool: str = ""
     call_id: str = ""
     trusted: bool = False
+    said: str = ""  # a reviewer's: "answer", "note" or "rejection"
+    shared: bool = False  # a user message of a framework's shared context
     _normalised: dict[tuple[str, ...], str] = field(default_factory=dict)
 
     def normalised(self, order: tuple[str, ...]) -> str:
@@ -230,6 +251,10 @@ class _Message:
         source: dict[str, Any] = {"kind": self.kind, "match": "exact", "step": self.step}
         if self.kind == "tool_output":
             source |= {"tool": self.tool, "call_id": self.call_id, "trusted": self.trusted}
+        if self.said:
+            source["said"] = self.said
+        if self.shared:
+            source["shared"] = True
         return source | more
 
 
@@ -301,20 +326,25 @@ def _sources_in(messages: Sequence[dict], trust: ToolTrust) -> list[_Message]:
             found.append(_Message(step, "system", text_of(content)))
         elif role == "user":
             text = text_of(content)
-            kind = "task"
-            if text.startswith(REVIEWER_NOTE):
-                kind = "reviewer"
+            if not trust.desk_log:
+                found.append(_Message(step, "task", text, shared=True))
+            elif text.startswith(REVIEWER_NOTE):
+                found.append(_Message(step, "reviewer", text, said="note"))
             elif text.startswith(DESK_NOTICE):
-                kind = "system"
-            found.append(_Message(step, kind, text))
+                found.append(_Message(step, "system", text))
+            else:
+                found.append(_Message(step, "task", text))
         elif role == "tool":
             call_id = str(message.get("tool_call_id") or "")
             name = names.get(call_id) or str(message.get("name") or "")
-            kind = "tool_output"
-            if (name and trust.answers_human(name)) or _rejected_by_reviewer(content):
-                kind = "reviewer"
-            trusted = bool(name) and kind == "tool_output" and trust.trusted(name)
-            found.append(_Message(step, kind, text_of(content), name, call_id, trusted))
+            text = text_of(content)
+            if name and trust.answers_human(name):
+                found.append(_Message(step, "reviewer", text, name, call_id, said="answer"))
+            elif _rejected_by_reviewer(content) and trust.rejected(call_id):
+                found.append(_Message(step, "reviewer", text, name, call_id, said="rejection"))
+            else:
+                trusted = bool(name) and trust.trusted(name)
+                found.append(_Message(step, "tool_output", text, name, call_id, trusted))
         # An assistant's words and calls are the model's own: never a source.
     return found
 
@@ -338,15 +368,40 @@ def leaves(value: Any, pointer: str = "") -> Iterator[tuple[str, Any]]:
         yield pointer, value
 
 
-def _vouches(source: dict[str, Any]) -> bool:
-    """Whether a source found the value somewhere other than an untrusted tool's output."""
-    return source["kind"] != "tool_output" or source["trusted"]
+def _vouches(source: dict[str, Any], first_untrusted: int | None = None) -> bool:
+    """Whether a source speaks for the value: the task, the instructions, a trusted tool's
+    output or a reviewer's answer. A reviewer's rejection never does (it refuses, and may quote
+    what it refuses), and a reviewer's note only when written before the value first came from
+    an untrusted output (`first_untrusted`, its step): a note quoting it later may be a warning."""
+    kind = source["kind"]
+    if kind == "tool_output":
+        return bool(source["trusted"])
+    if kind == "reviewer":
+        said = source.get("said")
+        if said == "rejection":
+            return False
+        if said == "note":
+            return first_untrusted is None or source["step"] < first_untrusted
+    return kind != "none"
+
+
+def _first_untrusted(sources: Sequence[dict[str, Any]]) -> int | None:
+    steps = [
+        s["step"] for s in sources if s["kind"] == "tool_output" and not s["trusted"] and not _lookalike(s)
+    ]
+    return min(steps) if steps else None
+
+
+def _vouched(sources: Sequence[dict[str, Any]]) -> bool:
+    first = _first_untrusted(sources)
+    return any(_vouches(s, first) for s in sources if not _lookalike(s))
 
 
 def _rank(source: dict[str, Any]) -> tuple[int, int, int, int]:
     return (
         source["match"] != "exact",
-        _KIND_RANK[source["kind"]],
+        # A rejection only quotes what it refuses: last, after the outputs a value came from.
+        _REJECTION_RANK if source.get("said") == "rejection" else _KIND_RANK[source["kind"]],
         source["kind"] == "tool_output" and not source["trusted"],
         source["step"],
     )
@@ -359,7 +414,16 @@ def _exact_sources(value: str | int | float, texts: list[_Message]) -> list[dict
     return [m.source() for m in texts if number.found_in(m.text)]
 
 
-def _normalised_sources(value: str, texts: list[_Message], skip: set[int]) -> list[dict[str, Any]]:
+@dataclass
+class _Budget:
+    """What is left of one provenance_of call's dearest work."""
+
+    seen_lookups: int = SEEN_LOOKUPS_MAX
+
+
+def _normalised_sources(
+    value: str, texts: list[_Message], skip: set[int], budget: _Budget
+) -> list[dict[str, Any]]:
     orders = [CASE_FIRST] + [SKELETON_FIRST] * bool(_CAPITALS_LIKE_L.intersection(value))
     needles = {order: normalise(value, STEPS, order) for order in orders}
     found = []
@@ -368,8 +432,12 @@ def _normalised_sources(value: str, texts: list[_Message], skip: set[int]) -> li
             continue
         for order, needle in needles.items():
             if find_token(m.normalised(order), needle) != -1:
-                seen = _seen(m.text, needle, order)
-                steps = _steps_needed(value, seen)
+                if budget.seen_lookups > 0:
+                    budget.seen_lookups -= 1
+                    seen = _seen(m.text, needle, order)
+                    steps = _with_lookalike_folds(_steps_needed(value, seen), value, seen)
+                else:  # out of budget: which steps it needed is not worked out, so all are named
+                    seen, steps = "", list(STEPS)
                 found.append(m.source(match="normalised", normalised=steps, seen=seen[:SEEN_MAX]))
                 break
     return found
@@ -395,6 +463,18 @@ def _seen(text: str, needle: str, order: Sequence[str]) -> str:
     return text[low:end].strip()
 
 
+def _with_lookalike_folds(steps: list[str], value: str, seen: str) -> list[str]:
+    """`steps`, with "confusables" added when case folding or whitespace did a lookalike's work:
+    a fold that is not lowering ("ß" to "ss", the long s, the Kelvin sign: "maßbank.de" is not
+    "massbank.de" to a browser) or a space that is not ASCII."""
+    both = value + seen
+    folded = "case" in steps and both.casefold() != both.lower()
+    spaced = "whitespace" in steps and any(char.isspace() and not char.isascii() for char in both)
+    if (folded or spaced) and "confusables" not in steps:
+        return [step for step in STEPS if step in steps or step == "confusables"]
+    return steps
+
+
 def _steps_needed(value: str, seen: str) -> list[str]:
     """The fewest normalisation steps under which `value` is a token of `seen` (each step costs
     microseconds on strings this short; 31 subsets in two orders at most)."""
@@ -406,13 +486,16 @@ def _steps_needed(value: str, seen: str) -> list[str]:
     return list(STEPS)
 
 
-def _sources_of(value: str | int | float, texts: list[_Message]) -> list[dict[str, Any]]:
+def _sources_of(value: str | int | float, texts: list[_Message], budget: _Budget) -> list[dict[str, Any]]:
     if isinstance(value, str) and not value.strip():
         return [{"kind": "none"}]  # blank: nothing to find, and a space is in every message
     sources = _exact_sources(value, texts)
-    if isinstance(value, str) and not any(_vouches(s) for s in sources):
-        sources += _normalised_sources(value, texts, {s["step"] for s in sources})
+    if isinstance(value, str) and not _vouched(sources):
+        sources += _normalised_sources(value, texts, {s["step"] for s in sources}, budget)
     return sorted(sources, key=_rank) or [{"kind": "none"}]
+
+
+UNTRACED = {"kind": "none", "untraced": True}
 
 
 def provenance_of(arguments: Any, messages: Sequence[dict], trust: ToolTrust) -> dict[str, list[dict]]:
@@ -422,7 +505,15 @@ def provenance_of(arguments: Any, messages: Sequence[dict], trust: ToolTrust) ->
     tool_output (trusted before untrusted), earliest first within a kind. A leaf found nowhere
     gets [{"kind": "none"}]."""
     texts = _sources_in(messages, trust)
-    return {pointer: _sources_of(value, texts) for pointer, value in leaves(arguments)}
+    budget, traced = _Budget(), {}
+    found = {}
+    for pointer, value in leaves(arguments):
+        key = (type(value), value)
+        if key not in traced and len(traced) < TRACED_VALUES_MAX:
+            traced[key] = _sources_of(value, texts, budget)
+        # A value seen again is not searched again; one past the cap is not searched at all.
+        found[pointer] = [dict(s) for s in traced[key]] if key in traced else [dict(UNTRACED)]
+    return found
 
 
 # Flags and labels -------------------------------------------------------------------------------
@@ -449,6 +540,16 @@ def provenance_flags(
     (None: every pointer). "lookalike": the value's best source is a normalised match that
     needed "confusables" or "punycode": it resembles text in the run but is not it."""
     flags = []
+    untraced = [pointer for pointer, sources in provenance.items() if sources[0].get("untraced")]
+    if untraced:
+        flags.append(
+            {
+                "pointer": untraced[0],
+                "code": "untraced",
+                "text": f"{len(untraced)} of the call's values were not traced (over {TRACED_VALUES_MAX} distinct "
+                f"values), from {untraced[0]} on: where they came from is not known",
+            }
+        )
     for pointer, sources in provenance.items():
         best = sources[0]
         if _lookalike(best):
@@ -462,15 +563,18 @@ def provenance_flags(
             )
         if not external or not _within(pointer, aimed):
             continue
-        held = [s for s in sources if s["kind"] != "none" and not _lookalike(s)]
-        if held and not any(_vouches(s) for s in held):
-            first = held[0]
-            more = f" (and {len(held) - 1} more untrusted outputs)" if len(held) > 1 else ""
+        held = [s for s in sources if s["kind"] != "none"]
+        untrusted = [s for s in held if s["kind"] == "tool_output" and not s["trusted"] and not _lookalike(s)]
+        if untrusted and not _vouched(held):
+            first = min(untrusted, key=lambda s: s["step"])
+            more = f" (and {len(untrusted) - 1} more untrusted outputs)" if len(untrusted) > 1 else ""
+            reviewer = any(s["kind"] == "reviewer" for s in held)
+            quoted = "; a reviewer mentioned it since, which does not vouch for it" if reviewer else ""
             flags.append(
                 {
                     "pointer": pointer,
                     "code": "untrusted_origin",
-                    "text": f"{pointer} came only from {first['tool']}'s output at step {first['step']} (untrusted){more}",
+                    "text": f"{pointer} came only from {first['tool']}'s output at step {first['step']} (untrusted){more}{quoted}",
                 }
             )
     return flags
@@ -481,17 +585,25 @@ def source_label(source: dict) -> str:
     step 3 (untrusted)', 'not seen before (model-written)'; a normalised match adds the steps."""
     kind = source["kind"]
     if kind == "none":
-        return "not seen before (model-written)"
+        return (
+            "not traced (too many values in this call)"
+            if source.get("untraced")
+            else "not seen before (model-written)"
+        )
     if kind == "tool_output":
         label = f"from {source['tool']} output at step {source['step']}"
         if not source["trusted"]:
             label += " (untrusted)"
-    else:
+    elif kind == "reviewer":
         label = {
-            "task": "from your task",
-            "reviewer": "from a reviewer",
-            "system": "from the agent's instructions",
-        }[kind]
+            "answer": "from a reviewer's answer",
+            "note": "from a reviewer's note",
+            "rejection": "quoted in a reviewer's rejection",
+        }.get(str(source.get("said")), "from a reviewer")
+    elif kind == "task" and source.get("shared"):
+        label = f"from a message the framework shared (step {source['step']})"
+    else:
+        label = {"task": "from your task", "system": "from the agent's instructions"}[kind]
     if source.get("normalised"):
         label += f" (normalised: {', '.join(source['normalised'])})"
     return label

@@ -36,7 +36,10 @@ def eval_cases(path: Path = FIXTURE) -> list[dict[str, Any]]:
 
 def trust_of(case: dict[str, Any]) -> ToolTrust:
     trusted, answers = frozenset(case["trusted_tools"]), frozenset(case.get("answers_human", ()))
-    return ToolTrust(trusted=trusted.__contains__, answers_human=answers.__contains__)
+    rejected = frozenset(case.get("rejected_calls", ()))  # the calls the host recorded rejected
+    return ToolTrust(
+        trusted=trusted.__contains__, answers_human=answers.__contains__, rejected=rejected.__contains__
+    )
 
 
 @dataclass(frozen=True)

@@ -167,18 +167,33 @@ class ProvenanceSourceSerializer(serializers.Serializer):
         help_text="what a normalised match needed: case, whitespace, confusables, punycode, url",
     )
     step = serializers.IntegerField(
-        required=False, help_text="1-based position of the message in the run's log"
+        required=False,
+        help_text="1-based position of the message in the run's log; 0: an external run's input",
     )
     tool = serializers.CharField(required=False, help_text="tool_output: the tool")
     call_id = serializers.CharField(required=False, help_text="tool_output: the call whose output it was")
     trusted = serializers.BooleanField(
         required=False, help_text="tool_output: whether the tool's output is trusted"
     )
+    said = serializers.ChoiceField(
+        choices=["answer", "note", "rejection"],
+        required=False,
+        help_text="reviewer: what the reviewer's words were",
+    )
+    shared = serializers.BooleanField(
+        required=False, help_text="task: a user message an external run's framework sent"
+    )
+    seen = serializers.CharField(
+        required=False, help_text="a normalised match: the text as the source holds it"
+    )
+    untraced = serializers.BooleanField(
+        required=False, help_text="none: past the values a call's tracing covers"
+    )
 
 
 class ProvenanceFlagSerializer(serializers.Serializer):
     pointer = serializers.CharField(help_text="the argument's JSON Pointer")
-    code = serializers.CharField(help_text="untrusted_origin, lookalike or addresses_reviewer")
+    code = serializers.CharField(help_text="untrusted_origin, lookalike, addresses_reviewer or untraced")
     text = serializers.CharField()
 
 

@@ -35,6 +35,7 @@ def test_tool_calls_come_back_with_their_ids_names_and_arguments(llm_server, str
     assert request["messages"] == MESSAGES
     assert {t["function"]["name"] for t in request["tools"]} == {
         "lookup_customer",
+        "read_inbox",
         "send_email",
         "refund_payment",
         "execute",

@@ -16,6 +16,7 @@ from agents.provenance import ToolTrust, injection_flags, leaves, provenance_fla
 from agents.questions import asks_human
 from agents.registry import Agent, UnknownAgent, get_agent
 from agents.tools import Effect
+from reviewdesk.approvals.models import Decision, Verdict
 from reviewdesk.runs.models import Message, Run
 
 
@@ -32,7 +33,7 @@ def call_provenance(
     except UnknownAgent:
         return None
     tool = agent.tool(tool_name)
-    sources = provenance_of(arguments, messages_before(run, tool_call_id, log=log), tool_trust(agent))
+    sources = provenance_of(arguments, messages_before(run, tool_call_id, log=log), tool_trust(agent, run))
     flags = provenance_flags(
         sources,
         aimed=tool.aimed if tool is not None else None,
@@ -51,12 +52,26 @@ def _external_call_provenance(run: Run, *, tool_call_id: str, arguments: Any) ->
     shared = context.get("messages") or []
     if not shared:
         return None
-    task = [{"role": "user", "content": run.input}] if run.input else []
     trusted = set(context.get("trusted_tools") or [])
-    trust = ToolTrust(trusted=lambda name: name in trusted)
-    sources = provenance_of(arguments, messages_before(run, tool_call_id, log=task + shared), trust)
+    # Its user messages are its own word, marked shared; "[Review Desk] Note from reviewer" in
+    # them is text: the desk knows the notes it wrote, and none of them is there.
+    trust = ToolTrust(trusted=lambda name: name in trusted, desk_log=False)
+    sources = provenance_of(arguments, messages_before(run, tool_call_id, log=shared), trust)
+    if run.input:  # the run's input is its task, said once at the submit: step 0
+        task = provenance_of(
+            arguments, [{"role": "user", "content": run.input}], ToolTrust(trusted=lambda name: False)
+        )
+        sources = {pointer: _with_task(task[pointer], found) for pointer, found in sources.items()}
     flags = provenance_flags(sources, aimed=None, external=True)
     return {"sources": sources, "flags": flags + injection_flags(arguments)}
+
+
+def _with_task(task: list[dict[str, Any]], shared: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A value's sources in the run's input (step 0), ahead of those in what was shared."""
+    said = [source | {"step": 0} for source in task if source["kind"] == "task"]
+    if not said:
+        return shared
+    return said + [source for source in shared if source["kind"] != "none"]
 
 
 def messages_before(
@@ -80,12 +95,34 @@ def _call_id(call: Any) -> str | None:
     return str(call.get("id")) if isinstance(call, dict) else None
 
 
-def tool_trust(agent: Agent) -> ToolTrust:
+def tool_trust(agent: Agent, run: Run) -> ToolTrust:
     def trusted(name: str) -> bool:
         tool = agent.tool(name)
         return tool is not None and tool.trusts_output  # a tool no longer declared: untrusted
 
-    return ToolTrust(trusted=trusted, answers_human=lambda name: asks_human(agent.tool(name)))
+    return ToolTrust(
+        trusted=trusted,
+        answers_human=lambda name: asks_human(agent.tool(name)),
+        rejected=_rejected_calls(run),
+    )
+
+
+def _rejected_calls(run: Run):
+    """Whether a reviewer rejected a call of this run, as the decisions record it: read once,
+    and only when a tool's output reads like a rejection (most raises never ask)."""
+    found: set[str] | None = None
+
+    def rejected(call_id: str) -> bool:
+        nonlocal found
+        if found is None:
+            found = set(
+                Decision.objects.filter(request__run=run, verdict=Verdict.REJECT).values_list(
+                    "request__tool_call_id", flat=True
+                )
+            )
+        return call_id in found
+
+    return rejected
 
 
 def edited_provenance(

@@ -17,6 +17,7 @@ from reviewdesk.approvals.lifecycle.provenance import messages_before, tool_trus
 from reviewdesk.approvals.lifecycle.raising import approval_raise
 from reviewdesk.approvals.models import ApprovalStatus, Decision
 from reviewdesk.audit.models import AuditEvent
+from reviewdesk.runs.execution import run_execute
 
 pytestmark = pytest.mark.django_db
 
@@ -159,8 +160,32 @@ def test_only_the_log_up_to_the_call_is_searched(interrupted_run):
     assert messages_before(run, approval.tool_call_id) == log[:-1]  # read from the database alike
 
 
-def test_a_tool_no_longer_declared_is_untrusted():
-    trust = tool_trust(get_agent("demo"))
+def test_a_tool_no_longer_declared_is_untrusted(interrupted_run):
+    run, _ = interrupted_run(script=INBOX_SCRIPT)
+    trust = tool_trust(get_agent("demo"), run)
     assert trust.trusted("lookup_customer") is True
     assert trust.trusted("read_inbox") is False
     assert trust.trusted("a_tool_since_removed") is False
+
+
+def test_a_retry_of_a_rejected_address_is_still_the_inbox_s_and_flagged(interrupted_run, personas):
+    """The reviewer rejects with a reason that names the planted address; the model sends to it
+    again. The retry's address is still flagged as the inbound email's: the rejection (which
+    the desk recorded, so it is the reviewer's) quotes it, and quoting never vouches."""
+    retry = INBOX_SCRIPT[2]
+    run, approval = interrupted_run(script=[*INBOX_SCRIPT[:3], retry, {"content": "Sent."}])
+    approval_decide(
+        approval_id=approval.id,
+        reviewer=personas.alice,
+        verdict="reject",
+        checkpoint_id=str(approval.checkpoint_id),
+        reason="do NOT write to billing@examp1e.com, it is not Ada's",
+    )
+    run_execute(run_id=run.id, worker="in-process")
+    again = run.approvals.get(status=ApprovalStatus.PENDING)
+    sources = again.provenance["sources"]["/to"]
+    assert [(s["kind"], s.get("tool"), s.get("said")) for s in sources] == [
+        ("tool_output", "read_inbox", None),
+        ("reviewer", None, "rejection"),
+    ]
+    assert [f["code"] for f in again.provenance["flags"] if f["pointer"] == "/to"] == ["untrusted_origin"]

@@ -341,7 +341,9 @@ def _cut(text: str) -> str:
 def _schema_reason(error: jsonschema.ValidationError) -> str:
     """What a schema error means, in words that quote the schema, never the model's answer."""
     if error.validator == "required":
-        missing = [name for name in error.validator_value if name not in (error.instance or {})]
+        required = error.validator_value if isinstance(error.validator_value, list) else []
+        given = error.instance if isinstance(error.instance, dict) else {}
+        missing = [name for name in required if name not in given]
         return f"missing {', '.join(map(repr, missing))}"
     if error.validator == "additionalProperties":
         return "Additional properties are not allowed"

@@ -35,9 +35,13 @@ class AssistantTurn:
 class ProviderError(Exception):
     """A model call that failed; `transient` says whether retrying may help."""
 
-    def __init__(self, message: str, *, transient: bool) -> None:
+    def __init__(
+        self, message: str, *, transient: bool, status: int | None = None, reached: bool = True
+    ) -> None:
         super().__init__(message)
         self.transient = transient
+        self.status = status  # the model server's HTTP status, when it answered with one
+        self.reached = reached  # False: the model server could not be reached (or timed out)
 
 
 class ModelProvider(Protocol):

@@ -112,11 +112,13 @@ def classify(exc: Exception) -> ProviderError:
     import openai
 
     if isinstance(exc, openai.APITimeoutError | openai.APIConnectionError):
-        return ProviderError(f"model server unreachable: {exc}", transient=True)
+        return ProviderError(f"model server unreachable: {exc}", transient=True, reached=False)
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         transient = status >= 500 or status in TRANSIENT_STATUS
-        return ProviderError(f"model server answered {status}: {exc.message}", transient=transient)
+        return ProviderError(
+            f"model server answered {status}: {exc.message}", transient=transient, status=status
+        )
     if isinstance(exc, openai.APIError):  # a broken stream or an unparsable answer
         return ProviderError(f"model server error: {exc}", transient=True)
     return ProviderError(f"model call failed: {type(exc).__name__}: {exc}", transient=False)

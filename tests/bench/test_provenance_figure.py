@@ -1,6 +1,8 @@
-"""Figure #11's log and call (bench/provenance.py): the log has the size it is measured at, its
-tool outputs the 1-4 KB the figure claims, and the call is flagged as the figure says, so the
-measured work is the worker's. In-process, no stack."""
+"""Figure #11's log and call (bench/provenance.py): the log has the size it is measured at, each
+tool output is 1,000 to 4,600 characters (the figure's "1-4 KB": the text each holds is drawn
+at about 1,000 to 3,900 characters, and its JSON wrapping takes some a little past 4,000), and
+the call is flagged as the figure says, so the measured work is the worker's. In-process, no
+stack."""
 
 from __future__ import annotations
 

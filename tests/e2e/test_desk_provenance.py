@@ -229,15 +229,16 @@ def test_risk_first_and_the_reading_filter_follow_readings_as_they_arrive(
     announce_reading(calls[1][1], HIGH)
     expect(page.locator("li.card").first).to_have_attribute("data-run", runs[1])
     expect(page.locator("li.card").nth(1)).to_have_attribute("data-run", runs[2])
-    # A failed reading is no low one: it stays with the rest.
+    # A failed reading is no low one: it ranks with the medium ones (sooner to expire, first).
     announce_reading(calls[0][1], {**HIGH, "status": "unavailable", "risk": None, "error": "timed out"})
     expect(page.locator(f"li.card[data-run='{runs[0]}'] .reading-line")).to_have_text(
         "2nd opinion: unavailable"
     )
-    assert order(page) == [runs[1], runs[2], runs[0]]
+    expect(page.locator("li.card").nth(1)).to_have_attribute("data-run", runs[0])
+    assert order(page) == [runs[1], runs[0], runs[2]]
     page.reload()
     page.wait_for_selector("#approvals[data-synced='1']", timeout=20_000)
-    assert order(page) == [runs[1], runs[2], runs[0]]  # the server's page agrees
+    assert order(page) == [runs[1], runs[0], runs[2]]  # the server's page agrees
 
     page.goto(live_stack.url + "/?reading=high")
     page.wait_for_selector("#approvals[data-synced='1']", timeout=20_000)

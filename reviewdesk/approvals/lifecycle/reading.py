@@ -98,7 +98,8 @@ def _reading_of(approval: ApprovalRequest) -> dict[str, Any]:
     try:
         turn = _provider(spec).complete(_prompt(approval, log), [READING_TOOL])
     except ProviderError as exc:
-        return _reading(UNAVAILABLE, model, error=f"the model failed: {exc}")
+        logger.warning("second opinion for approval %s: the model failed: %s", approval.pk, exc)
+        return _reading(UNAVAILABLE, model, error=provider_error_class(exc))
     except Exception:  # a bug must show as unavailable, not leave the reading pending
         incident = uuid.uuid4().hex[:12]
         logger.exception("second opinion for approval %s failed (incident %s)", approval.pk, incident)
@@ -110,8 +111,22 @@ def _validated(turn: AssistantTurn, approval: ApprovalRequest, model: str, *, st
     try:
         found = reading_from(turn, arguments=approval.arguments, steps=steps)
     except ReadingInvalid as exc:
+        logger.warning(
+            "second opinion for approval %s was invalid: %s (%s)", approval.pk, exc.reason, exc.detail
+        )
         return _reading(UNAVAILABLE, model, error=f"the model's reading was invalid: {exc.reason}")
     return _reading(READY, model, **found)
+
+
+def provider_error_class(exc: ProviderError) -> str:
+    """What a reading's error says of a failed model call: its class only. The stored error
+    reaches the API, the webhook, the socket and the audit, and the model server's answer
+    (its body, whatever a proxy put in it) is no one's business there: the log has it."""
+    if exc.status is not None:
+        return f"the model server answered {exc.status}"
+    if not exc.reached:
+        return "the model server could not be reached"
+    return "the model call failed"
 
 
 def _provider(spec: dict[str, Any]) -> ModelProvider:

@@ -55,27 +55,42 @@ QUEUE_ORDER = ("expires_at", "created_at", "id")
 
 
 # The queue's sorts (`?sort=`): "" mine first, then by expiry; "risk" the second opinion's
-# ready high readings first, then its medium ones, then the rest, each in the usual order.
+# high readings first, then its medium (and unavailable) ones, then the rest, each in the usual order.
 SORT_RISK = "risk"
 QUEUE_SORTS = ("", SORT_RISK)
-# The reading filter (`?reading=`): "" any, or the least ready risk a call must be read at.
+# The reading filter (`?reading=`): "" any, or the least risk a call must be read at.
 READING_FILTERS = {"": (), "medium": ("medium", "high"), "high": ("high",)}
-# A reading's rank in "risk first": only a ready reading ranks; pending, failed, low or none
-# are "the rest", in the usual order (an unavailable reading is never taken for a low one).
+# A reading's rank in "risk first": a ready reading ranks at its risk; pending, low or none are
+# "the rest", in the usual order (an unavailable reading is never taken for a low one).
 RISK_RANKS = {"high": 0, "medium": 1}
 RISK_REST = 2
+# An unavailable reading ranks and filters as medium: whoever can make the model fail (an
+# argument stuffed so that it writes nonsense) must not thereby sink a call among the low ones.
+UNAVAILABLE_AS = "medium"
+
+
+def reading_risk(payload: Mapping[str, Any]) -> str | None:
+    """The risk the queue ranks and filters a call's reading at: a ready reading's own,
+    UNAVAILABLE_AS for one that failed, else None."""
+    reading = payload.get("reading") or {}
+    if reading.get("status") == "unavailable":
+        return UNAVAILABLE_AS
+    if reading.get("status") != "ready":
+        return None
+    return str(reading.get("risk"))
 
 
 def reading_rank(payload: Mapping[str, Any]) -> int:
-    reading = payload.get("reading") or {}
-    if reading.get("status") != "ready":
-        return RISK_REST
-    return RISK_RANKS.get(str(reading.get("risk")), RISK_REST)
+    return RISK_RANKS.get(str(reading_risk(payload)), RISK_REST)
 
 
 def _read_at(risks: Sequence[str]) -> Q:
-    """Rows whose reading is ready at one of `risks` (the reading column is JSON, or null)."""
-    return Q(reading__status="ready", reading__risk__in=list(risks))
+    """Rows whose reading the queue reads at one of `risks` (`reading_risk`, in SQL: the
+    reading column is JSON, or null)."""
+    ready = Q(reading__status="ready", reading__risk__in=list(risks))
+    if UNAVAILABLE_AS in risks:
+        return ready | Q(reading__status="unavailable")
+    return ready
 
 
 def queue_sort_key(payload: Mapping[str, Any], username: str, *, sort: str = "") -> list[str]:
@@ -118,13 +133,12 @@ def queue_matches(payload: Mapping[str, Any], filters: QueueFilters, username: s
 
 
 def _reading_passes(payload: Mapping[str, Any], risks: Sequence[str]) -> bool:
-    reading = payload.get("reading") or {}
-    return reading.get("status") == "ready" and reading.get("risk") in risks
+    return reading_risk(payload) in risks
 
 
 def in_sorted_order(rows: QuerySet, tiers: QueueTiers, sort: str) -> list[QuerySet]:
     """`rows` in the order `sort` names, as parts read one after another: with "risk", the
-    ready high readings, then the medium ones, then the rest, each in the queue's order."""
+    high readings, then the medium and unavailable ones, then the rest, each in the queue's order."""
     if sort != SORT_RISK:
         return in_queue_order(rows, tiers)
     ranked = rows.annotate(

@@ -9,6 +9,7 @@ and sends `approvals.read` on commit; the same worker then takes the reading."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -117,12 +118,13 @@ def test_a_reading_taken_by_the_worker_over_http_arrives_on_the_pending_approval
 @pytest.mark.parametrize(
     "reply, error_says",
     [
-        (error(500, "the model server fell over"), "model server answered 500"),
+        (error(500, "fell over: sk-live-SECRET1234 at 10.0.0.7"), "the model server answered 500"),
+        (error(429, "rate limited for key sk-live-SECRET1234"), "the model server answered 429"),
         (text("Looks fine. Risk: low."), "must call record_reading exactly once"),
         (calls(("record_reading", "{risk: low")), "not JSON"),
         (calls(("record_reading", {"risk": "none", "summary": "ok", "concerns": []})), "schema at risk"),
     ],
-    ids=["500", "words instead of a reading", "arguments not JSON", "a risk outside the schema"],
+    ids=["500", "429", "words instead of a reading", "arguments not JSON", "a risk outside the schema"],
 )
 def test_a_server_error_or_garbage_from_the_model_is_unavailable_never_low(
     reply,
@@ -139,5 +141,6 @@ def test_a_server_error_or_garbage_from_the_model_is_unavailable_never_low(
     assert reading["status"] == "unavailable"
     assert reading["risk"] is None
     assert error_says in reading["error"]
+    assert "SECRET" not in json.dumps(served)  # the server's body stays in the worker's log
     assert served["status"] == "pending"
     assert len(openai_reader.requests) == 1

@@ -2,8 +2,8 @@
 and "select all similar" leaves it out), each argument is drawn with its source's words, a
 ready high reading asks for a confirmation that states its concerns, and a pending or failed
 reading is never taken for a low one, neither on the card nor in the queue's "risk first" sort
-and its reading filter, which the SQL page and the socket's Python (`queue_sort_key`,
-`queue_matches`) apply alike."""
+and its reading filter (a failed one ranks and filters as medium), which the SQL page and the
+socket's Python (`queue_sort_key`, `queue_matches`) apply alike."""
 
 from __future__ import annotations
 
@@ -152,9 +152,10 @@ def read_queue(interrupted_run) -> dict[str, ApprovalRequest]:
     names = ["none", "low", "unavailable", "pending", "medium", "high"]  # expiry order: high last
     reads = {
         "low": reading(risk="low"),
-        # Not ready, whatever risk they carry: the rest, never ranked by it.
+        # Not ready, whatever risk they carry: never ranked by it. Failed: ranked as medium (a
+        # model made to fail must not sink the call); being read: the rest.
         "unavailable": reading(status="unavailable", risk="high", error="boom"),
-        "pending": reading(status="pending", risk="medium"),
+        "pending": reading(status="pending", risk="high"),
         "medium": reading(risk="medium"),
         "high": reading(risk="high"),
     }
@@ -164,24 +165,29 @@ def read_queue(interrupted_run) -> dict[str, ApprovalRequest]:
     return dict(zip(names, rows, strict=True))
 
 
-def test_risk_first_puts_high_then_medium_then_the_rest_in_the_usual_order(interrupted_run, personas):
+def test_risk_first_puts_high_then_medium_and_unavailable_then_the_rest_in_the_usual_order(
+    interrupted_run, personas
+):
     calls = read_queue(interrupted_run)
     by_id = {str(row.id): name for name, row in calls.items()}
     usual = [by_id[str(a.id)] for a in approvals_queue_for(personas.alice, QueueFilters()).approvals]
     assert usual == ["none", "low", "unavailable", "pending", "medium", "high"]
     page = approvals_queue_for(personas.alice, QueueFilters(sort="risk")).approvals
-    assert [by_id[str(a.id)] for a in page] == ["high", "medium", "none", "low", "unavailable", "pending"]
+    assert [by_id[str(a.id)] for a in page] == ["high", "unavailable", "medium", "none", "low", "pending"]
     # The socket's Python places a live card where the SQL page has it.
     keys = [queue_sort_key(p, "alice", sort="risk") for p in approvals_data(page)]
     assert keys == sorted(keys)
     assert sorted(queue_sort_key(p, "alice") for p in approvals_data(page))[0][0] == "2"
 
 
-def test_the_reading_filter_keeps_ready_readings_at_or_above_its_risk_only(interrupted_run, personas):
+def test_the_reading_filter_keeps_readings_at_or_above_its_risk_and_unavailable_ones_as_medium(
+    interrupted_run, personas
+):
     calls = read_queue(interrupted_run)
     by_id = {str(row.id): name for name, row in calls.items()}
     everything = approvals_data(approvals_queue_for(personas.alice, QueueFilters()).approvals)
-    for wanted, names in {"medium": {"medium", "high"}, "high": {"high"}, "": set(calls)}.items():
+    wanted_names = {"medium": {"unavailable", "medium", "high"}, "high": {"high"}, "": set(calls)}
+    for wanted, names in wanted_names.items():
         for sort in ("", "risk"):
             filters = QueueFilters(reading=wanted, sort=sort)
             page = {by_id[str(a.id)] for a in approvals_queue_for(personas.alice, filters).approvals}

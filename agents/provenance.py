@@ -505,8 +505,9 @@ def provenance_of(arguments: Any, messages: Sequence[dict], trust: ToolTrust) ->
     tool_output (trusted before untrusted), earliest first within a kind. A leaf found nowhere
     gets [{"kind": "none"}]."""
     texts = _sources_in(messages, trust)
-    budget, traced = _Budget(), {}
-    found = {}
+    budget = _Budget()
+    traced: dict[tuple[type, Any], list[dict[str, Any]]] = {}
+    found: dict[str, list[dict]] = {}
     for pointer, value in leaves(arguments):
         key = (type(value), value)
         if key not in traced and len(traced) < TRACED_VALUES_MAX:

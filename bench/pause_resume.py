@@ -76,6 +76,7 @@ def desk_conversation(user, messages: int):
     from agents.state import AgentState, Step
 
     host = host_for(user)
+    host.load()  # as the loop starts: a fresh run's host then keeps its log as it writes it
     state = AgentState(step=Step.MODEL, message_count=messages, model_calls=messages // 2)
     host.commit_step(
         checkpoint_id=str(uuid.uuid4()), state=state, new_messages=conversation(messages), raise_approvals=[]

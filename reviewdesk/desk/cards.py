@@ -19,6 +19,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from agents.provenance import leaves, source_label
+from agents.registry import UnknownAgent, get_agent
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest
 from reviewdesk.approvals.reads.context import approval_preview, external_preview
 from reviewdesk.approvals.reads.queue import queue_sort_key
@@ -149,7 +150,7 @@ def provenance_rows(payload: dict[str, Any]) -> list[dict[str, Any]] | None:
         return None
     flagged = {flag.get("pointer") for flag in payload.get("provenance_flags") or []}
     rows = []
-    for pointer, value in leaves(payload["arguments"]):
+    for pointer, value in _in_declared_order(leaves(payload["arguments"]), payload):
         best = (sources.get(pointer) or [None])[0]
         rows.append(
             {
@@ -162,6 +163,32 @@ def provenance_rows(payload: dict[str, Any]) -> list[dict[str, Any]] | None:
             }
         )
     return rows
+
+
+def _in_declared_order(found, payload: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The arguments' leaves in the order the tool's schema declares its properties (to,
+    subject, body): PostgreSQL's jsonb keeps an object's keys in its own order, not the call's,
+    so the stored order would differ by database. Keys the schema does not name follow, as stored."""
+    declared = list((_parameters(payload).get("properties") or {}).keys())
+    rank = {name: index for index, name in enumerate(declared)}
+    ordered = list(enumerate(found))
+    ordered.sort(key=lambda item: (rank.get(_top_key(item[1][0]), len(rank)), item[0]))
+    return [leaf for _, leaf in ordered]
+
+
+def _top_key(pointer: str) -> str:
+    return pointer.split("/")[1].replace("~1", "/").replace("~0", "~")
+
+
+def _parameters(payload: dict[str, Any]) -> dict[str, Any]:
+    external = payload.get("external")
+    if external:
+        return external.get("schema") or {}
+    try:
+        tool = get_agent(payload.get("agent") or "").tool(payload["tool"])
+    except UnknownAgent:
+        return {}
+    return tool.parameters if tool is not None and isinstance(tool.parameters, dict) else {}
 
 
 def reading_view(reading: dict[str, Any] | None, rows: list[dict[str, Any]] | None) -> dict[str, Any]:

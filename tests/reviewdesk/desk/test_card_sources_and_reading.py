@@ -241,3 +241,19 @@ def test_an_edit_that_replaces_the_untrusted_recipient_no_longer_warns_and_one_t
     replaced = summary_for({**approval.arguments, "to": "grace@example.com"})
     assert UNTRUSTED_TO["text"] not in replaced["unusual"]
     assert not any(row["warning"] for row in replaced["provenance"])
+
+
+def test_the_arguments_are_listed_in_the_tools_declared_order_whatever_order_the_database_kept():
+    """PostgreSQL's jsonb keeps an object's keys shortest first (/to, /body, /subject): the card
+    lists them as send_email declares them, on either database."""
+    from reviewdesk.desk.cards import provenance_rows
+
+    payload = {
+        "agent": "demo",
+        "tool": "send_email",
+        "external": None,
+        "arguments": {"to": "ada@example.com", "body": "Hi", "subject": "Refund", "extra": "x"},
+        "provenance": {p: [{"kind": "none"}] for p in ("/to", "/body", "/subject", "/extra")},
+        "provenance_flags": [],
+    }
+    assert [row["pointer"] for row in provenance_rows(payload)] == ["/to", "/subject", "/body", "/extra"]

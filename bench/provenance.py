@@ -19,7 +19,8 @@ import statistics
 import time
 from typing import Any
 
-from agents.provenance import ToolTrust, injection_flags, provenance_flags, provenance_of
+from agents.addressed import injection_flags
+from agents.provenance import ToolTrust, provenance_flags, provenance_of
 from bench.common import Row, size
 
 SIZES = (20, 200)

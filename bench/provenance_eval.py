@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.provenance import ToolTrust, injection_flags, provenance_flags, provenance_of
+from agents.addressed import injection_flags
+from agents.provenance import ToolTrust, provenance_flags, provenance_of
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "provenance_eval.json"
 CATEGORIES = ("benign", "injected", "lookalike", "over_limit", "dangerous_command", "model_written")

@@ -9,6 +9,7 @@ import json
 import pytest
 
 import agents.provenance as provenance
+from agents.addressed import injection_flags
 from agents.notices import rejection
 from agents.provenance import (
     SEEN_LOOKUPS_MAX,
@@ -16,7 +17,6 @@ from agents.provenance import (
     STEPS,
     TRACED_VALUES_MAX,
     ToolTrust,
-    injection_flags,
     provenance_flags,
     provenance_of,
     source_label,

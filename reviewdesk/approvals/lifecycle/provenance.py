@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.provenance import ToolTrust, injection_flags, leaves, provenance_flags, provenance_of
+from agents.addressed import injection_flags
+from agents.provenance import ToolTrust, leaves, provenance_flags, provenance_of
 from agents.questions import asks_human
 from agents.registry import Agent, UnknownAgent, get_agent
 from agents.tools import Effect

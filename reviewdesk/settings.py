@@ -71,6 +71,7 @@ INSTALLED_APPS = [
     "reviewdesk.api",
     "reviewdesk.desk",
     "reviewdesk.mcp",
+    "reviewdesk.slack",
 ]
 
 MIDDLEWARE = [
@@ -310,6 +311,25 @@ CELERY_BEAT_SCHEDULE["approvals-digest"] = {
     "schedule": float(DESK_NOTIFY_DIGEST_TICK_SECONDS),
 }
 DESK_NOTIFY_EXPIRING_SECONDS = env_int("DESK_NOTIFY_EXPIRING_SECONDS", 600)
+
+# --- Slack: deciding from Slack (reviewdesk/slack/, docs/slack.md) ------------
+# Off unless both secrets are set: then no message is posted, every Slack request is refused,
+# and nothing else changes. SLACK_API_URL points the SDK elsewhere (the tests' stand-in).
+SLACK_BOT_TOKEN = env_str("SLACK_BOT_TOKEN")
+SLACK_SIGNING_SECRET = env_str("SLACK_SIGNING_SECRET")
+SLACK_API_URL = env_str("SLACK_API_URL", "https://slack.com/api/")
+# A post or an update that fails is tried DESK_SLACK_ATTEMPTS times, DESK_SLACK_BACKOFF_SECONDS
+# apart and doubling (or as long as Slack's Retry-After says); then the reviewer is mailed.
+DESK_SLACK_ATTEMPTS = env_int("DESK_SLACK_ATTEMPTS", 5)
+DESK_SLACK_BACKOFF_SECONDS = env_int("DESK_SLACK_BACKOFF_SECONDS", 5)
+DESK_SLACK_TIMEOUT_SECONDS = env_int("DESK_SLACK_TIMEOUT_SECONDS", 5)
+# A request from Slack older (or newer) than this is refused, as Slack asks; a signature seen
+# before within it is a replay, refused too.
+DESK_SLACK_REQUEST_MAX_AGE_SECONDS = env_int("DESK_SLACK_REQUEST_MAX_AGE_SECONDS", 300)
+DESK_SLACK_LINK_CODE_SECONDS = env_int("DESK_SLACK_LINK_CODE_SECONDS", 600)
+# Beat's sweep: posts and updates due (a retry, or a task lost with Redis), old replay rows.
+DESK_SLACK_SWEEP_SECONDS = env_int("DESK_SLACK_SWEEP_SECONDS", 10)
+CELERY_BEAT_SCHEDULE["slack-sweep"] = {"task": "slack.sweep", "schedule": float(DESK_SLACK_SWEEP_SECONDS)}
 
 # --- LLM -------------------------------------------------------------------
 OPENAI_BASE_URL = env_str("OPENAI_BASE_URL") or None

@@ -60,10 +60,17 @@ SIGNER_CHECKED_VERDICTS = (Verdict.APPROVE, Verdict.EDIT, Verdict.RERUN, Verdict
 
 
 def approval_do_decide(
-    *, approval: ApprovalRequest, run: Run, reviewer: User, decision: DecisionInput
+    *,
+    approval: ApprovalRequest,
+    run: Run,
+    reviewer: User,
+    decision: DecisionInput,
+    via: dict[str, Any] | None = None,
 ) -> Decision:
     """Sign and store the decision, audit it, emit events, enqueue resume on commit. With
     `device`, the reviewer's device signed it: checked here, stored as signed (422 if bad).
+    `via`: where the reviewer clicked, when not on the desk or the API (Slack: its user and
+    the link it went through), written in the audit row; the signed payload is the same.
 
     Lock precondition: `approval` and `run` were locked by approval_check_decide
     in the current transaction.
@@ -174,6 +181,7 @@ def approval_do_decide(
             "required_approvals": approval.required_approvals,
             # The second opinion the reviewer saw, if any: advice they were given, not a rule.
             "reading": approval.reading,
+            **({"via": via} if via else {}),
         },
     )
     event_emit(
@@ -236,6 +244,7 @@ def approval_decide(
     answer: Any = None,
     device: DeviceSignature | None = None,
     grant: Any = None,
+    via: dict[str, Any] | None = None,
 ) -> Decision:
     """Decide, and with an approve optionally grant ahead of time (`grant`, grants.create): the
     grant is checked with the decision and stored in the same transaction, or neither is. The
@@ -267,7 +276,7 @@ def approval_decide(
                 verdict=decision.verdict,
                 tool=target,
             )
-        stored = approval_do_decide(approval=approval, run=run, reviewer=reviewer, decision=decision)
+        stored = approval_do_decide(approval=approval, run=run, reviewer=reviewer, decision=decision, via=via)
         if spec is not None:
             grant_do_create(spec=spec, decision=stored, run=run, reviewer=reviewer)
         return stored

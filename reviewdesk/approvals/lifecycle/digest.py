@@ -25,6 +25,8 @@ from reviewdesk.approvals.lifecycle.links import link_create
 from reviewdesk.approvals.lifecycle.notify import (
     DIGEST,
     SUBJECT_MAX,
+    NotifyChannel,
+    channel_for,
     expiry_line,
     key_fact,
     mail_failed,
@@ -56,7 +58,7 @@ def digests_send(*, now: datetime) -> int:
         seen = preference.digest_sent_at
         if seen is not None and now < seen + timedelta(minutes=digest_minutes_of(preference)):
             continue
-        sent += digest_send(user=user, seen=seen, items=digest_items(user), now=now)
+        sent += digest_send(user=user, seen=seen, items=digest_items(user), now=now, channel=channel_for(user))
     return sent
 
 
@@ -84,19 +86,28 @@ def digest_items(user: User, *, limit: int | None = None) -> list[ApprovalReques
     return found
 
 
-def digest_send(*, user: User, seen: datetime | None, items: list[ApprovalRequest], now: datetime) -> int:
+def digest_send(
+    *,
+    user: User,
+    seen: datetime | None,
+    items: list[ApprovalRequest],
+    now: datetime,
+    channel: NotifyChannel | None = None,
+) -> int:
     """Send `user` one digest of `items` (read by `digest_items`) if their `digest_sent_at` is
     still `seen`, what this tick read before it: 1 if this tick sent it, 0 if there was nothing
-    new or another tick, which read the same, got there first."""
-    more = len(items) > DIGEST_ITEMS_MAX
+    new or another tick, which read the same, got there first. Through `channel` (where they
+    hear instead of by mail) when given: it lists at most its `digest_max`, the rest wait."""
+    listed_max = min(DIGEST_ITEMS_MAX, channel.digest_max) if channel is not None else DIGEST_ITEMS_MAX
+    more = len(items) > listed_max
     with transaction.atomic():
         # Decided, expired or cancelled since they were read: not in it.
         pending = set(
             ApprovalRequest.objects.filter(
-                pk__in=[a.pk for a in items[:DIGEST_ITEMS_MAX]], status=ApprovalStatus.PENDING
+                pk__in=[a.pk for a in items[:listed_max]], status=ApprovalStatus.PENDING
             ).values_list("pk", flat=True)
         )
-        items = [a for a in items[:DIGEST_ITEMS_MAX] if a.pk in pending]
+        items = [a for a in items[:listed_max] if a.pk in pending]
         if not items:
             return 0
         NotificationPreference.objects.get_or_create(user=user)  # the row the claim moves
@@ -107,13 +118,23 @@ def digest_send(*, user: User, seen: datetime | None, items: list[ApprovalReques
         if claimed != 1:
             return 0
         _record_each(items, user, now)
+        if channel is not None:
+            channel.send_digest(user, items, more=more, now=now)
+            return 1
+    return 1 if digest_mail(user=user, items=items, more=more, now=now) else 0
+
+
+def digest_mail(*, user: User, items: list[ApprovalRequest], more: bool, now: datetime) -> bool:
+    """Mail `user` the digest of `items`, each with a link of their own; whether it went (a
+    failure is logged and audited)."""
+    with transaction.atomic():
         links = {a.pk: link_create(approval=a, user=user) for a in items}
     facts = {a.pk: key_fact(a) for a in items}
     try:
         _digest_message(user, items, links, facts, preference_of(user), more=more, now=now).send()
     except Exception as exc:
         mail_failed(user.pk, user, DIGEST, exc, subject_type="user")
-        return 0
+        return False
     audit_record(
         actor=None,
         action="notification.digest_sent",
@@ -121,7 +142,7 @@ def digest_send(*, user: User, seen: datetime | None, items: list[ApprovalReques
         subject_id=user.pk,
         data={"to": user.get_username(), "approvals": [str(a.pk) for a in items]},
     )
-    return 1
+    return True
 
 
 def _record_each(items: list[ApprovalRequest], user: User, now: datetime) -> None:

@@ -9,6 +9,11 @@ link to its page (lifecycle/links.py), as each reviewer chose on `/settings/`
 - **every**: a mail at once for every item and occasion;
 - **off**: no mail.
 
+A reviewer may hear somewhere else instead of by mail: a channel registered with
+`register_channel` (the Slack app's, reviewdesk/slack/) takes the mails at once and digests of
+those it `takes`, and posts what `announced` items to where admins asked. It mails them itself
+(`mail_item`, digest.py `digest_mail`) when it cannot deliver.
+
 Beat sends them, never a run's worker: a slow or failing mail server delays a notification,
 never a run. A failure is logged and audited (`notification.failed`); the item stays on the
 desk. Every mail is at most once (a crash mid-send loses it):
@@ -28,12 +33,13 @@ import logging
 import unicodedata
 import uuid
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.conf import settings
 from django.core.mail import EmailMessage
 from django.db import transaction
 from django.urls import reverse
+from django.utils import timezone
 
 from reviewdesk.accounts.models import NotificationPreference, NotifyMode
 from reviewdesk.accounts.preferences import preferences_of
@@ -66,6 +72,38 @@ SUBJECT_MAX = 160
 
 
 # --- who hears, and how -------------------------------------------------------------------
+
+
+class NotifyChannel(Protocol):
+    """Somewhere besides mail where reviewers hear of items (reviewdesk/slack/delivery.py).
+    Each method is called in the transaction that claims the notification, and only queues."""
+
+    digest_max: int  # items one digest there can list
+
+    def takes(self, user: User) -> bool:
+        """Whether `user` hears there instead of by mail."""
+
+    def send_item(self, approval: ApprovalRequest, user: User, occasion: str, now: datetime) -> None: ...
+
+    def send_digest(self, user: User, items: list[ApprovalRequest], *, more: bool, now: datetime) -> None: ...
+
+    def announced(self, approval: ApprovalRequest, now: datetime) -> None:
+        """The item was announced (its assignment is new): post it where admins asked."""
+
+
+_channels: list[NotifyChannel] = []
+
+
+def register_channel(channel: NotifyChannel) -> None:
+    """Add a channel (an app's AppConfig.ready); it is asked for every reviewer mailed."""
+    if channel not in _channels:
+        _channels.append(channel)
+
+
+def channel_for(user: User) -> NotifyChannel | None:
+    """Where `user` hears instead of by mail, or None: by mail."""
+    return next((channel for channel in _channels if channel.takes(user)), None)
+
 
 
 def _chain_entry(approval: ApprovalRequest) -> str:
@@ -152,6 +190,8 @@ def approvals_notify(*, now: datetime) -> int:
             approval = ApprovalRequest.objects.select_related("run").get(pk=approval_id)
             users = _at_once(approval, notify_recipients(approval), occasion)
             _record(approval, users, occasion, now)  # with the claim: no digest lists it meanwhile
+            for channel in _channels:
+                channel.announced(approval, now)
         sent += _send_each(approval, users, occasion)
     return sent
 
@@ -213,26 +253,46 @@ def expiring_send(*, approval: ApprovalRequest, users: list[Any], now: datetime)
 def _send_each(
     approval: ApprovalRequest, users: list[Any], occasion: str, *, now: datetime | None = None
 ) -> int:
-    """Send the item's mail to each user, each with their own link; how many went out."""
+    """Send the item's notice to each user (by mail, each with their own link, or through the
+    channel they hear in); how many went out."""
     sent = 0
     fact = key_fact(approval) if users else None
     for user in users:
-        try:
+        channel = channel_for(user)
+        if channel is not None:
             with transaction.atomic():
-                url = link_create(approval=approval, user=user)
-            _message(approval, user, url, occasion, fact, now=now).send()
-        except Exception as exc:
-            mail_failed(approval.pk, user, occasion, exc)
-            continue
-        audit_record(
-            actor=None,
-            action="notification.sent",
-            subject_type="approval",
-            subject_id=approval.pk,
-            data={"to": user.get_username(), "occasion": occasion},
-        )
-        sent += 1
+                channel.send_item(approval, user, occasion, now or timezone.now())
+            sent += 1
+        else:
+            sent += mail_item(approval, user, occasion, fact=fact, now=now)
     return sent
+
+
+def mail_item(
+    approval: ApprovalRequest,
+    user: User,
+    occasion: str,
+    *,
+    fact: dict[str, Any] | None = None,
+    now: datetime | None = None,
+) -> bool:
+    """Mail `user` of the item with a link of their own; whether it went (a failure is logged
+    and audited)."""
+    try:
+        with transaction.atomic():
+            url = link_create(approval=approval, user=user)
+        _message(approval, user, url, occasion, fact, now=now).send()
+    except Exception as exc:
+        mail_failed(approval.pk, user, occasion, exc)
+        return False
+    audit_record(
+        actor=None,
+        action="notification.sent",
+        subject_type="approval",
+        subject_id=approval.pk,
+        data={"to": user.get_username(), "occasion": occasion},
+    )
+    return True
 
 
 def mail_failed(

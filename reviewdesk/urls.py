@@ -18,6 +18,7 @@ from reviewdesk.desk.views import (
     tokens,
     webhooks,
 )
+from reviewdesk.slack import views as slack_views
 
 urlpatterns = [
     path("", queue.desk, name="desk"),
@@ -36,6 +37,14 @@ urlpatterns = [
     path("runs/<uuid:run_id>/retry/", runs.run_control, {"action": "retry"}, name="run-retry"),
     path("runs/<uuid:run_id>/messages/", threads.run_follow_up_post, name="run-follow-up"),
     path("settings/", preferences.settings_page, name="settings"),  # one's own notifications
+    path("settings/slack/code/", preferences.slack_link_post, {"action": "code"}, name="slack-link-code"),
+    path(
+        "settings/slack/notify/", preferences.slack_link_post, {"action": "notify"}, name="slack-link-notify"
+    ),
+    path("settings/slack/unlink/", preferences.slack_link_post, {"action": "unlink"}, name="slack-unlink"),
+    # Slack's own requests: verified by signature, timestamp and replay (reviewdesk/slack/verify.py).
+    path("slack/interactions", slack_views.interactions, name="slack-interactions"),
+    path("slack/commands", slack_views.commands, name="slack-commands"),
     path("tokens/", tokens.token_list, name="tokens"),
     path("tokens/<int:token_id>/revoke/", tokens.token_revoke_post, name="token-revoke"),
     path("webhooks/", webhooks.webhook_list, name="webhooks"),

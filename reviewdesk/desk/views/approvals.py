@@ -28,6 +28,7 @@ from reviewdesk.desk.views.grants import grant_form_context, posted_grant
 from reviewdesk.lib.errors import DeskError, Invalid, NotFound, explain
 from reviewdesk.lib.limits import json_depth_exceeds
 from reviewdesk.runs.models import EffectStatus, SideEffect
+from reviewdesk.slack.delivery import delivery_rows
 
 
 @login_required
@@ -69,6 +70,8 @@ def approval_page(request: HttpRequest, approval_id) -> HttpResponse:
             "socket_path": DESK_SOCKET_PATH,
             # The browser signs with its own device key when it holds one of these.
             "device_key_ids": endorsed_key_ids(request.user),
+            # Where each Slack message about it stands (posted, retrying, mailed instead).
+            "slack_deliveries": delivery_rows(approval) if request.user.is_staff else None,
             **DECISION_CONTEXT,
         },
     )

@@ -1,0 +1,334 @@
+"""Posting to Slack and keeping what was posted true.
+
+- **What goes.** A reviewer with a link (`SlackLink.notify`) gets in Slack what the desk would
+  mail them, at the same moments (notify.py and digest.py call `SLACK_CHANNEL`); an item is
+  posted to a group's channel where an admin set one (`SlackChannel`) when it is announced.
+  Each is a `SlackMessage` row written in the transaction that claims the notification, and a
+  `slack.send` task enqueued once that commits.
+- **Nothing silently dropped.** A post that fails (Slack down, rate limited, an error) is tried
+  again after DESK_SLACK_BACKOFF_SECONDS, doubling (or Slack's Retry-After), up to
+  DESK_SLACK_ATTEMPTS; then its reviewer is mailed instead (`emailed`), or a channel post is
+  marked `failed`. Each item's page shows admins the state of every message about it.
+- **Messages stay true.** When an item changes (decided anywhere, a quorum vote, expired,
+  cancelled), every message that shows it is marked `stale` in the transaction that writes the
+  change (`stale_on_decision`, a desk-event hook), and a `slack.send` redraws it with
+  `chat.update`, retried as a post is. A stale button is harmless anyway: a click is judged on
+  the server.
+- **One worker at a time.** A task takes a message by a lease (compare-and-set on
+  `leased_until`); beat's `slack.sweep` sends what is due and whose task was lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+from slack_sdk.errors import SlackApiError
+
+from reviewdesk.approvals.lifecycle.digest import digest_mail
+from reviewdesk.approvals.lifecycle.notify import DIGEST, mail_item
+from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
+from reviewdesk.audit.services import audit_record
+from reviewdesk.celery import app as celery_app
+from reviewdesk.slack.blocks import message_blocks
+from reviewdesk.slack.client import slack_enabled, web_client
+from reviewdesk.slack.models import (
+    MessageKind,
+    MessageState,
+    SlackChannel,
+    SlackLink,
+    SlackMessage,
+    SlackMessageItem,
+)
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+    from reviewdesk.events.models import DeskEvent
+
+logger = logging.getLogger(__name__)
+
+SEND_TASK = "slack.send"
+LEASE_SECONDS = 60
+DIGEST_ITEMS_MAX = 8  # a Slack message holds 50 blocks; an item takes up to 6
+
+
+class _SlackChannel:
+    """notify.py's `NotifyChannel` for Slack."""
+
+    digest_max = DIGEST_ITEMS_MAX
+
+    def takes(self, user: User) -> bool:
+        return (
+            slack_enabled()
+            and SlackLink.objects.filter(user=user, notify=True, user__is_active=True).exists()
+        )
+
+    def send_item(self, approval: ApprovalRequest, user: User, occasion: str, now: datetime) -> None:
+        link = SlackLink.objects.get(user=user)
+        message_queue(
+            MessageKind.ITEM, [approval], target=link.slack_user_id, user=user, occasion=occasion, now=now
+        )
+
+    def send_digest(self, user: User, items: list[ApprovalRequest], *, more: bool, now: datetime) -> None:
+        link = SlackLink.objects.get(user=user)
+        message_queue(
+            MessageKind.DIGEST, items, target=link.slack_user_id, user=user, occasion=DIGEST, now=now
+        )
+
+    def announced(self, approval: ApprovalRequest, now: datetime) -> None:
+        if not slack_enabled():
+            return
+        for channel_id in channels_for(approval):
+            message_queue(
+                MessageKind.CHANNEL, [approval], target=channel_id, user=None, occasion="created", now=now
+            )
+
+
+SLACK_CHANNEL = _SlackChannel()
+
+
+def channels_for(approval: ApprovalRequest) -> list[str]:
+    """The channels an admin set for the groups the item names (or, open to every reviewer,
+    the channel for those)."""
+    groups = [t.split(":", 1)[1] for t in approval.assignees if t.startswith("group:")]
+    if not approval.assignees:
+        rows = SlackChannel.objects.filter(group__isnull=True)
+    elif groups:
+        rows = SlackChannel.objects.filter(group__name__in=groups)
+    else:
+        return []
+    return sorted(set(rows.values_list("channel_id", flat=True)))
+
+
+def message_queue(
+    kind: str,
+    approvals: list[ApprovalRequest],
+    *,
+    target: str,
+    user: User | None,
+    occasion: str,
+    now: datetime,
+) -> SlackMessage:
+    """A message to post, written in the caller's transaction, its task sent once it commits."""
+    message = SlackMessage.objects.create(kind=kind, user=user, occasion=occasion, target=target, due_at=now)
+    SlackMessageItem.objects.bulk_create(
+        [SlackMessageItem(message=message, request=a, position=i) for i, a in enumerate(approvals)]
+    )
+    _send_on_commit(message.pk)
+    return message
+
+
+def _send_on_commit(message_id: Any, countdown: float = 0) -> None:
+    transaction.on_commit(
+        lambda: celery_app.send_task(SEND_TASK, args=[str(message_id)], countdown=countdown), robust=True
+    )
+
+
+def stale_on_decision(event: DeskEvent) -> None:
+    """A desk-event hook (events.services.on_event_written), in the writer's transaction: an
+    item changed, so every posted message that shows it is to be redrawn. One statement, and
+    none at all when Slack is off."""
+    if event.type != "approval.updated" or not slack_enabled():
+        return
+    approval_id = (event.data or {}).get("id")
+    if not approval_id:
+        return
+    now = timezone.now()
+    # A message not posted yet is marked too: one drawn before this change commits is redrawn.
+    shown = SlackMessage.objects.filter(
+        items__request_id=approval_id, state__in=(MessageState.PENDING, MessageState.SENT)
+    )
+    if shown.update(stale=True, update_attempts=0, due_at=now):
+        for message_id in shown.values_list("pk", flat=True):
+            _send_on_commit(message_id)
+
+
+# --- one attempt ----------------------------------------------------------------------------
+
+
+def _lease(message_id: Any, now: datetime) -> SlackMessage | None:
+    """Take the message for one attempt, if it is due and nobody holds it."""
+    due = Q(state=MessageState.PENDING) | Q(state=MessageState.SENT, stale=True)
+    taken = (
+        SlackMessage.objects.filter(due, pk=message_id, due_at__lte=now)
+        .filter(Q(leased_until__isnull=True) | Q(leased_until__lt=now))
+        .update(leased_until=now + timedelta(seconds=LEASE_SECONDS))
+    )
+    return SlackMessage.objects.select_related("user").get(pk=message_id) if taken == 1 else None
+
+
+def message_send(*, message_id: Any) -> str:
+    """Post the message, or redraw it if it is posted and stale: one attempt. What happened:
+    "posted", "updated", "retry", "emailed", "failed", or "skipped" (not due, or held)."""
+    if not slack_enabled():
+        return "skipped"
+    now = timezone.now()
+    message = _lease(message_id, now)
+    if message is None:
+        return "skipped"
+    approvals = list(
+        ApprovalRequest.objects.filter(pk__in=message.items.values_list("request_id", flat=True))
+        .select_related("run")
+        .prefetch_related("decisions__reviewer")
+    )
+    order = {item.request_id: item.position for item in message.items.all()}
+    approvals.sort(key=lambda a: order[a.pk])
+    posting = message.state == MessageState.PENDING
+    text, blocks = message_blocks(approvals, digest=message.kind == MessageKind.DIGEST)
+    client = web_client()
+    try:
+        if posting:
+            answer = client.chat_postMessage(
+                channel=message.target, text=text, blocks=blocks, unfurl_links=False
+            )
+        else:
+            answer = client.chat_update(channel=message.channel, ts=message.ts, text=text, blocks=blocks)
+    except Exception as exc:  # SlackApiError, a timeout, a refused connection: all retried
+        return _failed_attempt(message, exc, posting=posting, approvals=approvals)
+    fields = {"leased_until": None, "last_error": "", "stale": False, "update_attempts": 0}
+    if posting:
+        fields.update(
+            state=MessageState.SENT,
+            channel=str(answer.get("channel") or message.target),
+            ts=str(answer.get("ts") or ""),
+            sent_at=timezone.now(),
+            attempts=message.attempts + 1,
+        )
+    else:
+        fields["updated_at"] = timezone.now()
+    with transaction.atomic():
+        # A change written while this one was drawn marked it stale again (and moved due_at):
+        # leave `stale` set then, so that change is drawn too.
+        changed_meanwhile = SlackMessage.objects.filter(pk=message.pk, due_at__gt=now, stale=True).exists()
+        if changed_meanwhile:
+            fields.pop("stale")
+        SlackMessage.objects.filter(pk=message.pk).update(**fields)
+    if changed_meanwhile:
+        _send_on_commit(message.pk)
+    if posting:
+        audit_record(
+            actor=None,
+            action="notification.slack_sent",
+            subject_type="slack_message",
+            subject_id=message.pk,
+            data={
+                "to": message.user.get_username() if message.user else message.target,
+                "approvals": [str(a.pk) for a in approvals],
+                "occasion": message.occasion,
+            },
+        )
+    return "posted" if posting else "updated"
+
+
+def _retry_after(exc: Exception) -> float | None:
+    if isinstance(exc, SlackApiError) and exc.response is not None and exc.response.status_code == 429:
+        try:
+            return (
+                float(exc.response.headers.get("Retry-After") or exc.response.headers.get("retry-after") or 0)
+                or None
+            )
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def _failed_attempt(
+    message: SlackMessage, exc: Exception, *, posting: bool, approvals: list[ApprovalRequest]
+) -> str:
+    error = f"{type(exc).__name__}: {exc}"[:500]
+    logger.warning("slack message %s: attempt failed: %s", message.pk, error)
+    tried = (message.attempts if posting else message.update_attempts) + 1
+    counter = "attempts" if posting else "update_attempts"
+    if tried < settings.DESK_SLACK_ATTEMPTS:
+        wait = _retry_after(exc) or settings.DESK_SLACK_BACKOFF_SECONDS * 2 ** (tried - 1)
+        SlackMessage.objects.filter(pk=message.pk).update(
+            **{counter: tried},
+            last_error=error,
+            leased_until=None,
+            due_at=timezone.now() + timedelta(seconds=wait),
+        )
+        # A little after due_at: a task that came early would find it not due yet.
+        celery_app.send_task(SEND_TASK, args=[str(message.pk)], countdown=wait + 0.2)
+        return "retry"
+    if not posting:
+        # The update could not go: the message still shows the item as it was, and its buttons
+        # are judged on the server. Left stale for the sweep to try again much later.
+        SlackMessage.objects.filter(pk=message.pk).update(
+            update_attempts=tried,
+            last_error=error,
+            leased_until=None,
+            due_at=timezone.now() + timedelta(seconds=600),
+        )
+        return "retry"
+    return _give_up(message, error, approvals)
+
+
+def _give_up(message: SlackMessage, error: str, approvals: list[ApprovalRequest]) -> str:
+    """Every attempt failed: its reviewer is mailed instead (what is still pending), or, a
+    channel post, it is marked failed. Audited either way."""
+    user = message.user
+    still = [a for a in approvals if a.status == ApprovalStatus.PENDING]
+    state = MessageState.FAILED
+    if user is not None and user.email and still:
+        if message.kind == MessageKind.DIGEST:
+            mailed = digest_mail(user=user, items=still, more=False, now=timezone.now())
+        else:
+            mailed = mail_item(still[0], user, message.occasion or "created", now=timezone.now())
+        state = MessageState.EMAILED if mailed else MessageState.FAILED
+    SlackMessage.objects.filter(pk=message.pk).update(
+        state=state, attempts=message.attempts + 1, last_error=error, leased_until=None
+    )
+    audit_record(
+        actor=None,
+        action="notification.slack_failed",
+        subject_type="slack_message",
+        subject_id=message.pk,
+        data={
+            "to": user.get_username() if user else message.target,
+            "approvals": [str(a.pk) for a in approvals],
+            "error": error,
+            "fallback": "email" if state == MessageState.EMAILED else "none",
+        },
+    )
+    return str(state)
+
+
+def slack_sweep() -> dict[str, int]:
+    """Beat: send what is due and nobody holds (a retry's task, or one lost with Redis)."""
+    if not slack_enabled():
+        return {"due": 0}
+    now = timezone.now()
+    due = (
+        SlackMessage.objects.filter(Q(state=MessageState.PENDING) | Q(state=MessageState.SENT, stale=True))
+        .filter(due_at__lte=now - timedelta(seconds=settings.DESK_SLACK_BACKOFF_SECONDS))
+        .filter(Q(leased_until__isnull=True) | Q(leased_until__lt=now))
+        .values_list("pk", flat=True)[:200]
+    )
+    ids = list(due)
+    for message_id in ids:
+        celery_app.send_task(SEND_TASK, args=[str(message_id)])
+    return {"due": len(ids)}
+
+
+def delivery_rows(approval: ApprovalRequest) -> list[dict[str, Any]]:
+    """Each Slack message about the item, for admins on its page: to whom, its state, tries."""
+    messages = (
+        SlackMessage.objects.filter(items__request=approval).select_related("user").order_by("created_at")
+    )
+    return [
+        {
+            "kind": m.kind,
+            "to": m.user.get_username() if m.user else f"channel {m.target}",
+            "state": "update pending" if m.stale else m.state,
+            "attempts": m.attempts,
+            "last_error": m.last_error,
+            "sent_at": m.sent_at,
+        }
+        for m in messages
+    ]

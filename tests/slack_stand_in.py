@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 SIGNING_SECRET = "test-signing-secret-of-the-stand-in"
+_triggers = itertools.count(1)
 BOT_TOKEN = "xoxb-test-token"
 TEAM = "T0TEST"
 
@@ -125,7 +126,8 @@ def click(action_id: str, value: str, *, user: str, channel: str = "D0CHAN", tea
         "user": {"id": user, "team_id": team},
         "channel": {"id": channel},
         "container": {"type": "message", "channel_id": channel},
-        "trigger_id": "1337.42.abcdef",
+        # Slack's own: new for every click (so two clicks are two requests, never a replay).
+        "trigger_id": f"{time.time():.6f}.{next(_triggers)}",
         "actions": [{"action_id": action_id, "value": value, "type": "button"}],
     }
 

@@ -318,6 +318,8 @@ DESK_NOTIFY_EXPIRING_SECONDS = env_int("DESK_NOTIFY_EXPIRING_SECONDS", 600)
 SLACK_BOT_TOKEN = env_str("SLACK_BOT_TOKEN")
 SLACK_SIGNING_SECRET = env_str("SLACK_SIGNING_SECRET")
 SLACK_API_URL = env_str("SLACK_API_URL", "https://slack.com/api/")
+# The workspaces (team ids) whose requests are read; empty: any the app is installed in.
+SLACK_TEAM_IDS = env_list("SLACK_TEAM_IDS", "")
 # A post or an update that fails is tried DESK_SLACK_ATTEMPTS times, DESK_SLACK_BACKOFF_SECONDS
 # apart and doubling (or as long as Slack's Retry-After says); then the reviewer is mailed.
 DESK_SLACK_ATTEMPTS = env_int("DESK_SLACK_ATTEMPTS", 5)

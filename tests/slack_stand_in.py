@@ -118,7 +118,9 @@ def interaction_body(payload: dict[str, Any]) -> bytes:
     return urllib.parse.urlencode({"payload": json.dumps(payload)}).encode()
 
 
-def click(action_id: str, value: str, *, user: str, channel: str = "D0CHAN", team: str = TEAM) -> dict[str, Any]:
+def click(
+    action_id: str, value: str, *, user: str, channel: str = "D0CHAN", team: str = TEAM
+) -> dict[str, Any]:
     """A block_actions payload as Slack sends it for a button."""
     return {
         "type": "block_actions",
@@ -147,4 +149,6 @@ def reject_submission(value: str, reason: str, *, user: str, team: str = TEAM) -
 
 
 def command_body(text: str, *, user: str, team: str = TEAM) -> bytes:
-    return urllib.parse.urlencode({"command": "/desk", "text": text, "user_id": user, "team_id": team}).encode()
+    return urllib.parse.urlencode(
+        {"command": "/desk", "text": text, "user_id": user, "team_id": team}
+    ).encode()

@@ -54,14 +54,22 @@ def button_value(approval: ApprovalRequest) -> str:
 
 
 def decides_in_slack(approval: ApprovalRequest, summary: dict[str, Any] | None) -> str:
-    """ "" when Approve and Reject may be offered in Slack; else why the desk must open."""
+    """Empty when Approve may be offered in Slack; else why the desk must open."""
     if approval.kind == ApprovalKind.QUESTION:
         return "The agent asks a question: answer it on the desk."
     if approval.kind != ApprovalKind.TOOL_CALL:
         return "Reconcile this call on the desk."
+    if Verdict.APPROVE not in approval.allowed_verdicts:
+        return "This call is answered on the desk."
     if summary is not None and summary.get("device_key"):
         return "Approving it needs your device key: open it on the desk (you can reject here)."
     return ""
+
+
+def one_line(text: Any, limit: int = 100) -> str:
+    """Agent-written text (a tool's or an agent's name from a framework) for mrkdwn: on one
+    line, invisible characters escaped, Slack's markup escaped."""
+    return escaped(shown(text, limit))
 
 
 def _settled_line(approval: ApprovalRequest) -> str:
@@ -92,18 +100,18 @@ def item_blocks(approval: ApprovalRequest) -> list[dict[str, Any]]:
     payload = approval_data(approval)
     summary = call_summary(payload) if approval.kind == ApprovalKind.TOOL_CALL else None
     run = approval.run
-    what = "A question" if approval.kind == ApprovalKind.QUESTION else f"*{escaped(approval.tool)}*"
+    what = "A question" if approval.kind == ApprovalKind.QUESTION else f"*{one_line(approval.tool)}*"
     blocks: list[dict[str, Any]] = [
         {
             "type": "section",
             "block_id": f"head:{approval.pk}",
-            "text": {"type": "mrkdwn", "text": f"{what} · {escaped(run.agent)} · run {str(run.pk)[:8]}"},
+            "text": {"type": "mrkdwn", "text": f"{what} · {one_line(run.agent)} · run {str(run.pk)[:8]}"},
         }
     ]
     if summary is not None:
         fields = []
         for label, value in summary["facts"][:FACTS_MAX]:
-            fields += [{"type": "mrkdwn", "text": f"*{escaped(label)}*"}, plain(shown(value, 300))]
+            fields += [{"type": "mrkdwn", "text": f"*{one_line(label)}*"}, plain(shown(value, 300))]
         if fields:
             blocks.append({"type": "section", "fields": fields})
         if summary["body"] and not any(label == "To" for label, _ in summary["facts"]):
@@ -167,7 +175,7 @@ def _pending_blocks(
                 "style": "danger",
             }
         buttons.append(approve)
-    if approval.kind == ApprovalKind.TOOL_CALL:
+    if approval.kind == ApprovalKind.TOOL_CALL and Verdict.REJECT in approval.allowed_verdicts:
         buttons.append(
             {
                 "type": "button",
@@ -184,9 +192,11 @@ def _pending_blocks(
     return blocks
 
 
-def message_blocks(approvals: list[ApprovalRequest], *, digest: bool) -> tuple[str, list[dict[str, Any]]]:
-    """The notification text (what Slack shows in a notice) and the blocks of a message about
-    `approvals`, each as it stands now."""
+def message_blocks(
+    approvals: list[ApprovalRequest], *, digest: bool, more: bool = False
+) -> tuple[str, list[dict[str, Any]]]:
+    """The notification text (what Slack shows in a notice, read as mrkdwn: escaped) and the
+    blocks of a message about `approvals`, each as it stands now."""
     pending = [a for a in approvals if a.status == ApprovalStatus.PENDING]
     if digest:
         noun = "item" if len(approvals) == 1 else "items"
@@ -206,6 +216,11 @@ def message_blocks(approvals: list[ApprovalRequest], *, digest: bool) -> tuple[s
         if index or digest:
             blocks.append({"type": "divider"})
         blocks += item_blocks(approval)
+    if more:
+        blocks += [
+            {"type": "divider"},
+            {"type": "context", "elements": [plain("More wait on the desk; the next digest lists them.")]},
+        ]
     return text, blocks
 
 

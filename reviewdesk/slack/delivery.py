@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 from slack_sdk.errors import SlackApiError
 
+from reviewdesk.approvals.access import approval_visible_to
 from reviewdesk.approvals.lifecycle.digest import digest_mail
 from reviewdesk.approvals.lifecycle.notify import DIGEST, mail_item
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus
@@ -54,6 +55,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SEND_TASK = "slack.send"
+REDRAW_TASK = "slack.redraw"
+UPDATE_GAVE_UP = "update gave up: "
+# A direct message redrawn for a reader who may no longer see what it showed.
+GONE_TEXT = "This item is no longer yours to see here (unlinked, or handed to others). Open the desk."
 LEASE_SECONDS = 60
 DIGEST_ITEMS_MAX = 8  # a Slack message holds 50 blocks; an item takes up to 6
 
@@ -63,31 +68,48 @@ class _SlackChannel:
 
     digest_max = DIGEST_ITEMS_MAX
 
-    def takes(self, user: User) -> bool:
-        return (
-            slack_enabled()
-            and SlackLink.objects.filter(user=user, notify=True, user__is_active=True).exists()
-        )
+    def active(self) -> bool:
+        return slack_enabled()
 
-    def send_item(self, approval: ApprovalRequest, user: User, occasion: str, now: datetime) -> None:
-        link = SlackLink.objects.get(user=user)
+    def takes(self, user: User) -> bool:
+        return slack_enabled() and _dm_link(user) is not None
+
+    def send_item(self, approval: ApprovalRequest, user: User, occasion: str, now: datetime) -> bool:
+        link = _dm_link(user)  # unlinked since `takes`: mailed instead
+        if link is None:
+            return False
         message_queue(
             MessageKind.ITEM, [approval], target=link.slack_user_id, user=user, occasion=occasion, now=now
         )
+        return True
 
     def send_digest(self, user: User, items: list[ApprovalRequest], *, more: bool, now: datetime) -> None:
-        link = SlackLink.objects.get(user=user)
+        link = _dm_link(user)
+        # Unlinked since `takes`: the message waits for no one and is mailed by the sweep.
+        target = link.slack_user_id if link is not None else ""
         message_queue(
-            MessageKind.DIGEST, items, target=link.slack_user_id, user=user, occasion=DIGEST, now=now
+            MessageKind.DIGEST, items, target=target, user=user, occasion=DIGEST, now=now, more=more
         )
 
     def announced(self, approval: ApprovalRequest, now: datetime) -> None:
         if not slack_enabled():
             return
-        for channel_id in channels_for(approval):
-            message_queue(
-                MessageKind.CHANNEL, [approval], target=channel_id, user=None, occasion="created", now=now
+        # An escalation or a hand-over announces it again: a channel that has it posted keeps
+        # that post (redrawn as the item changes), not a second one.
+        posted = set(
+            SlackMessage.objects.filter(kind=MessageKind.CHANNEL, items__request=approval).values_list(
+                "target", flat=True
             )
+        )
+        for channel_id in channels_for(approval):
+            if channel_id not in posted:
+                message_queue(
+                    MessageKind.CHANNEL, [approval], target=channel_id, user=None, occasion="created", now=now
+                )
+
+
+def _dm_link(user: User) -> SlackLink | None:
+    return SlackLink.objects.filter(user=user, notify=True, user__is_active=True).first()
 
 
 SLACK_CHANNEL = _SlackChannel()
@@ -114,9 +136,12 @@ def message_queue(
     user: User | None,
     occasion: str,
     now: datetime,
+    more: bool = False,
 ) -> SlackMessage:
     """A message to post, written in the caller's transaction, its task sent once it commits."""
-    message = SlackMessage.objects.create(kind=kind, user=user, occasion=occasion, target=target, due_at=now)
+    message = SlackMessage.objects.create(
+        kind=kind, user=user, occasion=occasion, target=target, due_at=now, more=more
+    )
     SlackMessageItem.objects.bulk_create(
         [SlackMessageItem(message=message, request=a, position=i) for i, a in enumerate(approvals)]
     )
@@ -132,55 +157,95 @@ def _send_on_commit(message_id: Any, countdown: float = 0) -> None:
 
 def stale_on_decision(event: DeskEvent) -> None:
     """A desk-event hook (events.services.on_event_written), in the writer's transaction: an
-    item changed, so every posted message that shows it is to be redrawn. One statement, and
-    none at all when Slack is off."""
+    item changed, so every message that shows it is to be redrawn. One statement (none when
+    Slack is off, or for another event), and one task once it commits. A posted message is due
+    now; one still waiting to be posted keeps its backoff (it is drawn as it stands when it goes)."""
     if event.type != "approval.updated" or not slack_enabled():
         return
     approval_id = (event.data or {}).get("id")
     if not approval_id:
         return
-    now = timezone.now()
-    # A message not posted yet is marked too: one drawn before this change commits is redrawn.
-    shown = SlackMessage.objects.filter(
+    marked = SlackMessage.objects.filter(
         items__request_id=approval_id, state__in=(MessageState.PENDING, MessageState.SENT)
+    ).update(
+        stale=True,
+        revision=F("revision") + 1,
+        update_attempts=0,
+        due_at=Case(When(state=MessageState.SENT, then=Value(timezone.now())), default=F("due_at")),
     )
-    if shown.update(stale=True, update_attempts=0, due_at=now):
-        for message_id in shown.values_list("pk", flat=True):
-            _send_on_commit(message_id)
+    if marked:
+        transaction.on_commit(lambda: celery_app.send_task(REDRAW_TASK, args=[str(approval_id)]), robust=True)
+
+
+def messages_redraw(*, approval_id: Any) -> list[str]:
+    """`slack.redraw`: send each posted message that shows the item and is due."""
+    due = SlackMessage.objects.filter(
+        items__request_id=approval_id, state=MessageState.SENT, stale=True, due_at__lte=timezone.now()
+    ).values_list("pk", flat=True)
+    return [message_send(message_id=message_id) for message_id in list(due)]
 
 
 # --- one attempt ----------------------------------------------------------------------------
 
 
-def _lease(message_id: Any, now: datetime) -> SlackMessage | None:
-    """Take the message for one attempt, if it is due and nobody holds it."""
+def _lease(message_id: Any, now: datetime) -> tuple[SlackMessage, datetime] | None:
+    """Take the message for one attempt, if it is due and nobody holds it: the message and the
+    lease, which every write after the attempt names (a write by a worker whose lease ran out,
+    and was taken by another, changes nothing)."""
     due = Q(state=MessageState.PENDING) | Q(state=MessageState.SENT, stale=True)
+    lease = now + timedelta(seconds=LEASE_SECONDS)
     taken = (
         SlackMessage.objects.filter(due, pk=message_id, due_at__lte=now)
         .filter(Q(leased_until__isnull=True) | Q(leased_until__lt=now))
-        .update(leased_until=now + timedelta(seconds=LEASE_SECONDS))
+        .update(leased_until=lease)
     )
-    return SlackMessage.objects.select_related("user").get(pk=message_id) if taken == 1 else None
+    if taken != 1:
+        return None
+    return SlackMessage.objects.select_related("user").get(pk=message_id), lease
+
+
+def _held(message: SlackMessage, lease: datetime):
+    return SlackMessage.objects.filter(pk=message.pk, leased_until=lease)
+
+
+def _items(message: SlackMessage) -> list[ApprovalRequest]:
+    order = dict(message.items.values_list("request_id", "position"))
+    approvals = list(
+        ApprovalRequest.objects.filter(pk__in=list(order))
+        .select_related("run")
+        .prefetch_related("decisions__reviewer")
+    )
+    return sorted(approvals, key=lambda a: order[a.pk])
+
+
+def _still_theirs(message: SlackMessage, approvals: list[ApprovalRequest]) -> bool:
+    """A direct message's reader may still read these items: linked (to this Slack user),
+    active, and each item visible to them. Otherwise it is redrawn with nothing in it."""
+    user = message.user
+    if user is None:
+        return True
+    if not (user.is_active and SlackLink.objects.filter(user=user, slack_user_id=message.target).exists()):
+        return False
+    return all(approval_visible_to(user, approval) for approval in approvals)
 
 
 def message_send(*, message_id: Any) -> str:
     """Post the message, or redraw it if it is posted and stale: one attempt. What happened:
     "posted", "updated", "retry", "emailed", "failed", or "skipped" (not due, or held)."""
-    if not slack_enabled():
-        return "skipped"
     now = timezone.now()
-    message = _lease(message_id, now)
-    if message is None:
+    taken = _lease(message_id, now)
+    if taken is None:
         return "skipped"
-    approvals = list(
-        ApprovalRequest.objects.filter(pk__in=message.items.values_list("request_id", flat=True))
-        .select_related("run")
-        .prefetch_related("decisions__reviewer")
-    )
-    order = {item.request_id: item.position for item in message.items.all()}
-    approvals.sort(key=lambda a: order[a.pk])
+    message, lease = taken
+    approvals = _items(message)
     posting = message.state == MessageState.PENDING
-    text, blocks = message_blocks(approvals, digest=message.kind == MessageKind.DIGEST)
+    if not slack_enabled() or (posting and not message.target):
+        # Slack was turned off (or the reader unlinked) before it went: mailed instead.
+        return _give_up(message, lease, "Slack is not configured, or the reader unlinked", approvals)
+    if _still_theirs(message, approvals):
+        text, blocks = message_blocks(approvals, digest=message.kind == MessageKind.DIGEST, more=message.more)
+    else:
+        text, blocks = GONE_TEXT, [{"type": "section", "text": {"type": "plain_text", "text": GONE_TEXT}}]
     client = web_client()
     try:
         if posting:
@@ -190,8 +255,8 @@ def message_send(*, message_id: Any) -> str:
         else:
             answer = client.chat_update(channel=message.channel, ts=message.ts, text=text, blocks=blocks)
     except Exception as exc:  # SlackApiError, a timeout, a refused connection: all retried
-        return _failed_attempt(message, exc, posting=posting, approvals=approvals)
-    fields = {"leased_until": None, "last_error": "", "stale": False, "update_attempts": 0}
+        return _failed_attempt(message, lease, exc, posting=posting, approvals=approvals)
+    fields: dict[str, Any] = {"leased_until": None, "last_error": "", "update_attempts": 0}
     if posting:
         fields.update(
             state=MessageState.SENT,
@@ -203,14 +268,11 @@ def message_send(*, message_id: Any) -> str:
     else:
         fields["updated_at"] = timezone.now()
     with transaction.atomic():
-        # A change written while this one was drawn marked it stale again (and moved due_at):
-        # leave `stale` set then, so that change is drawn too.
-        changed_meanwhile = SlackMessage.objects.filter(pk=message.pk, due_at__gt=now, stale=True).exists()
-        if changed_meanwhile:
-            fields.pop("stale")
-        SlackMessage.objects.filter(pk=message.pk).update(**fields)
-    if changed_meanwhile:
-        _send_on_commit(message.pk)
+        _held(message, lease).update(**fields)
+        # Drawn as of `message.revision`: a change since then moved it, and keeps it stale.
+        SlackMessage.objects.filter(pk=message.pk, revision=message.revision).update(stale=False)
+    if SlackMessage.objects.filter(pk=message.pk, stale=True).exists():
+        celery_app.send_task(SEND_TASK, args=[str(message.pk)])
     if posting:
         audit_record(
             actor=None,
@@ -239,15 +301,15 @@ def _retry_after(exc: Exception) -> float | None:
 
 
 def _failed_attempt(
-    message: SlackMessage, exc: Exception, *, posting: bool, approvals: list[ApprovalRequest]
+    message: SlackMessage, lease: datetime, exc: Exception, *, posting: bool, approvals: list[ApprovalRequest]
 ) -> str:
     error = f"{type(exc).__name__}: {exc}"[:500]
-    logger.warning("slack message %s: attempt failed: %s", message.pk, error)
+    logger.warning("slack message %s: attempt failed: %s", message.pk, type(exc).__name__)
     tried = (message.attempts if posting else message.update_attempts) + 1
     counter = "attempts" if posting else "update_attempts"
     if tried < settings.DESK_SLACK_ATTEMPTS:
         wait = _retry_after(exc) or settings.DESK_SLACK_BACKOFF_SECONDS * 2 ** (tried - 1)
-        SlackMessage.objects.filter(pk=message.pk).update(
+        _held(message, lease).update(
             **{counter: tried},
             last_error=error,
             leased_until=None,
@@ -257,33 +319,41 @@ def _failed_attempt(
         celery_app.send_task(SEND_TASK, args=[str(message.pk)], countdown=wait + 0.2)
         return "retry"
     if not posting:
-        # The update could not go: the message still shows the item as it was, and its buttons
-        # are judged on the server. Left stale for the sweep to try again much later.
-        SlackMessage.objects.filter(pk=message.pk).update(
-            update_attempts=tried,
-            last_error=error,
-            leased_until=None,
-            due_at=timezone.now() + timedelta(seconds=600),
+        # The update could not go (the message deleted, the channel archived, Slack down for
+        # long): the message still shows the item as it was, and its buttons are judged on the
+        # server. Given up, and said so to admins on the item's page.
+        _held(message, lease).update(
+            update_attempts=tried, last_error=f"{UPDATE_GAVE_UP}{error}"[:500], leased_until=None, stale=False
         )
-        return "retry"
-    return _give_up(message, error, approvals)
+        return "failed"
+    return _give_up(message, lease, error, approvals)
 
 
-def _give_up(message: SlackMessage, error: str, approvals: list[ApprovalRequest]) -> str:
-    """Every attempt failed: its reviewer is mailed instead (what is still pending), or, a
-    channel post, it is marked failed. Audited either way."""
+def _give_up(message: SlackMessage, lease: datetime, error: str, approvals: list[ApprovalRequest]) -> str:
+    """Every attempt failed: its reviewer is mailed instead (what is still pending and still
+    theirs), or, a channel post, it is marked failed. Audited either way. The state moves first,
+    under the lease: of two workers, one mails."""
     user = message.user
-    still = [a for a in approvals if a.status == ApprovalStatus.PENDING]
-    state = MessageState.FAILED
+    if not _held(message, lease).update(
+        state=MessageState.FAILED, attempts=message.attempts + 1, last_error=error
+    ):
+        return "skipped"
+    still = [
+        a
+        for a in approvals
+        if a.status == ApprovalStatus.PENDING
+        and user is not None
+        and user.is_active
+        and approval_visible_to(user, a)
+    ]
+    mailed = False
     if user is not None and user.email and still:
         if message.kind == MessageKind.DIGEST:
-            mailed = digest_mail(user=user, items=still, more=False, now=timezone.now())
+            mailed = digest_mail(user=user, items=still, more=message.more, now=timezone.now())
         else:
             mailed = mail_item(still[0], user, message.occasion or "created", now=timezone.now())
-        state = MessageState.EMAILED if mailed else MessageState.FAILED
-    SlackMessage.objects.filter(pk=message.pk).update(
-        state=state, attempts=message.attempts + 1, last_error=error, leased_until=None
-    )
+    state = MessageState.EMAILED if mailed else MessageState.FAILED
+    SlackMessage.objects.filter(pk=message.pk).update(state=state, leased_until=None)
     audit_record(
         actor=None,
         action="notification.slack_failed",
@@ -293,17 +363,21 @@ def _give_up(message: SlackMessage, error: str, approvals: list[ApprovalRequest]
             "to": user.get_username() if user else message.target,
             "approvals": [str(a.pk) for a in approvals],
             "error": error,
-            "fallback": "email" if state == MessageState.EMAILED else "none",
+            "fallback": "email" if mailed else "none",
         },
     )
     return str(state)
 
 
 def slack_sweep() -> dict[str, int]:
-    """Beat: send what is due and nobody holds (a retry's task, or one lost with Redis)."""
-    if not slack_enabled():
-        return {"due": 0}
+    """Beat: send what is due and nobody holds (a retry's task, or one lost with Redis). With
+    Slack turned off, what waits to be posted is mailed instead."""
     now = timezone.now()
+    if not slack_enabled():
+        waiting = list(
+            SlackMessage.objects.filter(state=MessageState.PENDING).values_list("pk", flat=True)[:200]
+        )
+        return {"due": len([message_send(message_id=message_id) for message_id in waiting])}
     due = (
         SlackMessage.objects.filter(Q(state=MessageState.PENDING) | Q(state=MessageState.SENT, stale=True))
         .filter(due_at__lte=now - timedelta(seconds=settings.DESK_SLACK_BACKOFF_SECONDS))
@@ -325,7 +399,9 @@ def delivery_rows(approval: ApprovalRequest) -> list[dict[str, Any]]:
         {
             "kind": m.kind,
             "to": m.user.get_username() if m.user else f"channel {m.target}",
-            "state": "update pending" if m.stale else m.state,
+            "state": "update pending"
+            if m.stale
+            else ("update failed" if m.last_error.startswith(UPDATE_GAVE_UP) else m.state),
             "attempts": m.attempts,
             "last_error": m.last_error,
             "sent_at": m.sent_at,

@@ -14,8 +14,9 @@ from typing import Any
 
 from django.conf import settings
 from django.urls import reverse
+from django.utils import timezone
 
-from reviewdesk.approvals.access import approval_get_visible
+from reviewdesk.approvals.access import approval_get_visible, may_decide
 from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.models import ApprovalRequest, ApprovalStatus, Verdict
 from reviewdesk.lib.errors import DeskError, Invalid, NotFound, explain
@@ -26,6 +27,8 @@ from reviewdesk.slack.blocks import (
     REJECT,
     REJECT_VIEW,
     desk_url,
+    escaped,
+    one_line,
     reject_view,
 )
 from reviewdesk.slack.client import web_client
@@ -46,9 +49,16 @@ def unlinked_text() -> str:
 
 
 def _who(payload: dict[str, Any]) -> tuple[str, str]:
+    """(workspace, Slack user) of the clicker: the workspace the request comes from, as a
+    command's `team_id` names it (a link made there is found here)."""
     user = payload.get("user") or {}
-    team = user.get("team_id") or (payload.get("team") or {}).get("id") or ""
+    team = (payload.get("team") or {}).get("id") or user.get("team_id") or ""
     return str(team), str(user.get("id") or "")
+
+
+def workspace_refused(team: str) -> bool:
+    """SLACK_TEAM_IDS, when set, names the only workspaces whose requests are read."""
+    return bool(settings.SLACK_TEAM_IDS) and team not in settings.SLACK_TEAM_IDS
 
 
 def _target(value: Any) -> tuple[str, str]:
@@ -72,8 +82,8 @@ def _tell(payload: dict[str, Any], text: str) -> None:
         return
     try:
         web_client().chat_postEphemeral(channel=channel, user=user, text=text)
-    except Exception:
-        logger.warning("slack: could not tell %s in %s: %s", user, channel, text, exc_info=True)
+    except Exception as exc:
+        logger.warning("slack: could not reply to %s in %s: %s", user, channel, type(exc).__name__)
 
 
 def decide(link: SlackLink, value: Any, verdict: str, *, reason: str = "") -> str:
@@ -88,7 +98,7 @@ def decide(link: SlackLink, value: Any, verdict: str, *, reason: str = "") -> st
         via=_via(link),
     )
     approval = decision.request
-    done = f"{DONE[verdict]} {approval.tool} for run {str(approval.run_id)[:8]}."
+    done = f"{DONE[verdict]} {one_line(approval.tool)} for run {str(approval.run_id)[:8]}."
     if approval.status == ApprovalStatus.PENDING:
         votes = len(approval.approving_decisions())
         done = f"{done[:-1]}: {votes} of {approval.required_approvals}, waiting for another reviewer."
@@ -96,7 +106,7 @@ def decide(link: SlackLink, value: Any, verdict: str, *, reason: str = "") -> st
 
 
 def refusal(exc: DeskError, value: Any = None) -> str:
-    text = f"Not decided: {explain(exc)}"
+    text = f"Not decided: {escaped(explain(exc))}"
     if exc.code == "device_signature_required" and value is not None:
         try:
             approval = ApprovalRequest.objects.get(pk=_target(value)[0])
@@ -113,7 +123,7 @@ def block_action(payload: dict[str, Any]) -> dict[str, Any] | None:
         return None
     action = actions[0]
     action_id, value = action.get("action_id"), action.get("value")
-    if action_id not in (APPROVE, REJECT):
+    if action_id not in (APPROVE, REJECT) or workspace_refused(_who(payload)[0]):
         return None  # "Open on the desk" is a link: Slack tells us of it, there is nothing to do
     link = link_of(team_id=_who(payload)[0], slack_user_id=_who(payload)[1])
     if link is None:
@@ -133,6 +143,13 @@ def block_action(payload: dict[str, Any]) -> dict[str, Any] | None:
     if approval.status != ApprovalStatus.PENDING:
         _tell(payload, f"Not decided: this approval was already {approval.status}.")
         return None
+    if approval.expires_at <= timezone.now():
+        _tell(payload, "Not decided: this approval has expired.")
+        return None
+    if not may_decide(link.user, approval) or link.user.pk == approval.run.submitted_by_id:
+        # Before the dialog: a reason typed for nothing is a reviewer's time lost.
+        _tell(payload, "Not decided: this approval is not yours to decide.")
+        return None
     try:
         web_client().views_open(trigger_id=payload.get("trigger_id", ""), view=reject_view(value, approval))
     except Exception:
@@ -145,7 +162,7 @@ def view_submission(payload: dict[str, Any]) -> dict[str, Any] | None:
     """The reject dialog's submit: the reason, then the decision. A refusal is shown in the
     dialog, under the reason."""
     view = payload.get("view") or {}
-    if view.get("callback_id") != REJECT_VIEW:
+    if view.get("callback_id") != REJECT_VIEW or workspace_refused(_who(payload)[0]):
         return None
     link = link_of(team_id=_who(payload)[0], slack_user_id=_who(payload)[1])
     if link is None:
@@ -173,9 +190,12 @@ def command_handle(form: dict[str, str]) -> dict[str, Any]:
     """`/desk link CODE` (and `/desk help`): the answer, shown to the sender only."""
     words = (form.get("text") or "").split()
     team, user = form.get("team_id", ""), form.get("user_id", "")
-    if len(words) == 2 and words[0].lower() == "link" and team and user:
+    if workspace_refused(team):
+        return _ephemeral("This desk does not take requests from this workspace.")
+    if len(words) >= 2 and words[0].lower() == "link" and team and user:
         try:
-            link = link_complete(code=words[1], team_id=team, slack_user_id=user)
+            # "ABCD EFGH JKMN" as typed from the page is the code too.
+            link = link_complete(code="".join(words[1:]), team_id=team, slack_user_id=user)
         except DeskError as exc:
             return _ephemeral(f"Not linked: {explain(exc)}.")
         return _ephemeral(

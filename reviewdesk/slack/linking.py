@@ -7,17 +7,22 @@ or an admin (the admin site) removes a link; every change is audited."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
+from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
+from django.urls import reverse
 from django.utils import timezone
 
 from reviewdesk.audit.services import audit_record
 from reviewdesk.lib.errors import Conflict, Invalid
 from reviewdesk.slack.models import SlackLink, SlackLinkCode
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -80,7 +85,31 @@ def link_complete(*, code: str, team_id: str, slack_user_id: str) -> SlackLink:
             subject_id=user.pk,
             data={"user": user.get_username(), "slack_team": team_id, "slack_user": slack_user_id},
         )
+    _tell_owner(link)
     return link
+
+
+def _tell_owner(link: SlackLink) -> None:
+    """Mail the account's owner that a Slack user was linked: a code seen over a shoulder and
+    sent first links the wrong person, and the owner is the one who can tell."""
+    user = link.user
+    if not user.email or not settings.DESK_NOTIFY_EMAIL:
+        return
+    try:
+        send_mail(
+            subject="[Review Desk] A Slack user was linked to your account",
+            message=(
+                f"Hello {user.get_username()},\n\nSlack user {link.slack_user_id} (workspace {link.team_id}) "
+                "was linked to your desk account: its clicks on Approve and Reject now decide as you.\n\n"
+                f"If that was not you, unlink it now and tell an admin: {settings.DESK_PUBLIC_URL}{reverse('settings')}\n"
+            ),
+            from_email=None,
+            recipient_list=[user.email],
+        )
+    except Exception as exc:
+        logger.warning(
+            "slack: could not mail %s of their new link: %s", user.get_username(), type(exc).__name__
+        )
 
 
 def link_of(*, team_id: str, slack_user_id: str) -> SlackLink | None:

@@ -26,7 +26,9 @@ class SlackLink(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["team_id", "slack_user_id"], name="slack_user_linked_once"),
+            # A Slack user id is one person whichever workspace's payload names it: linked to
+            # one account, or a click's account would hang on which team id the payload carried.
+            models.UniqueConstraint(fields=["slack_user_id"], name="slack_user_linked_once"),
         ]
 
     def __str__(self) -> str:
@@ -103,6 +105,11 @@ class SlackMessage(models.Model):
     leased_until = models.DateTimeField(null=True, blank=True)
     last_error = models.CharField(max_length=500, blank=True)
     stale = models.BooleanField(default=False)
+    # Moved by every change to an item it shows: a redraw clears `stale` only if no change came
+    # after the one it drew (compared here, not by two hosts' clocks).
+    revision = models.PositiveIntegerField(default=0)
+    # A digest that could not list every item waiting: it says more wait on the desk.
+    more = models.BooleanField(default=False)
     update_attempts = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     sent_at = models.DateTimeField(null=True, blank=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from reviewdesk.slack.delivery import SEND_TASK, message_send, slack_sweep
+from reviewdesk.slack.delivery import REDRAW_TASK, SEND_TASK, message_send, messages_redraw, slack_sweep
 from reviewdesk.slack.verify import seen_prune
 
 
@@ -16,3 +16,8 @@ def send(message_id: str) -> str:
 @shared_task(name="slack.sweep")
 def sweep() -> dict[str, int]:
     return {**slack_sweep(), "forgotten": seen_prune()}
+
+
+@shared_task(name=REDRAW_TASK)
+def redraw(approval_id: str) -> list[str]:
+    return messages_redraw(approval_id=approval_id)

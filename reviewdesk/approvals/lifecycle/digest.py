@@ -31,6 +31,7 @@ from reviewdesk.approvals.lifecycle.notify import (
     key_fact,
     mail_failed,
     message_id_header,
+    notifying,
     shown,
 )
 from reviewdesk.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus, NotificationSent
@@ -45,8 +46,8 @@ DIGEST_ITEMS_MAX = 50  # listed in one digest; the rest wait for the next
 
 def digests_send(*, now: datetime) -> int:
     """Send each reviewer in digest mode whose interval has passed what newly waits for them,
-    in one mail; how many digests went out."""
-    if not settings.DESK_NOTIFY_EMAIL:
+    in one mail (or one message where they hear instead); how many digests went out."""
+    if not notifying():
         return 0
     users = list(get_user_model().objects.filter(is_active=True).exclude(email="").order_by("username"))
     preferences = preferences_of(users)
@@ -58,7 +59,9 @@ def digests_send(*, now: datetime) -> int:
         seen = preference.digest_sent_at
         if seen is not None and now < seen + timedelta(minutes=digest_minutes_of(preference)):
             continue
-        sent += digest_send(user=user, seen=seen, items=digest_items(user), now=now, channel=channel_for(user))
+        sent += digest_send(
+            user=user, seen=seen, items=digest_items(user), now=now, channel=channel_for(user)
+        )
     return sent
 
 
@@ -126,7 +129,9 @@ def digest_send(
 
 def digest_mail(*, user: User, items: list[ApprovalRequest], more: bool, now: datetime) -> bool:
     """Mail `user` the digest of `items`, each with a link of their own; whether it went (a
-    failure is logged and audited)."""
+    failure is logged and audited). Nothing with mail off (DESK_NOTIFY_EMAIL)."""
+    if not settings.DESK_NOTIFY_EMAIL:
+        return False
     with transaction.atomic():
         links = {a.pk: link_create(approval=a, user=user) for a in items}
     facts = {a.pk: key_fact(a) for a in items}

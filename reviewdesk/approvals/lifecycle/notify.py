@@ -80,10 +80,14 @@ class NotifyChannel(Protocol):
 
     digest_max: int  # items one digest there can list
 
+    def active(self) -> bool:
+        """Whether it is configured at all (the notifications run for it with mail off)."""
+
     def takes(self, user: User) -> bool:
         """Whether `user` hears there instead of by mail."""
 
-    def send_item(self, approval: ApprovalRequest, user: User, occasion: str, now: datetime) -> None: ...
+    def send_item(self, approval: ApprovalRequest, user: User, occasion: str, now: datetime) -> bool:
+        """Queue it; False if `user` no longer hears there (they are mailed instead)."""
 
     def send_digest(self, user: User, items: list[ApprovalRequest], *, more: bool, now: datetime) -> None: ...
 
@@ -100,10 +104,14 @@ def register_channel(channel: NotifyChannel) -> None:
         _channels.append(channel)
 
 
+def notifying() -> bool:
+    """Mail is on (DESK_NOTIFY_EMAIL), or a channel is configured: the clock announces items."""
+    return settings.DESK_NOTIFY_EMAIL or any(channel.active() for channel in _channels)
+
+
 def channel_for(user: User) -> NotifyChannel | None:
     """Where `user` hears instead of by mail, or None: by mail."""
     return next((channel for channel in _channels if channel.takes(user)), None)
-
 
 
 def _chain_entry(approval: ApprovalRequest) -> str:
@@ -199,7 +207,7 @@ def approvals_notify(*, now: datetime) -> int:
 def notify_send(*, approval_id: Any, occasion: str, now: datetime) -> int:
     """Mail the item's `occasion` (a reminder) to its recipients who want it at once; how many
     went out. Never raises for a mail failure: it is logged and audited."""
-    if not settings.DESK_NOTIFY_EMAIL:
+    if not notifying():
         return 0
     approval = ApprovalRequest.objects.select_related("run").get(pk=approval_id)
     users = _at_once(approval, notify_recipients(approval), occasion)
@@ -210,7 +218,7 @@ def notify_send(*, approval_id: Any, occasion: str, now: datetime) -> int:
 def approvals_warn_expiring(*, now: datetime) -> int:
     """Mail those who asked for it of each announced item within DESK_NOTIFY_EXPIRING_SECONDS
     of its expiry, once each; how many went out."""
-    if not settings.DESK_NOTIFY_EMAIL:
+    if not notifying():
         return 0
     return sum(expiring_send(approval=a, users=users, now=now) for a, users in expiring_due(now=now))
 
@@ -261,10 +269,11 @@ def _send_each(
         channel = channel_for(user)
         if channel is not None:
             with transaction.atomic():
-                channel.send_item(approval, user, occasion, now or timezone.now())
-            sent += 1
-        else:
-            sent += mail_item(approval, user, occasion, fact=fact, now=now)
+                queued = channel.send_item(approval, user, occasion, now or timezone.now())
+            if queued:
+                sent += 1
+                continue
+        sent += mail_item(approval, user, occasion, fact=fact, now=now)
     return sent
 
 
@@ -277,7 +286,9 @@ def mail_item(
     now: datetime | None = None,
 ) -> bool:
     """Mail `user` of the item with a link of their own; whether it went (a failure is logged
-    and audited)."""
+    and audited). Nothing with mail off (DESK_NOTIFY_EMAIL)."""
+    if not settings.DESK_NOTIFY_EMAIL:
+        return False
     try:
         with transaction.atomic():
             url = link_create(approval=approval, user=user)

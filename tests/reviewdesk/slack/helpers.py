@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from django.core import mail
 from django.test import Client
 
 from reviewdesk.slack.linking import link_code_create
@@ -29,6 +30,8 @@ def link(user, slack_user: str, team: str = TEAM) -> SlackLink:
     code = link_code_create(user=user)
     answer = slack_post("/slack/commands", command_body(f"link {code}", user=slack_user, team=team))
     assert answer.status_code == 200 and "Linked" in answer.json()["text"], answer.content
+    assert mail.outbox and "A Slack user was linked" in mail.outbox[-1].subject
+    mail.outbox.pop()  # the owner's notice of the link (test_linking.py): the tests count the rest
     return SlackLink.objects.get(user=user)
 
 

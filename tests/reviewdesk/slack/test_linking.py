@@ -25,7 +25,7 @@ def send(code: str, user: str = "UALICE", team: str = "T0TEST") -> str:
     return answer.json()["text"]
 
 
-def test_a_code_links_the_slack_user_who_sends_it_to_the_account_it_was_shown_to(slack, personas):
+def test_a_code_links_the_slack_user_who_sends_it_to_the_account_it_was_shown_to(slack, personas, mailoutbox):
     code = link_code_create(user=personas.alice)
     assert len(code) == 14 and code.count("-") == 2
     assert not SlackLinkCode.objects.filter(
@@ -41,6 +41,21 @@ def test_a_code_links_the_slack_user_who_sends_it_to_the_account_it_was_shown_to
         "slack_team": "T0TEST",
         "slack_user": "UALICE",
     }
+    # A code seen over a shoulder and sent first would link the wrong person: the owner hears.
+    (notice,) = mailoutbox
+    assert notice.to == ["alice@example.com"] and "UALICE" in notice.body and "/settings/" in notice.body
+
+
+def test_a_code_typed_with_spaces_links_too(slack, personas):
+    code = link_code_create(user=personas.alice)
+    assert "desk account alice" in send(code.replace("-", " "))
+
+
+def test_a_workspace_not_allowed_is_refused(slack, personas, settings):
+    settings.SLACK_TEAM_IDS = ["T0TEST"]
+    code = link_code_create(user=personas.alice)
+    assert "does not take requests from this workspace" in send(code, team="T0EVIL")
+    assert not SlackLink.objects.exists()
 
 
 def test_a_code_works_once(slack, personas):
@@ -66,6 +81,10 @@ def test_an_expired_a_replaced_or_an_unknown_code_links_nobody(slack, personas):
 def test_one_slack_user_links_one_account_and_one_account_one_slack_user(slack, personas):
     send(link_code_create(user=personas.alice), user="USHARED")
     assert "linked to another desk account" in send(link_code_create(user=personas.bob), user="USHARED")
+    # Nor through another workspace's team id: a click's account never hangs on which it names.
+    assert "linked to another desk account" in send(
+        link_code_create(user=personas.bob), user="USHARED", team="T0OTHER"
+    )
     with pytest.raises(Conflict):
         link_complete(code=link_code_create(user=personas.alice), team_id="T0TEST", slack_user_id="UOTHER")
     assert list(SlackLink.objects.values_list("user__username", "slack_user_id")) == [("alice", "USHARED")]

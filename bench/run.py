@@ -30,6 +30,7 @@ FIGURES = [
     ({"8"}, "bench.fanout", (45, 300)),
     ({"10"}, "bench.reach", (40, 240)),
     ({"11"}, "bench.provenance", (10, 60)),
+    ({"12"}, "bench.slack_click", (15, 120)),
     # Last: its history stays in the database, and the other figures measure before it.
     ({"9"}, "bench.history", (120, 900)),
 ]
@@ -169,6 +170,10 @@ def breakdown_text(rows: list[dict[str, Any]]) -> str:
             from bench.provenance import provenance_text
 
             lines.append(provenance_text(extra["provenance"]))
+        if "slack_click" in extra:
+            from bench.slack_click import slack_click_text
+
+            lines.append(slack_click_text(extra["slack_click"]))
         if "pause_resume" in extra:
             lines.append(pause_resume_text(extra["pause_resume"]))
         if "growth_200_vs_100" in extra:

@@ -293,3 +293,42 @@ def _workers_ready(broker: str, prefixes: tuple[str, ...]) -> bool:
         app.close()
     names = {name for reply in replies for name in reply}
     return all(any(n.startswith(prefix) for n in names) for prefix in prefixes)
+
+
+SLACK_QUEUE = "bench-slack"
+
+
+def start_slack_desk(stack: Stack, slack_env: dict[str, str]) -> tuple[list[Proc], str]:
+    """A desk pair of figure #12's own, with the Slack app configured (`slack_env`: the token,
+    signing secret and API URL of the stand-in the figure runs): daphne and a 2-process worker
+    on a queue of their own, with the probe, as the desk's pair is. Its own, so the figures that
+    measure the desk's pair keep measuring a desk without Slack (with it on, every decision's
+    transaction also marks the Slack messages that show its item). Stop it with `stop_one`."""
+    python = sys.executable
+    env = {**stack.web_env, **slack_env, "DESK_CELERY_QUEUE": SLACK_QUEUE}
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env["DESK_WS_ALLOWED_ORIGINS"] = url
+    web = stack.start(
+        "slack-web", [python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), DESK_APP], env
+    )
+    worker_args = ["worker", "-l", "WARNING", "-c", "2", "--without-gossip", "--without-mingle"]
+    worker = stack.start(
+        "slack-worker",
+        [
+            python,
+            "-m",
+            "celery",
+            "-A",
+            "bench.desk_worker",
+            *worker_args,
+            "-Q",
+            SLACK_QUEUE,
+            "-n",
+            "slack@%h",
+        ],
+        env,
+    )
+    wait_daphne(url, DESK_APP)
+    wait_celery("slack@")
+    return [web, worker], url

@@ -202,13 +202,11 @@ def message_blocks(
         noun = "item" if len(approvals) == 1 else "items"
         text = f"{len(approvals)} {noun} for your review ({len(pending)} still waiting)"
     elif approvals and approvals[0].kind == ApprovalKind.QUESTION:
-        text = f"A question from {approvals[0].run.agent}"
+        text = f"A question from {one_line(approvals[0].run.agent)}"
+    elif approvals:
+        text = f"{one_line(approvals[0].tool)} ({one_line(approvals[0].run.agent)}) waits for a review"
     else:
-        text = (
-            f"{approvals[0].tool} ({approvals[0].run.agent}) waits for a review"
-            if approvals
-            else "Review Desk"
-        )
+        text = "Review Desk"
     blocks: list[dict[str, Any]] = []
     if digest:
         blocks.append({"type": "section", "text": plain(text)})
@@ -236,7 +234,9 @@ def reject_view(value: str, approval: ApprovalRequest) -> dict[str, Any]:
         "blocks": [
             {
                 "type": "section",
-                "text": plain(f"{approval.tool} ({approval.run.agent}), run {str(approval.run_id)[:8]}"),
+                "text": plain(
+                    f"{shown(approval.tool)} ({shown(approval.run.agent)}), run {str(approval.run_id)[:8]}"
+                ),
             },
             {
                 "type": "input",

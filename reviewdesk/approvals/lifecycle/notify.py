@@ -183,7 +183,7 @@ def _record(approval: ApprovalRequest, users: list[Any], occasion: str, now: dat
 def approvals_notify(*, now: datetime) -> int:
     """Announce every pending item not yet announced for its current assignment: a mail at
     once to those who want one (the rest hear in their digest); how many mails went out."""
-    if not settings.DESK_NOTIFY_EMAIL:
+    if not notifying():
         return 0
     sent = 0
     waiting = ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, notified_at__isnull=True)

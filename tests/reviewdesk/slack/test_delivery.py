@@ -14,7 +14,7 @@ from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.lifecycle.digest import digest_items, digests_send
 from reviewdesk.approvals.lifecycle.notify import approvals_notify
 from reviewdesk.audit.models import AuditEvent
-from reviewdesk.slack.delivery import message_send, slack_sweep
+from reviewdesk.slack.delivery import SLACK_CHANNEL, delivery_rows, message_send, slack_sweep
 from reviewdesk.slack.models import MessageKind, MessageState, SlackChannel, SlackLink, SlackMessage
 from tests.conftest import make_user
 from tests.reviewdesk.approvals.conftest import refund_script
@@ -254,3 +254,86 @@ def test_with_slack_off_a_decision_marks_nothing(
     )
     assert not SlackMessage.objects.filter(stale=True).exists()
     assert message_send(message_id=SlackMessage.objects.get().pk) == "skipped"
+
+
+def test_with_mail_off_slack_still_hears_and_nobody_is_mailed(
+    slack, interrupted_run, personas, mailoutbox, settings
+):
+    link(personas.alice, "UALICE")
+    settings.DESK_NOTIFY_EMAIL = False
+    interrupted_run(reviewers=["alice", "bob"])
+    approvals_notify(now=timezone.now())
+    assert [m.user for m in SlackMessage.objects.all()] == [personas.alice]
+    assert mailoutbox == []
+
+
+def test_slack_turned_off_before_a_message_went_mails_its_reader_instead(
+    slack, interrupted_run, personas, mailoutbox, settings
+):
+    link(personas.alice, "UALICE")
+    interrupted_run(reviewers=["alice"])
+    approvals_notify(now=timezone.now())
+    settings.SLACK_BOT_TOKEN = ""
+    assert slack_sweep() == {"due": 1}
+    assert SlackMessage.objects.get().state == MessageState.EMAILED
+    (mail,) = mailoutbox
+    assert mail.to == ["alice@example.com"]
+    assert slack.of("chat.postMessage") == []
+
+
+def test_a_reader_who_unlinked_gets_the_message_redrawn_with_nothing_in_it(slack, interrupted_run, personas):
+    link(personas.alice, "UALICE")
+    _run, approval = interrupted_run(reviewers=["alice", "bob"])
+    approvals_notify(now=timezone.now())
+    message = SlackMessage.objects.get()
+    message_send(message_id=message.pk)
+    SlackLink.objects.all().delete()
+    approval_decide(
+        approval_id=approval.pk,
+        reviewer=personas.bob,
+        verdict="reject",
+        checkpoint_id=approval.checkpoint_id,
+        reason="secret reason",
+    )
+    assert message_send(message_id=message.pk) == "updated"
+    redrawn = str(slack.of("chat.update")[-1].params)
+    assert "no longer yours to see" in redrawn and "secret reason" not in redrawn and "bob" not in redrawn
+
+
+def test_an_update_slack_keeps_refusing_is_given_up_and_shown_to_admins(
+    slack, interrupted_run, personas, settings
+):
+    settings.DESK_SLACK_ATTEMPTS = 2
+    link(personas.alice, "UALICE")
+    _run, approval = interrupted_run(reviewers=["alice"])
+    approvals_notify(now=timezone.now())
+    message = SlackMessage.objects.get()
+    message_send(message_id=message.pk)
+    approval_decide(
+        approval_id=approval.pk,
+        reviewer=personas.alice,
+        verdict="approve",
+        checkpoint_id=approval.checkpoint_id,
+    )
+    slack.mode = "error"
+    assert message_send(message_id=message.pk) == "retry"
+    assert message_send(message_id=message.pk) == "failed"
+    message.refresh_from_db()
+    assert not message.stale and message.last_error.startswith("update gave up")
+    assert delivery_rows(approval)[0]["state"] == "update failed"
+    assert slack_sweep() == {"due": 0}  # not tried forever
+
+
+def test_announcing_an_item_again_does_not_post_it_to_a_channel_twice(slack, interrupted_run, personas):
+    SlackChannel.objects.create(group=None, channel_id="COPEN")
+    _run, approval = interrupted_run()
+    approvals_notify(now=timezone.now())
+    SLACK_CHANNEL.announced(approval, timezone.now())  # an escalation or a hand-over
+    assert SlackMessage.objects.filter(kind=MessageKind.CHANNEL).count() == 1
+
+
+def test_a_reader_unlinked_between_asking_and_sending_is_mailed(slack, interrupted_run, personas, mailoutbox):
+    link(personas.alice, "UALICE")
+    _run, approval = interrupted_run(reviewers=["alice"])
+    SlackLink.objects.all().delete()
+    assert SLACK_CHANNEL.send_item(approval, personas.alice, "created", timezone.now()) is False

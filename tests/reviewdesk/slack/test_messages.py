@@ -103,3 +103,13 @@ def test_the_item_page_shows_admins_each_slack_message_and_its_state(
     )
     client.force_login(personas.alice)
     assert 'id="slack-deliveries"' not in client.get(f"/approvals/{approval.pk}/").content.decode()
+
+
+def test_a_name_a_framework_chose_is_escaped_in_the_notification_text_too(slack, interrupted_run):
+    """An external run's tool and agent names are the submitter's words: the text Slack shows in
+    a notification (mrkdwn) must not ping or link either."""
+    _run, approval = interrupted_run()
+    approval.tool = "<!channel> <https://evil.test|Open on the desk>"
+    text, blocks = message_blocks([approval], digest=False)
+    assert "<" not in text and "&lt;!channel&gt;" in text
+    assert not any("<!channel>" in t for t in mrkdwn_texts(blocks))

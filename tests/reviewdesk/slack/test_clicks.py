@@ -262,3 +262,35 @@ def test_a_quorum_takes_two_linked_reviewers_and_the_second_click_settles_it(
     assert status_of(approval) == ApprovalStatus.APPROVED
     assert {d.reviewer.username for d in Decision.objects.filter(request=approval)} == {"alice", "bob"}
     assert SlackLink.objects.count() == 2
+
+
+def test_the_reject_dialog_opens_only_for_one_who_may_decide_it(slack, personas):
+    """The run's submitter sees the item (and is a reviewer) but may not decide it: no dialog
+    to type a reason into for nothing."""
+    sam = make_user("sam", SUBMITTERS, REVIEWERS)
+    link(sam, "USAM")
+    run = run_submit(
+        submitter=sam,
+        agent="demo",
+        input="x",
+        model={
+            "provider": "scripted",
+            "script": [
+                {
+                    "tool_calls": [
+                        {
+                            "name": "send_email",
+                            "arguments": {"to": "ada@example.com", "subject": "s", "body": "b"},
+                        }
+                    ]
+                },
+                {"content": "ok"},
+            ],
+        },
+    )
+    run_execute(run_id=run.id, worker="in-process")
+
+    interact(click("desk_reject", value_of(run.approvals.get()), user="USAM"))
+
+    assert slack.of("views.open") == []
+    assert "not yours to decide" in told(slack, "USAM")

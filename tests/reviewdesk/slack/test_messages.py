@@ -113,3 +113,11 @@ def test_a_name_a_framework_chose_is_escaped_in_the_notification_text_too(slack,
     text, blocks = message_blocks([approval], digest=False)
     assert "<" not in text and "&lt;!channel&gt;" in text
     assert not any("<!channel>" in t for t in mrkdwn_texts(blocks))
+
+
+def test_a_tool_that_needs_a_device_key_has_no_approve_button_and_says_why(slack, interrupted_run, settings):
+    settings.DESK_REQUIRE_DEVICE_KEYS = True
+    _run, approval = interrupted_run()
+    _text, blocks = message_blocks([approval], digest=False)
+    assert set(buttons(blocks)) == {"desk_reject", "desk_open"}
+    assert "needs your device key" in json.dumps(blocks)

@@ -22,7 +22,7 @@ from reviewdesk.accounts.services import token_create
 from reviewdesk.approvals.models import ApprovalRequest, Decision
 from reviewdesk.audit.models import AuditEvent
 from reviewdesk.slack.linking import link_code_create
-from reviewdesk.slack.models import SlackLink, SlackMessage, SlackRequestSeen
+from reviewdesk.slack.models import SlackChannel, SlackLink, SlackMessage, SlackRequestSeen
 from tests.conftest import make_user
 from tests.e2e.conftest import get_run, http, start_stack, wait_for_run, wait_until
 from tests.slack_stand_in import (
@@ -70,6 +70,7 @@ def slack_stack(django_db_setup, django_db_blocker, redis_server, slack, outbox,
             "SLACK_API_URL": slack.url,
             "DESK_NOTIFY_EMAIL": "1",
             "DESK_APPROVAL_TICK_SECONDS": "1",
+            "DESK_NOTIFY_DIGEST_TICK_SECONDS": "1",
             "DESK_SLACK_SWEEP_SECONDS": "1",
             "DESK_SLACK_BACKOFF_SECONDS": "1",
             "DESK_SLACK_ATTEMPTS": str(ATTEMPTS),
@@ -126,17 +127,17 @@ def send_interaction(stack, payload: dict) -> tuple[int, str]:
     return post_signed(stack, "/slack/interactions", interaction_body(payload))
 
 
-def link(stack, user, *, every: bool = True) -> str:
+def link(stack, user, *, mode: str = NotifyMode.EVERY) -> str:
     """Link `user` to a new Slack user as a person does (a code shown on the desk, sent back with
-    `/desk link CODE`); with `every`, each item is a message at once. The Slack user id."""
+    `/desk link CODE`), who then hears as `mode` says (every: each item a message at once). The
+    Slack user id."""
     slack_user = "U" + uuid.uuid4().hex[:10].upper()
     code = link_code_create(user=user)
     status, text = post_signed(stack, "/slack/commands", command_body(f"link {code}", user=slack_user))
     assert status == 200, text
     assert "Linked" in json.loads(text)["text"], text
     assert SlackLink.objects.get(user=user).slack_user_id == slack_user
-    if every:
-        NotificationPreference.objects.update_or_create(user=user, defaults={"mode": NotifyMode.EVERY})
+    NotificationPreference.objects.update_or_create(user=user, defaults={"mode": mode})
     return slack_user
 
 
@@ -349,7 +350,13 @@ def test_the_runs_submitter_cannot_decide_it_from_slack(slack_stack, slack, pers
 
     assert status == 200
     [told] = ephemerals_to(slack, sam_slack)
-    assert told.startswith("Not decided:"), told
+    assert told.startswith("Not decided: you submitted this run"), told
+    # Nor by rejecting: the dialog's submission is refused in the dialog.
+    status, text = send_interaction(slack_stack, reject_submission(value, "my own run", user=sam_slack))
+    assert status == 200
+    answer = json.loads(text)
+    assert answer["response_action"] == "errors"
+    assert "you submitted this run" in answer["errors"]["reason"], answer
     assert not Decision.objects.filter(request_id=approval["id"]).exists()
     assert not AuditEvent.objects.filter(action__startswith="decision.", subject_id=approval["id"]).exists()
     assert get_run(slack_stack, people["sam"], run["id"])["approvals"][0]["status"] == "pending"
@@ -495,7 +502,10 @@ def test_a_decision_on_the_desk_redraws_the_slack_message_without_buttons(
     assert wait_for_run(slack_stack, people["carol"], run["id"], timeout=30)["status"] == "succeeded"
     [audit] = AuditEvent.objects.filter(action="decision.approve", subject_id=approval["id"])
     assert "via" not in audit.data  # decided on the desk's API, not in Slack
-    assert SlackMessage.objects.get(pk=message.pk).stale is False
+    # The redraw is done once the worker has written it so (after Slack took the update).
+    wait_until(
+        lambda: not SlackMessage.objects.get(pk=message.pk).stale, timeout=10, what="the message redrawn"
+    )
 
 
 def test_a_message_is_retried_while_slack_is_down_and_posted_once_when_it_is_up(
@@ -554,3 +564,66 @@ def test_a_message_slack_never_takes_is_mailed_to_its_reviewer_instead(
     assert sent.data["occasion"] == "created"
     mails = [p.read_text(errors="replace") for p in outbox.iterdir()]
     assert any("alice@example.com" in m and "slack never answers" in m for m in mails), mails
+
+
+def test_a_digest_in_slack_lists_each_item_with_its_buttons_and_a_click_redraws_only_that_one(
+    slack_stack, slack, personas, people
+):
+    alice = personas.alice
+    alice_slack = link(slack_stack, alice, mode=NotifyMode.OFF)  # quiet while both are announced
+    runs = [submit(slack_stack, people["carol"], email_script(f"digest {n}")) for n in (1, 2)]
+    ids = [r["approvals"][0]["id"] for r in runs]
+    wait_until(
+        lambda: ApprovalRequest.objects.filter(pk__in=ids, notified_at__isnull=False).count() == 2,
+        timeout=20,
+        what="both items announced",
+    )
+    NotificationPreference.objects.filter(user=alice).update(mode=NotifyMode.DIGEST, digest_sent_at=None)
+
+    digest = posted_to(slack, alice_slack)
+    assert digest.params["text"] == "2 items for your review (2 still waiting)"
+    approves = [
+        element["value"]
+        for block in blocks_of(digest)
+        if block["type"] == "actions"
+        for element in block["elements"]
+        if element["action_id"] == APPROVE
+    ]
+    assert [json.loads(v)["approval"] for v in approves] == ids  # oldest first, each with its buttons
+    message = message_for(alice)
+    assert message.kind == "digest"
+
+    status, _ = send_interaction(slack_stack, click(APPROVE, approves[0], user=alice_slack))
+
+    assert status == 200
+    assert wait_for_run(slack_stack, people["carol"], runs[0]["id"], timeout=30)["status"] == "succeeded"
+    update = last_update(slack, message, "Approved by alice")
+    assert update.params["text"] == "2 items for your review (1 still waiting)"
+    still = [b for b in blocks_of(update) if b["type"] == "actions"]
+    assert [b["block_id"] for b in still] == [f"act:{ids[1]}"]  # the other item keeps its buttons
+    assert ApprovalRequest.objects.get(pk=ids[1]).status == "pending"
+
+
+def test_an_item_is_posted_to_the_reviewers_channel_and_a_click_there_decides_as_the_clicker(
+    slack_stack, slack, personas, people
+):
+    SlackChannel.objects.create(group=None, channel_id="C0QUEUE")  # items open to every reviewer
+    bob_slack = link(slack_stack, personas.bob, mode=NotifyMode.OFF)
+    run = submit(slack_stack, people["carol"], email_script("posted to the channel"))
+
+    posted = posted_to(slack, "C0QUEUE")
+    message = wait_until(
+        lambda: SlackMessage.objects.filter(kind="channel", state="sent").first(), timeout=10, what="sent"
+    )
+    assert (message.user, message.channel) == (None, "C0QUEUE")
+    value = buttons(posted)[APPROVE]["value"]
+
+    status, _ = send_interaction(slack_stack, click(APPROVE, value, user=bob_slack, channel="C0QUEUE"))
+
+    assert status == 200
+    final = wait_for_run(slack_stack, people["carol"], run["id"], timeout=30)
+    assert final["status"] == "succeeded", final["error"]
+    assert final["approvals"][0]["decision"]["reviewer"] == "bob"
+    [told] = [c for c in slack.of("chat.postEphemeral") if c.params.get("user") == bob_slack]
+    assert told.params["channel"] == "C0QUEUE"
+    assert buttons(last_update(slack, message, "Approved by bob")) == {}

@@ -627,3 +627,40 @@ def test_an_item_is_posted_to_the_reviewers_channel_and_a_click_there_decides_as
     [told] = [c for c in slack.of("chat.postEphemeral") if c.params.get("user") == bob_slack]
     assert told.params["channel"] == "C0QUEUE"
     assert buttons(last_update(slack, message, "Approved by bob")) == {}
+
+
+def test_a_full_digest_of_shell_commands_stays_within_slacks_fifty_blocks(
+    slack_stack, slack, personas, people
+):
+    """Slack refuses a message of more than 50 blocks (the stand-in does not judge it): a digest
+    lists as many items as fit, each with everything an item shows and its buttons, the rest
+    wait for the next one. The largest item: a command (its first line is shown) with a note
+    (bob approved it already: "yours is the last of 2 approvals")."""
+    alice = personas.alice
+    alice_slack = link(slack_stack, alice, mode=NotifyMode.OFF)
+    bob = token_create(user=personas.bob, scopes=["review"])[1]
+    runs = [submit(slack_stack, people["carol"], EXECUTE_SCRIPT) for _ in range(9)]
+    ids = [r["approvals"][0]["id"] for r in runs]
+    for run in runs:
+        [approval] = run["approvals"]
+        status, body = http(
+            "POST",
+            f"{slack_stack.url}/api/v1/approvals/{approval['id']}/decision",
+            token=bob,
+            body={"verdict": "approve", "checkpoint_id": approval["checkpoint_id"]},
+        )
+        assert status == 201, body
+    wait_until(
+        lambda: ApprovalRequest.objects.filter(pk__in=ids, notified_at__isnull=False).count() == len(ids),
+        timeout=30,
+        what="every item announced",
+    )
+    NotificationPreference.objects.filter(user=alice).update(mode=NotifyMode.DIGEST, digest_sent_at=None)
+
+    digest = posted_to(slack, alice_slack)
+
+    blocks = blocks_of(digest)
+    assert "yours is the last of 2 approvals" in text_of(digest)
+    assert len(blocks) <= 50, len(blocks)
+    listed = [b["block_id"] for b in blocks if b["type"] == "actions"]
+    assert listed == [f"act:{i}" for i in ids[: len(listed)]] and len(listed) >= 7

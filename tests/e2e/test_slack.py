@@ -664,3 +664,26 @@ def test_a_full_digest_of_shell_commands_stays_within_slacks_fifty_blocks(
     assert len(blocks) <= 50, len(blocks)
     listed = [b["block_id"] for b in blocks if b["type"] == "actions"]
     assert listed == [f"act:{i}" for i in ids[: len(listed)]] and len(listed) >= 7
+
+
+def test_a_cancelled_run_redraws_its_message_and_an_old_button_decides_nothing(
+    slack_stack, slack, personas, people
+):
+    alice = personas.alice
+    alice_slack = link(slack_stack, alice)
+    run = submit(slack_stack, people["carol"], email_script("cancelled meanwhile"))
+    [approval] = run["approvals"]
+    approve = buttons(posted_to(slack, alice_slack))[APPROVE]["value"]
+    message = message_for(alice)
+
+    status, body = http("POST", f"{slack_stack.url}/api/v1/runs/{run['id']}/cancel", token=people["carol"])
+    assert status == 200, body
+
+    assert buttons(last_update(slack, message, "Cancelled with its run")) == {}
+    status, _ = send_interaction(slack_stack, click(APPROVE, approve, user=alice_slack))  # the old button
+    assert status == 200
+    [told] = ephemerals_to(slack, alice_slack)
+    assert told.startswith("Not decided:"), told
+    assert not Decision.objects.filter(request_id=approval["id"]).exists()
+    assert ApprovalRequest.objects.get(pk=approval["id"]).status == "cancelled"
+    assert get_run(slack_stack, people["carol"], run["id"])["side_effects"] == []

@@ -60,7 +60,9 @@ UPDATE_GAVE_UP = "update gave up: "
 # A direct message redrawn for a reader who may no longer see what it showed.
 GONE_TEXT = "This item is no longer yours to see here (unlinked, or handed to others). Open the desk."
 LEASE_SECONDS = 60
-DIGEST_ITEMS_MAX = 8  # a Slack message holds 50 blocks; an item takes up to 6
+# A Slack message holds 50 blocks (more is refused as invalid_blocks): a digest is its header and,
+# per item, a divider and up to 6 blocks (a command's line and a note make 6): 1 + 7 x 7 = 50.
+DIGEST_ITEMS_MAX = 7
 
 
 class _SlackChannel:

@@ -60,9 +60,10 @@ UPDATE_GAVE_UP = "update gave up: "
 # A direct message redrawn for a reader who may no longer see what it showed.
 GONE_TEXT = "This item is no longer yours to see here (unlinked, or handed to others). Open the desk."
 LEASE_SECONDS = 60
-# A Slack message holds 50 blocks (more is refused as invalid_blocks): a digest is its header and,
-# per item, a divider and up to 6 blocks (a command's line and a note make 6): 1 + 7 x 7 = 50.
-DIGEST_ITEMS_MAX = 7
+# A Slack message holds 50 blocks (more is refused as invalid_blocks): a digest is its header,
+# per item a divider and up to 6 blocks (a command's line and a note make 6), and when more wait
+# a divider and that line: 1 + 6 x 7 + 2 = 45.
+DIGEST_ITEMS_MAX = 6
 
 
 class _SlackChannel:

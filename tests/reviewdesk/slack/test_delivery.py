@@ -70,7 +70,7 @@ def test_with_slack_notifications_off_or_slack_unconfigured_the_mail_comes_as_be
     assert len(mailoutbox) == 2 and not SlackMessage.objects.exists()
 
 
-def test_a_digest_goes_to_slack_as_one_message_of_at_most_eight_and_the_rest_wait(
+def test_a_digest_goes_to_slack_as_one_message_of_at_most_six_and_the_rest_wait(
     slack, interrupted_run, personas
 ):
     link(personas.alice, "UALICE")
@@ -83,12 +83,13 @@ def test_a_digest_goes_to_slack_as_one_message_of_at_most_eight_and_the_rest_wai
     digests_send(now=timezone.now())  # alice's in Slack; the other reviewers' by mail
     (message,) = SlackMessage.objects.all()
     assert message.user == personas.alice
-    assert len(digest_items(personas.alice)) == 2  # the next digest lists them
-    assert message.kind == MessageKind.DIGEST and message.items.count() == 8
+    assert len(digest_items(personas.alice)) == 4  # the next digest lists them
+    assert message.kind == MessageKind.DIGEST and message.items.count() == 6 and message.more
     assert message_send(message_id=message.pk) == "posted"
     blocks = posted_blocks(slack)
-    assert "8 items for your review" in blocks[0]["text"]["text"]
-    assert sum(b["type"] == "actions" for b in blocks) == 8 and len(blocks) <= 50
+    assert "6 items for your review" in blocks[0]["text"]["text"]
+    assert sum(b["type"] == "actions" for b in blocks) == 6 and len(blocks) <= 50
+    assert "More wait on the desk" in str(blocks[-1])
 
 
 def test_slack_down_is_retried_with_backoff_and_then_the_reviewer_is_mailed_once(

@@ -149,6 +149,8 @@ def reject_submission(value: str, reason: str, *, user: str, team: str = TEAM) -
 
 
 def command_body(text: str, *, user: str, team: str = TEAM) -> bytes:
+    """A slash command's form, as Slack posts it (with a trigger id of its own, as each has)."""
+    trigger = f"{time.time():.6f}.{next(_triggers)}"
     return urllib.parse.urlencode(
-        {"command": "/desk", "text": text, "user_id": user, "team_id": team}
+        {"command": "/desk", "text": text, "user_id": user, "team_id": team, "trigger_id": trigger}
     ).encode()

@@ -66,18 +66,18 @@ def link_complete(*, code: str, team_id: str, slack_user_id: str) -> SlackLink:
     with transaction.atomic():
         found = SlackLinkCode.objects.select_related("user").filter(code_sha256=_digest(code)).first()
         if found is None or found.expires_at <= now:
-            raise Invalid("that code is not one the desk showed, or it has expired", code="link_code")
+            raise Invalid("that code is not one the desk showed, or it has expired")
         # Single use: only the first request that sends it spends it.
         if SlackLinkCode.objects.filter(pk=found.pk, used_at__isnull=True).update(used_at=now) != 1:
-            raise Invalid("that code has been used already", code="link_code")
+            raise Invalid("that code has been used already")
         user = found.user
         if SlackLink.objects.filter(user=user).exists():
-            raise Conflict("your desk account is linked already: unlink it on the desk first", code="linked")
+            raise Conflict("your desk account is linked already: unlink it on the desk first")
         try:
             with transaction.atomic():
                 link = SlackLink.objects.create(user=user, team_id=team_id, slack_user_id=slack_user_id)
         except IntegrityError:
-            raise Conflict("this Slack user is linked to another desk account", code="linked") from None
+            raise Conflict("this Slack user is linked to another desk account") from None
         audit_record(
             actor=user,
             action="slack.linked",

@@ -334,8 +334,10 @@ def _failed_attempt(
 
 def _give_up(message: SlackMessage, lease: datetime, error: str, approvals: list[ApprovalRequest]) -> str:
     """Every attempt failed: its reviewer is mailed instead (what is still pending and still
-    theirs), or, a channel post, it is marked failed. Audited either way. The state moves first,
-    under the lease: of two workers, one mails."""
+    theirs), or, a channel post, it is marked failed. Audited either way. The state moves to
+    "failed" first, under the lease, as the claim: of two workers one mails, and a crash after
+    the mail never mails again (no worker takes a failed message). "emailed" follows the mail,
+    so "failed" is briefly seen while it goes."""
     user = message.user
     if not _held(message, lease).update(
         state=MessageState.FAILED, attempts=message.attempts + 1, last_error=error

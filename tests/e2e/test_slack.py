@@ -546,8 +546,21 @@ def test_a_message_slack_never_takes_is_mailed_to_its_reviewer_instead(
     run = submit(slack_stack, people["carol"], email_script("slack never answers"))
     [approval] = run["approvals"]
 
+    # Given up: the last attempt claims the message (state "failed", so no other worker takes it),
+    # mails, then records "emailed" and audits it. Wait for the audit row, written last.
+    def given_up():
+        found = SlackMessage.objects.filter(user=alice).first()
+        if (
+            found
+            and AuditEvent.objects.filter(
+                action="notification.slack_failed", subject_id=str(found.pk)
+            ).exists()
+        ):
+            return SlackMessage.objects.get(pk=found.pk)  # read after the audit row: its final state
+        return None
+
     message = wait_until(
-        lambda: SlackMessage.objects.filter(user=alice, state__in=("emailed", "failed")).first(),
+        given_up,
         timeout=30,
         what="the post to be given up",
         interval=0.2,

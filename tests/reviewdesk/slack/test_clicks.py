@@ -35,6 +35,31 @@ def status_of(approval) -> str:
     return approval.status
 
 
+def own_run(submitter):
+    """A run `submitter` submitted, advanced in-process until its send_email waits."""
+    run = run_submit(
+        submitter=submitter,
+        agent="demo",
+        input="x",
+        model={
+            "provider": "scripted",
+            "script": [
+                {
+                    "tool_calls": [
+                        {
+                            "name": "send_email",
+                            "arguments": {"to": "ada@example.com", "subject": "s", "body": "b"},
+                        }
+                    ]
+                },
+                {"content": "ok"},
+            ],
+        },
+    )
+    run_execute(run_id=run.id, worker="in-process")
+    return run
+
+
 def approve(approval, user: str = "UALICE"):
     answer = interact(click("desk_approve", value_of(approval), user=user))
     assert answer.status_code == 200
@@ -133,26 +158,7 @@ def test_the_runs_submitter_may_not_decide_from_slack(slack, personas):
     sam = make_user("sam", SUBMITTERS, REVIEWERS)
     link(sam, "USAM")
 
-    run = run_submit(
-        submitter=sam,
-        agent="demo",
-        input="x",
-        model={
-            "provider": "scripted",
-            "script": [
-                {
-                    "tool_calls": [
-                        {
-                            "name": "send_email",
-                            "arguments": {"to": "ada@example.com", "subject": "s", "body": "b"},
-                        }
-                    ]
-                },
-                {"content": "ok"},
-            ],
-        },
-    )
-    run_execute(run_id=run.id, worker="in-process")
+    run = own_run(sam)
     approval = run.approvals.get()
 
     approve(approval, user="USAM")
@@ -269,26 +275,7 @@ def test_the_reject_dialog_opens_only_for_one_who_may_decide_it(slack, personas)
     to type a reason into for nothing."""
     sam = make_user("sam", SUBMITTERS, REVIEWERS)
     link(sam, "USAM")
-    run = run_submit(
-        submitter=sam,
-        agent="demo",
-        input="x",
-        model={
-            "provider": "scripted",
-            "script": [
-                {
-                    "tool_calls": [
-                        {
-                            "name": "send_email",
-                            "arguments": {"to": "ada@example.com", "subject": "s", "body": "b"},
-                        }
-                    ]
-                },
-                {"content": "ok"},
-            ],
-        },
-    )
-    run_execute(run_id=run.id, worker="in-process")
+    run = own_run(sam)
 
     interact(click("desk_reject", value_of(run.approvals.get()), user="USAM"))
 

@@ -14,8 +14,9 @@ from reviewdesk.approvals.deciding.record import approval_decide
 from reviewdesk.approvals.lifecycle.digest import digest_items, digests_send
 from reviewdesk.approvals.lifecycle.notify import approvals_notify
 from reviewdesk.audit.models import AuditEvent
-from reviewdesk.slack.delivery import SLACK_CHANNEL, delivery_rows, message_send, slack_sweep
+from reviewdesk.slack.delivery import delivery_rows, message_send, slack_sweep
 from reviewdesk.slack.models import MessageKind, MessageState, SlackChannel, SlackLink, SlackMessage
+from reviewdesk.slack.outbox import SLACK_CHANNEL
 from tests.conftest import make_user
 from tests.reviewdesk.approvals.conftest import refund_script
 from tests.reviewdesk.slack.helpers import buttons, interact, link
@@ -26,6 +27,22 @@ pytestmark = pytest.mark.django_db
 
 def every_item(user) -> None:
     NotificationPreference.objects.update_or_create(user=user, defaults={"mode": NotifyMode.EVERY})
+
+
+def posted_then_approved(interrupted_run, personas):
+    """An item posted to alice in Slack, then approved by her on the desk: (item, message)."""
+    link(personas.alice, "UALICE")
+    _run, approval = interrupted_run(reviewers=["alice"])
+    approvals_notify(now=timezone.now())
+    message = SlackMessage.objects.get()
+    message_send(message_id=message.pk)
+    approval_decide(
+        approval_id=approval.pk,
+        reviewer=personas.alice,
+        verdict="approve",
+        checkpoint_id=approval.checkpoint_id,
+    )
+    return approval, message
 
 
 def posted_blocks(slack) -> list[dict]:
@@ -195,17 +212,7 @@ def test_a_decision_on_the_desk_redraws_every_message_about_it_with_who_decided_
 
 
 def test_a_failed_update_is_retried(slack, interrupted_run, personas):
-    link(personas.alice, "UALICE")
-    _run, approval = interrupted_run(reviewers=["alice"])
-    approvals_notify(now=timezone.now())
-    message = SlackMessage.objects.get()
-    message_send(message_id=message.pk)
-    approval_decide(
-        approval_id=approval.pk,
-        reviewer=personas.alice,
-        verdict="approve",
-        checkpoint_id=approval.checkpoint_id,
-    )
+    _approval, message = posted_then_approved(interrupted_run, personas)
     slack.mode = "error"
     assert message_send(message_id=message.pk) == "retry"
     message.refresh_from_db()
@@ -305,17 +312,7 @@ def test_an_update_slack_keeps_refusing_is_given_up_and_shown_to_admins(
     slack, interrupted_run, personas, settings
 ):
     settings.DESK_SLACK_ATTEMPTS = 2
-    link(personas.alice, "UALICE")
-    _run, approval = interrupted_run(reviewers=["alice"])
-    approvals_notify(now=timezone.now())
-    message = SlackMessage.objects.get()
-    message_send(message_id=message.pk)
-    approval_decide(
-        approval_id=approval.pk,
-        reviewer=personas.alice,
-        verdict="approve",
-        checkpoint_id=approval.checkpoint_id,
-    )
+    approval, message = posted_then_approved(interrupted_run, personas)
     slack.mode = "error"
     assert message_send(message_id=message.pk) == "retry"
     assert message_send(message_id=message.pk) == "failed"

@@ -75,7 +75,7 @@ SUBJECT_MAX = 160
 
 
 class NotifyChannel(Protocol):
-    """Somewhere besides mail where reviewers hear of items (reviewdesk/slack/delivery.py).
+    """Somewhere besides mail where reviewers hear of items (reviewdesk/slack/outbox.py).
     Each method is called in the transaction that claims the notification, and only queues."""
 
     digest_max: int  # items one digest there can list
